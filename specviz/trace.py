@@ -1,0 +1,450 @@
+"""The trace: plain data describing one decoding run, round by round.
+
+A trace is what the engine produces and what every view consumes.  It holds
+no tensors and no model references, so it can be saved as JSON, loaded on a
+laptop without any model, and rendered exactly as it was recorded.
+
+Notation (as in Leviathan et al. 2023): p = target distribution, q = draft
+distribution.  Chen et al. and Yin et al. swap the two letters.
+
+JSON schema (``SCHEMA_VERSION`` 1)::
+
+    {
+      "schema": "specviz.trace", "version": 1,
+      "kind": "speculative" | "standard",
+      "prompt": str,                 # the user's prompt (before chat template)
+      "prompt_tokens": int,          # tokens fed to the models
+      "settings": {gamma, epsilon, variant ("opt"|"uno"), temperature, top_k,
+                   top_p, max_new_tokens, seed, dtype},
+      "models": {"preset": str, "draft": str, "target": str, "drafter": str},
+      "device": str,                 # "cpu", "cuda:0 (NVIDIA H100)", ...
+      "stop_reason": "eos" | "max_new_tokens" | "stopped" | "error",
+      "t_prefill": float,            # seconds spent filling the KV caches with the prompt
+      "t_total": float,              # wall seconds from start to last token
+      "draft_prefill": float, "target_prefill": float,
+      "rounds": [Round, ...],
+      "summary": {...}               # derived (see Trace.summary); ignored on load
+    }
+
+    Round = {
+      "index": int,                  # 0-based
+      "n_before": int,               # tokens generated before this round
+      "draft": [{"id", "text", "q"}],  # drafted tokens x_i with q_i(x_i); [] for standard decoding
+      "positions": [Position],       # verified positions: accepted ones, then the rejected one
+      "extra": {"id", "text", "kind", "p"} | null,
+                                     # kind: "correction" (sampled from the residual),
+                                     #       "bonus" (all drafts accepted, sampled from p_{γ+1}),
+                                     #       "target" (standard decoding: sampled from p)
+      "emitted": [{"id", "text", "origin"}],  # origin: "accepted" | "correction" | "bonus" | "target"
+      "t_start", "t_draft", "t_verify", "t_end": float,  # seconds; t_start/t_end since run start
+      "draft_forwards": int,         # draft-model forward passes in this round
+      "target_forwards": int         # target forward passes in this round (1)
+    }
+
+    Position = {
+      "i": int,                      # 1-based position in the round
+      "q": float, "p": float,        # q_i(x_i), p_i(x_i) after temperature/top-k/top-p
+      "b": float,                    # acceptance probability min(1, (p + ε) / q)
+      "u": float,                    # the uniform draw; accepted iff u < b
+      "accepted": bool,
+      "reject_prob": float,          # r = 1 − Σ_x q(x) b(x), over the whole vocabulary
+      "tv": float,                   # TV(p_i, q_i)
+      "bias": float                  # TV(A_i, p_i), A = q·b + r·P (P = residual or p for UNO)
+    }
+
+Drafted tokens after the first rejection are never verified: they have no
+Position and are shown as discarded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_NAME = "specviz.trace"
+SCHEMA_VERSION = 1
+MAX_TRACE_BYTES = 20 * 1024 * 1024  # a trace file larger than this is refused
+MAX_ROUNDS = 20_000
+
+ORIGINS = ("accepted", "correction", "bonus", "target")
+EXTRA_KINDS = ("correction", "bonus", "target")
+STOP_REASONS = ("eos", "max_new_tokens", "stopped", "error")
+
+
+class TraceError(ValueError):
+    """A trace file or object that is not a valid specviz trace."""
+
+
+@dataclass
+class DraftToken:
+    id: int
+    text: str
+    q: float
+
+
+@dataclass
+class Position:
+    i: int
+    q: float
+    p: float
+    b: float
+    u: float
+    accepted: bool
+    reject_prob: float
+    tv: float
+    bias: float
+
+
+@dataclass
+class Token:
+    id: int
+    text: str
+    origin: str  # one of ORIGINS
+
+
+@dataclass
+class Extra:
+    id: int
+    text: str
+    kind: str  # one of EXTRA_KINDS
+    p: float
+
+
+@dataclass
+class Round:
+    index: int
+    n_before: int
+    draft: list[DraftToken] = field(default_factory=list)
+    positions: list[Position] = field(default_factory=list)
+    extra: Extra | None = None
+    emitted: list[Token] = field(default_factory=list)
+    t_start: float = 0.0
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_end: float = 0.0
+    draft_forwards: int = 0
+    target_forwards: int = 1
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(1 for pos in self.positions if pos.accepted)
+
+    @property
+    def rejected_at(self) -> int | None:
+        """1-based index of the rejected draft position, or None."""
+        for pos in self.positions:
+            if not pos.accepted:
+                return pos.i
+        return None
+
+    def status(self, i: int) -> str:
+        """Status of drafted token i (1-based): accepted, rejected or discarded."""
+        if i <= len(self.positions):
+            return "accepted" if self.positions[i - 1].accepted else "rejected"
+        return "discarded"
+
+
+@dataclass
+class Trace:
+    kind: str  # "speculative" | "standard"
+    prompt: str
+    prompt_tokens: int
+    settings: dict[str, Any]
+    models: dict[str, str]
+    device: str
+    rounds: list[Round] = field(default_factory=list)
+    stop_reason: str = "max_new_tokens"
+    t_prefill: float = 0.0
+    t_total: float = 0.0
+    draft_prefill: float = 0.0
+    target_prefill: float = 0.0
+    error: str | None = None
+
+    # ---- derived quantities -------------------------------------------------
+
+    @property
+    def tokens(self) -> list[Token]:
+        return [tok for rnd in self.rounds for tok in rnd.emitted]
+
+    @property
+    def text(self) -> str:
+        return "".join(tok.text for tok in self.tokens)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(rnd.emitted) for rnd in self.rounds)
+
+    @property
+    def gamma(self) -> int:
+        return int(self.settings.get("gamma", 0) or 0)
+
+    def token_times(self) -> list[tuple[float, int]]:
+        """(seconds since start, tokens so far) after each round: the tokens-vs-time curve."""
+        out, n = [], 0
+        for rnd in self.rounds:
+            n += len(rnd.emitted)
+            out.append((rnd.t_end, n))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Run totals and the metrics the views label.
+
+        alpha: accepted drafts / verified drafts (drafts after the first
+            rejection in a round are never verified, so they do not count).
+        mean_accepted_length: 1 + accepted / rounds (vLLM's definition; counts
+            the correction or bonus token).
+        c: mean draft forward time / mean target forward time, both measured
+            in this run (prefill excluded).
+        theoretical_speedup: (1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et
+            al. Theorem 3.8, from this run's own α and c.
+        """
+        rounds = self.rounds
+        n_tokens = self.n_tokens
+        decode_time = max(self.t_total - self.t_prefill, 1e-9)
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "tokens": n_tokens,
+            "rounds": len(rounds),
+            "target_forwards": sum(r.target_forwards for r in rounds),
+            "t_total": self.t_total,
+            "t_prefill": self.t_prefill,
+            "ttft": rounds[0].t_end if rounds else None,
+            "tokens_per_s": n_tokens / self.t_total if self.t_total > 0 else 0.0,
+            "decode_tokens_per_s": n_tokens / decode_time if n_tokens else 0.0,
+            "stop_reason": self.stop_reason,
+        }
+        t_verify = [r.t_verify for r in rounds if r.target_forwards]
+        target_fwd = sum(t_verify) / len(t_verify) if t_verify else None
+        out["t_target_forward"] = target_fwd
+        if self.kind != "speculative":
+            return out
+
+        verified = [pos for r in rounds for pos in r.positions]
+        accepted = sum(1 for pos in verified if pos.accepted)
+        drafted = sum(len(r.draft) for r in rounds)
+        alpha = accepted / len(verified) if verified else None
+        draft_fwd_n = sum(r.draft_forwards for r in rounds)
+        draft_fwd = sum(r.t_draft for r in rounds) / draft_fwd_n if draft_fwd_n else None
+        c = draft_fwd / target_fwd if (draft_fwd is not None and target_fwd) else None
+        gamma = self.gamma
+        per_pos = []
+        for i in range(1, gamma + 1):
+            tested = [r.positions[i - 1] for r in rounds if len(r.positions) >= i]
+            per_pos.append(sum(p.accepted for p in tested) / len(tested) if tested else None)
+        hist = [0] * (gamma + 2)
+        for r in rounds:
+            n = len(r.emitted)
+            if n < len(hist):
+                hist[n] += 1
+        out.update(
+            drafted=drafted,
+            verified=len(verified),
+            accepted=accepted,
+            rejections=sum(1 for pos in verified if not pos.accepted),
+            alpha=alpha,
+            mean_beta=(1 - sum(p.tv for p in verified) / len(verified)) if verified else None,
+            mean_accepted_length=(1 + accepted / len(rounds)) if rounds else None,
+            per_position_acceptance=per_pos,
+            tokens_per_round_hist=hist,
+            t_draft_forward=draft_fwd,
+            c=c,
+            sum_tv=sum(p.tv for p in verified),
+            mean_reject_prob=(sum(p.reject_prob for p in verified) / len(verified)) if verified else None,
+            mean_bias=(sum(p.bias for p in verified) / len(verified)) if verified else None,
+            theoretical_speedup=theoretical_speedup(alpha, gamma, c),
+        )
+        return out
+
+    # ---- JSON ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **d}
+        d["summary"] = _finite(self.summary())
+        return d
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Trace":
+        return _parse_trace(d)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Trace":
+        if isinstance(text, bytes):
+            if len(text) > MAX_TRACE_BYTES:
+                raise TraceError(f"trace file is too large ({len(text):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError("trace file is not UTF-8 text") from exc
+        if len(text) > MAX_TRACE_BYTES:
+            raise TraceError(f"trace file is too large ({len(text):,} characters; the limit is {MAX_TRACE_BYTES:,})")
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise TraceError(f"trace file is not valid JSON: {exc}") from exc
+        return _parse_trace(d)
+
+
+def theoretical_speedup(alpha: float | None, gamma: int, c: float | None) -> float | None:
+    """Leviathan et al. Thm 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1))."""
+    if alpha is None or c is None or gamma < 1:
+        return None
+    if alpha >= 1.0:
+        tokens = gamma + 1.0
+    else:
+        tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens / (gamma * c + 1)
+
+
+# ---- validation ---------------------------------------------------------------
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _req(d: Any, key: str, typ: type | tuple, where: str) -> Any:
+    if not isinstance(d, dict):
+        raise TraceError(f"{where}: expected an object")
+    if key not in d:
+        raise TraceError(f"{where}: missing field '{key}'")
+    val = d[key]
+    if typ is float:
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+            raise TraceError(f"{where}.{key}: expected a finite number")
+        return float(val)
+    if typ is int:
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise TraceError(f"{where}.{key}: expected an integer")
+        return val
+    if not isinstance(val, typ):
+        raise TraceError(f"{where}.{key}: expected {getattr(typ, '__name__', typ)}")
+    return val
+
+
+def _prob(d: Any, key: str, where: str) -> float:
+    val = _req(d, key, float, where)
+    if not -1e-6 <= val <= 1 + 1e-6:
+        raise TraceError(f"{where}.{key}: {val} is not a probability")
+    return val
+
+
+def _str(d: Any, key: str, where: str, limit: int = 1000) -> str:
+    val = _req(d, key, str, where)
+    if len(val) > limit:
+        raise TraceError(f"{where}.{key}: text too long")
+    return val
+
+
+def _parse_trace(d: Any) -> Trace:
+    if not isinstance(d, dict):
+        raise TraceError("not a specviz trace: the file must hold a JSON object")
+    if d.get("schema") != SCHEMA_NAME:
+        raise TraceError("not a specviz trace: field 'schema' must be 'specviz.trace'")
+    if d.get("version") != SCHEMA_VERSION:
+        raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads version {SCHEMA_VERSION})")
+    kind = _req(d, "kind", str, "trace")
+    if kind not in ("speculative", "standard"):
+        raise TraceError(f"trace.kind: unknown kind {kind!r}")
+    settings = _req(d, "settings", dict, "trace")
+    models = _req(d, "models", dict, "trace")
+    for k, v in settings.items():
+        if not isinstance(k, str) or not (v is None or isinstance(v, (int, float, str, bool))):
+            raise TraceError("trace.settings: values must be numbers or strings")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise TraceError(f"trace.settings.{k}: not a finite number")
+    gamma = settings.get("gamma", 0)
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 0 <= gamma <= 64:
+        raise TraceError("trace.settings.gamma: expected an integer 0..64")
+    for k, v in models.items():
+        if not isinstance(v, str) or len(v) > 500:
+            raise TraceError("trace.models: values must be short strings")
+    stop = _req(d, "stop_reason", str, "trace")
+    if stop not in STOP_REASONS:
+        raise TraceError(f"trace.stop_reason: unknown value {stop!r}")
+    rounds_in = _req(d, "rounds", list, "trace")
+    if len(rounds_in) > MAX_ROUNDS:
+        raise TraceError(f"trace has too many rounds ({len(rounds_in)}; the limit is {MAX_ROUNDS})")
+    rounds = []
+    for k, r in enumerate(rounds_in):
+        w = f"rounds[{k}]"
+        draft = [
+            DraftToken(_req(t, "id", int, f"{w}.draft"), _str(t, "text", f"{w}.draft"), _prob(t, "q", f"{w}.draft"))
+            for t in _req(r, "draft", list, w)
+        ]
+        if len(draft) > max(gamma, 0):
+            raise TraceError(f"{w}.draft: more drafted tokens than gamma")
+        positions = []
+        for j, pos in enumerate(_req(r, "positions", list, w)):
+            wp = f"{w}.positions[{j}]"
+            positions.append(
+                Position(
+                    i=_req(pos, "i", int, wp),
+                    q=_prob(pos, "q", wp),
+                    p=_prob(pos, "p", wp),
+                    b=_prob(pos, "b", wp),
+                    u=_prob(pos, "u", wp),
+                    accepted=_req(pos, "accepted", bool, wp),
+                    reject_prob=_prob(pos, "reject_prob", wp),
+                    tv=_prob(pos, "tv", wp),
+                    bias=_prob(pos, "bias", wp),
+                )
+            )
+        if len(positions) > len(draft):
+            raise TraceError(f"{w}.positions: more verified positions than drafted tokens")
+        extra = r.get("extra") if isinstance(r, dict) else None
+        if extra is not None:
+            ekind = _str(extra, "kind", f"{w}.extra")
+            if ekind not in EXTRA_KINDS:
+                raise TraceError(f"{w}.extra.kind: unknown value {ekind!r}")
+            extra = Extra(_req(extra, "id", int, f"{w}.extra"), _str(extra, "text", f"{w}.extra"), ekind,
+                          _prob(extra, "p", f"{w}.extra"))
+        emitted = []
+        for t in _req(r, "emitted", list, w):
+            origin = _str(t, "origin", f"{w}.emitted")
+            if origin not in ORIGINS:
+                raise TraceError(f"{w}.emitted.origin: unknown value {origin!r}")
+            emitted.append(Token(_req(t, "id", int, f"{w}.emitted"), _str(t, "text", f"{w}.emitted"), origin))
+        rounds.append(
+            Round(
+                index=_req(r, "index", int, w),
+                n_before=_req(r, "n_before", int, w),
+                draft=draft,
+                positions=positions,
+                extra=extra,
+                emitted=emitted,
+                t_start=_req(r, "t_start", float, w),
+                t_draft=_req(r, "t_draft", float, w),
+                t_verify=_req(r, "t_verify", float, w),
+                t_end=_req(r, "t_end", float, w),
+                draft_forwards=_req(r, "draft_forwards", int, w),
+                target_forwards=_req(r, "target_forwards", int, w),
+            )
+        )
+    err = d.get("error")
+    return Trace(
+        kind=kind,
+        prompt=_str(d, "prompt", "trace", limit=200_000),
+        prompt_tokens=_req(d, "prompt_tokens", int, "trace"),
+        settings=dict(settings),
+        models={k: str(v) for k, v in models.items()},
+        device=_str(d, "device", "trace"),
+        rounds=rounds,
+        stop_reason=stop,
+        t_prefill=_req(d, "t_prefill", float, "trace"),
+        t_total=_req(d, "t_total", float, "trace"),
+        draft_prefill=float(d.get("draft_prefill", 0.0) or 0.0),
+        target_prefill=float(d.get("target_prefill", 0.0) or 0.0),
+        error=err if isinstance(err, str) else None,
+    )
