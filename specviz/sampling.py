@@ -1,0 +1,100 @@
+"""Logits -> probabilities, the acceptance rule, and the residual.
+
+Both decoders (speculative and standard) and both models go through the same
+`warp` so that p and q are computed identically.  Notation: p = target,
+q = draft (Leviathan et al.; Chen et al. and Yin et al. swap the letters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Warp:
+    """Temperature, top-k and top-p, applied identically to draft and target."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] -> probabilities [..., V] in float32."""
+        logits = logits.float()
+        if self.temperature <= 0:
+            # Greedy: a one-hot distribution on the argmax, so the same
+            # acceptance rule applies (b = 1 on a match, else ε).
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        logits = logits / self.temperature
+        if self.top_k and self.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        if self.top_p < 1.0:
+            # Keep the smallest set of most likely tokens whose mass reaches top_p
+            # (the top token is always kept).
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+            mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+            drop_sorted = mass_before >= self.top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            probs = probs.masked_fill(drop, 0.0)
+            probs = probs / probs.sum(-1, keepdim=True)
+        return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Draw one token id from a probability vector [V]."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)) row-wise; falls back to p where p ≤ q everywhere
+    (then no rejection is possible in exact arithmetic, but rounding may still
+    produce one, and p is the right distribution to fall back on)."""
+    diff = (p - q).clamp_min(0.0)
+    mass = diff.sum(-1, keepdim=True)
+    return torch.where(mass > 1e-12, diff / mass.clamp_min(1e-30), p)
+
+
+@dataclass
+class Verdicts:
+    """The acceptance rule evaluated on full vocabulary vectors for k positions.
+
+    b[i, x] = min(1, (p_i(x) + ε) / q_i(x)) is the acceptance probability of
+    token x at position i; r_i = 1 − Σ_x q_i(x) b_i(x) is the rejection
+    probability; P_i is the distribution a rejection samples from (Decoding-OPT:
+    the residual norm(max(0, p − q·b)) = norm(max(0, p − q)); Decoding-UNO: p);
+    A_i = q_i·b_i + r_i·P_i is the emitted-token distribution, and
+    bias_i = TV(A_i, p_i) (zero for OPT at ε = 0: the exactness of the method).
+    """
+
+    b: torch.Tensor  # [k, V]
+    reject_prob: torch.Tensor  # [k]
+    tv: torch.Tensor  # [k]  TV(p_i, q_i)
+    fallback: torch.Tensor  # [k, V]  P_i
+    bias: torch.Tensor  # [k]  TV(A_i, p_i)
+
+
+def acceptance_probs(p: torch.Tensor, q: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """b(x) = min(1, (p(x) + ε) / q(x)); where q(x) = 0 the value never matters (set 1)."""
+    return torch.where(q > 0, ((p + epsilon) / q.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(q))
+
+
+def verdicts(p: torch.Tensor, q: torch.Tensor, epsilon: float, variant: str = "opt", detail: bool = True) -> Verdicts:
+    """Evaluate the rule for rows of p, q [k, V] (float32).
+
+    With detail=False only b and the fallback are computed (the tracing
+    statistics r, TV and bias are left as NaN)."""
+    b = acceptance_probs(p, q, epsilon)
+    fallback = p if variant == "uno" else residual(p, q)
+    if not detail:
+        nan = torch.full(p.shape[:-1], float("nan"))
+        return Verdicts(b, nan, nan, fallback, nan)
+    qb = q * b
+    reject_prob = (1.0 - qb.sum(-1)).clamp(0.0, 1.0)
+    tv = 0.5 * (p - q).abs().sum(-1)
+    emitted = qb + reject_prob.unsqueeze(-1) * fallback
+    bias = 0.5 * (emitted - p).abs().sum(-1)
+    return Verdicts(b, reject_prob, tv.clamp(0.0, 1.0), fallback, bias.clamp(0.0, 1.0))
