@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from transformers import DynamicCache
 
-from .sampling import Warp, sample, verdicts
+from .sampling import Warp, rule_stats, sample, verdicts
 from .settings import DecodeSettings
 from .trace import DraftToken, Extra, Position, Round, Token, Trace
 
@@ -273,8 +273,10 @@ def speculative_stream(
                 pending: list[Event] = []
 
                 def on_token(tok: int, q_x: float) -> None:
+                    t_s = time.perf_counter()
                     rnd.draft.append(DraftToken(tok, piece(tok), q_x))
                     pending.append(Event("draft", trace, rnd))
+                    trace.t_tracing += time.perf_counter() - t_s
 
                 prop = drafter.propose(ids, gamma_eff, warp, gen, on_token) if gamma_eff > 0 else Proposal()
                 t_drafted = clock()
@@ -289,7 +291,11 @@ def speculative_stream(
                 n_acc, extra_kind, extra_dist = k, "bonus", p_all[k]
                 if k:
                     q_all = torch.stack(prop.q)
-                    v = verdicts(p_all[:k], q_all, eps, settings.variant, detail)
+                    v = verdicts(p_all[:k], q_all, eps, settings.variant, detail=False)
+                    if detail:  # the explainer's statistics, timed as tracing cost
+                        t_s = time.perf_counter()
+                        v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q_all, v.b, v.fallback)
+                        trace.t_tracing += time.perf_counter() - t_s
                     xs = torch.tensor(prop.tokens, device=device)
                     rows = torch.arange(k, device=device)
                     b_x = v.b[rows, xs].tolist()

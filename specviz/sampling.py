@@ -92,9 +92,19 @@ def verdicts(p: torch.Tensor, q: torch.Tensor, epsilon: float, variant: str = "o
     if not detail:
         nan = torch.full(p.shape[:-1], float("nan"))
         return Verdicts(b, nan, nan, fallback, nan)
+    reject_prob, tv, bias = rule_stats(p, q, b, fallback)
+    return Verdicts(b, reject_prob, tv, fallback, bias)
+
+
+def rule_stats(p: torch.Tensor, q: torch.Tensor, b: torch.Tensor, fallback: torch.Tensor):
+    """Tracing statistics of the rule: (r, TV(p, q), TV(A, p)) per row.
+
+    Not needed to decode, only to explain: the engine times this separately
+    to report what tracing costs."""
     qb = q * b
     reject_prob = (1.0 - qb.sum(-1)).clamp(0.0, 1.0)
     tv = 0.5 * (p - q).abs().sum(-1)
     emitted = qb + reject_prob.unsqueeze(-1) * fallback
     bias = 0.5 * (emitted - p).abs().sum(-1)
-    return Verdicts(b, reject_prob, tv.clamp(0.0, 1.0), fallback, bias.clamp(0.0, 1.0))
+    return reject_prob, tv.clamp(0.0, 1.0), bias.clamp(0.0, 1.0)
+

@@ -22,6 +22,7 @@ JSON schema (``SCHEMA_VERSION`` 1)::
       "t_prefill": float,            # seconds spent filling the KV caches with the prompt
       "t_total": float,              # wall seconds from start to last token
       "draft_prefill": float, "target_prefill": float,
+      "t_tracing": float,            # seconds of tracing-only work (statistics, token texts)
       "rounds": [Round, ...],
       "summary": {...}               # derived (see Trace.summary); ignored on load
     }
@@ -160,6 +161,7 @@ class Trace:
     t_total: float = 0.0
     draft_prefill: float = 0.0
     target_prefill: float = 0.0
+    t_tracing: float = 0.0  # seconds spent on tracing-only work (statistics, token texts)
     error: str | None = None
 
     # ---- derived quantities -------------------------------------------------
@@ -214,6 +216,7 @@ class Trace:
             "tokens_per_s": n_tokens / self.t_total if self.t_total > 0 else 0.0,
             "decode_tokens_per_s": n_tokens / decode_time if n_tokens else 0.0,
             "stop_reason": self.stop_reason,
+            "tracing_overhead": self.t_tracing / self.t_total if self.t_total > 0 else 0.0,
         }
         t_verify = [r.t_verify for r in rounds if r.target_forwards]
         target_fwd = sum(t_verify) / len(t_verify) if t_verify else None
@@ -446,5 +449,55 @@ def _parse_trace(d: Any) -> Trace:
         t_total=_req(d, "t_total", float, "trace"),
         draft_prefill=float(d.get("draft_prefill", 0.0) or 0.0),
         target_prefill=float(d.get("target_prefill", 0.0) or 0.0),
+        t_tracing=float(d.get("t_tracing", 0.0) or 0.0),
         error=err if isinstance(err, str) else None,
     )
+
+
+# ---- recordings: a speculative run and its standard baseline in one file ------------
+
+RECORDING_NAME = "specviz.recording"
+
+
+def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None = None) -> str:
+    """One file for a whole race: what the app exports and loads back."""
+    doc = {
+        "schema": RECORDING_NAME,
+        "version": SCHEMA_VERSION,
+        "speculative": spec.to_dict() if spec else None,
+        "standard": std.to_dict() if std else None,
+    }
+    return json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
+    """Parse an exported recording (or a bare trace) into (speculative, standard)."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"file is too large ({len(data):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceError("file is not UTF-8 text: expected a specviz .json recording") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise TraceError(f"not valid JSON: {exc}") from None
+    if isinstance(doc, dict) and doc.get("schema") == SCHEMA_NAME:
+        tr = _parse_trace(doc)
+        return (tr, None) if tr.kind == "speculative" else (None, tr)
+    if not isinstance(doc, dict) or doc.get("schema") != RECORDING_NAME:
+        raise TraceError("not a specviz recording: expected a JSON object with \"schema\": \"specviz.recording\"")
+    if doc.get("version") != SCHEMA_VERSION:
+        raise TraceError(f"unsupported recording version {doc.get('version')!r}")
+    spec = _parse_trace(doc["speculative"]) if doc.get("speculative") is not None else None
+    std = _parse_trace(doc["standard"]) if doc.get("standard") is not None else None
+    if spec is not None and spec.kind != "speculative":
+        raise TraceError("recording: the 'speculative' entry is not a speculative trace")
+    if std is not None and std.kind != "standard":
+        raise TraceError("recording: the 'standard' entry is not a standard trace")
+    if spec is None and std is None:
+        raise TraceError("recording holds no trace")
+    return spec, std

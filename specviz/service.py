@@ -1,0 +1,141 @@
+"""Server-side jobs behind the UI and the API, with no Gradio in them.
+
+Everything a client sends is validated here (whatever the UI allows), model
+jobs run one at a time per process, and a run yields plain progress updates
+that the UI turns into components.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from .engine import Event, speculative_stream, standard_stream
+from .models import DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair
+from .settings import DecodeSettings, SettingsError
+
+MAX_PROMPT_CHARS = 8_000
+CUSTOM_PRESET = "Custom pair (hub ids or local paths)"
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+# One model job at a time per process (Gradio's concurrency_id does the same
+# for UI events; this also covers the bench, scripts and the API).
+MODEL_LOCK = threading.Lock()
+
+
+class InputError(ValueError):
+    """Bad input; the message is shown to the user as is."""
+
+
+def custom_models_enabled() -> bool:
+    """Custom model ids download arbitrary weights: off unless the operator opts in."""
+    return os.environ.get("SPECVIZ_ALLOW_CUSTOM", "").lower() in ("1", "true", "yes")
+
+
+def ui_presets() -> list[str]:
+    names = [n for n in PRESETS if n != TINY_PRESET or os.environ.get("SPECVIZ_SHOW_TINY")]
+    return names + ([CUSTOM_PRESET] if custom_models_enabled() else [])
+
+
+def clean_prompt(text: Any) -> str:
+    """The prompt as the models will see it, or InputError."""
+    if not isinstance(text, str):
+        raise InputError("The prompt must be text.")
+    # Lone surrogates (invalid Unicode from a client) cannot be encoded: replace them.
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    text = unicodedata.normalize("NFC", _CONTROL.sub("", text.replace("\r\n", "\n")))
+    if not text.strip():
+        raise InputError("The prompt is empty: type a prompt or pick an example.")
+    if len(text) > MAX_PROMPT_CHARS:
+        raise InputError(f"The prompt is too long ({len(text):,} characters; the limit is {MAX_PROMPT_CHARS:,}).")
+    return text
+
+
+def check_model_id(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("Give both a draft and a target model (hub id like 'org/name' or a local folder).")
+    name = name.strip()
+    if os.path.isdir(name):
+        return name
+    if not _MODEL_ID.match(name) or ".." in name:
+        raise InputError(f"'{name[:100]}' is neither a hub id of the form 'org/name' nor an existing local folder.")
+    return name
+
+
+def get_pair(preset: Any, draft: Any = None, target: Any = None,
+             progress: Callable[[float, str], None] | None = None) -> ModelPair:
+    """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure."""
+    if not isinstance(preset, str) or not preset:
+        preset = DEFAULT_PRESET
+    if preset == CUSTOM_PRESET:
+        if not custom_models_enabled():
+            raise InputError("Custom model pairs are disabled on this server (set SPECVIZ_ALLOW_CUSTOM=1 to enable them).")
+        return load_pair(draft=check_model_id(draft), target=check_model_id(target), progress=progress)
+    if preset not in PRESETS:
+        raise InputError(f"Unknown model preset {preset[:80]!r}. Choose one of: {', '.join(PRESETS)}.")
+    return load_pair(preset, progress=progress)
+
+
+@dataclass
+class Request:
+    pair: ModelPair
+    prompt: str
+    prompt_ids: list[int]
+    settings: DecodeSettings
+
+
+def prepare(pair: ModelPair, prompt: Any, chat: bool = True, **settings: Any) -> Request:
+    """Validate the prompt and settings against the loaded pair."""
+    text = clean_prompt(prompt)
+    try:
+        s = DecodeSettings.checked(**settings)
+    except SettingsError as exc:
+        raise InputError(str(exc)) from None
+    ids = encode_prompt(pair, text, chat=chat)
+    if len(ids) + s.max_new_tokens > pair.context_length:
+        raise InputError(
+            f"The prompt is {len(ids):,} tokens; with {s.max_new_tokens} new tokens that exceeds the models' "
+            f"context of {pair.context_length:,} tokens. Shorten the prompt or lower max new tokens."
+        )
+    return Request(pair, text, ids, s)
+
+
+@dataclass
+class Update:
+    """One step of a race: which side is running and the event it produced."""
+
+    phase: str  # "speculative" | "standard" | "done"
+    event: Event | None
+    spec: Any = None  # Trace so far
+    std: Any = None
+
+
+def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard: bool = True) -> Iterator[Update]:
+    """Speculative decoding, then standard decoding on the same prompt, seed and settings.
+
+    Run one after the other, never concurrently, so the timings are fair."""
+    spec = std = None
+    for ev in speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop):
+        spec = ev.trace
+        yield Update("speculative", ev, spec, None)
+    if standard and spec.stop_reason != "stopped":
+        for ev in standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop):
+            std = ev.trace
+            yield Update("standard", ev, spec, std)
+    yield Update("done", None, spec, std)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-paragraph message for any failure inside a run (never a traceback)."""
+    if isinstance(exc, (InputError, ModelError, SettingsError)):
+        return str(exc)
+    name = type(exc).__name__
+    if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError):
+        return "The run ran out of memory. Try fewer new tokens or a smaller model pair; the server is fine."
+    msg = " ".join(str(exc).split())[:300]
+    return f"The run failed ({name}: {msg}). The server is fine; try again or change the settings."

@@ -1,0 +1,70 @@
+"""γ and ε sweeps on the real models: plain generators of results, no UI."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterator
+
+from .engine import speculative_decode, standard_decode
+from .service import Request
+
+GAMMAS = tuple(range(1, 13))
+EPSILONS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
+
+
+def edit_distance(a: list[int], b: list[int]) -> int:
+    """Levenshtein distance between two token sequences."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token, or None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def gamma_sweep(req: Request, gammas=GAMMAS) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
+    """Yields (fraction done, message, result or None). The first result is the
+    standard run (gamma 0), then one per γ with the measured speedup."""
+    n = len(gammas) + 1
+    yield 0.0, "standard decoding (baseline)…", None
+    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt)
+    std_tps = std.summary()["tokens_per_s"]
+    yield 1 / n, f"baseline: {std_tps:.2f} tok/s", {"gamma": 0, "tokens_per_s": std_tps}
+    for k, g in enumerate(gammas, 2):
+        tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, gamma=g), prompt=req.prompt)
+        s = tr.summary()
+        res = {"gamma": g, "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / std_tps,
+               "alpha": s["alpha"], "c": s["c"], "theoretical_speedup": s["theoretical_speedup"]}
+        yield k / n, f"γ = {g}: {res['speedup']:.2f}×", res
+
+
+def epsilon_sweep(req: Request, epsilons=EPSILONS) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
+    """Yields (fraction done, message, result or None) for each ε, with how far the
+    text drifts from the ε = 0 text (first diverging token, edit distance)."""
+    eps = sorted(set(epsilons) | {0.0})
+    yield 0.0, "standard decoding (baseline)…", None
+    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt)
+    std_tps = std.summary()["tokens_per_s"]
+    base: list[int] | None = None
+    for k, e in enumerate(eps, 1):
+        for variant in ("opt", "uno"):
+            tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, epsilon=e, variant=variant),
+                                    prompt=req.prompt)
+            s = tr.summary()
+            ids = [t.id for t in tr.tokens]
+            if base is None:
+                base = ids
+            res = {"epsilon": e, "variant": variant, "alpha": s["alpha"], "speedup": s["tokens_per_s"] / std_tps,
+                   "tokens_per_s": s["tokens_per_s"], "mean_bias": s["mean_bias"],
+                   "reject_prob": s["mean_reject_prob"], "mean_tv": (s["sum_tv"] / s["verified"]) if s["verified"] else None,
+                   "first_divergence": first_divergence(base, ids), "edit_distance": edit_distance(base, ids)}
+            yield k / len(eps), f"ε = {e:g} ({variant.upper()}): α = {s['alpha'] or 0:.2f}", res
