@@ -1,0 +1,471 @@
+"""Plotly figures for the theory tab: what the papers predict, next to what a run measured.
+
+Every function returns a `go.Figure` and never raises on missing input: None,
+empty lists or out-of-range numbers give a figure with an explanatory
+annotation instead, so a half-filled form never breaks the page.
+
+Notation: p = target, q = draft (Leviathan et al.); Yin et al. swap them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .. import theory as th
+
+TEMPLATE = "plotly_white"
+C_THEORY = "#1f77b4"
+C_SECOND = "#7f7f7f"
+C_OPT = "#2ca02c"
+C_MEASURED = "#d62728"
+C_UNO = "#ff7f0e"
+NO_DATA = "no data"
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def _message(title: str, text: str) -> go.Figure:
+    """An empty figure that says why it is empty."""
+    fig = go.Figure()
+    fig.update_layout(
+        template=TEMPLATE,
+        title=dict(text=title),
+        xaxis=dict(visible=False),
+        yaxis=dict(visible=False),
+        height=360,
+        annotations=[dict(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=15))],
+    )
+    return fig
+
+
+def _safe(title: str, build: Callable[[], go.Figure]) -> go.Figure:
+    """Run a figure builder; bad numbers become an annotation, not an exception."""
+    try:
+        return build()
+    except (ValueError, TypeError, ZeroDivisionError, RuntimeError) as exc:
+        return _message(title, f"{NO_DATA}: {exc}")
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None (for optional fields of result dicts)."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) -> go.Figure:
+    t: dict[str, Any] = dict(text=title)
+    if subtitle:
+        t["subtitle"] = dict(text=subtitle)
+    fig.update_layout(
+        template=TEMPLATE,
+        title=t,
+        hovermode="closest",
+        # Legend under the plot, clear of the x-axis title.
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+        margin=dict(t=(110 if "<br>" in subtitle else 90) if subtitle else 60, b=120),
+        **kw,
+    )
+    return fig
+
+
+def _alphas(alpha: Any) -> list[float]:
+    if alpha is None:
+        return []
+    if isinstance(alpha, (int, float)):
+        return [float(alpha)]
+    return [float(a) for a in alpha if _num(a) is not None]
+
+
+# ---- Leviathan et al.: speedup, tokens per round, cost -----------------------------------
+
+
+def speedup_curves(
+    alpha: float | None, c: float | None, gamma_max: int = 16, measured: dict | None = None
+) -> go.Figure:
+    """Expected speedup (Thm 3.8) and tokens per round vs γ, the optimal γ marked.
+
+    measured: the last run, dict(alpha, c, gamma, speedup) with speedup =
+    speculative tok/s ÷ standard tok/s; drawn as a point next to the curve.
+    When alpha or c is None the measured run's own α and c are used.
+    """
+    title = "Expected speedup vs draft length γ (Leviathan et al., Thm 3.8)"
+    m = measured or {}
+    a = _num(alpha) if alpha is not None else _num(m.get("alpha"))
+    cc = _num(c) if c is not None else _num(m.get("c"))
+    if a is None or cc is None:
+        return _message(title, f"{NO_DATA}: need α and c (run speculative decoding first)")
+
+    def build() -> go.Figure:
+        gmax = max(1, int(gamma_max))
+        sw = th.sweep_theory(a, cc, range(1, gmax + 1))
+        g_opt, s_opt = th.optimal_gamma(a, cc, gmax)
+        helps = th.speculation_helps(a, cc)
+        fig = make_subplots(specs=[[{"secondary_y": True}]])
+        fig.add_trace(
+            go.Scatter(
+                x=sw["gamma"], y=sw["speedup"], mode="lines+markers", name="expected speedup",
+                line=dict(color=C_THEORY),
+                hovertemplate="γ=%{x}<br>speedup %{y:.3f}×<extra>Thm 3.8</extra>",
+            ),
+            secondary_y=False,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=sw["gamma"], y=sw["tokens_per_round"], mode="lines", name="expected tokens per round",
+                line=dict(color=C_SECOND, dash="dot"),
+                hovertemplate="γ=%{x}<br>%{y:.3f} tokens / round<extra>(1−α^(γ+1))/(1−α)</extra>",
+            ),
+            secondary_y=True,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[g_opt], y=[s_opt], mode="markers+text", name="optimal γ",
+                marker=dict(symbol="star", size=16, color=C_OPT),
+                text=[f"γ*={g_opt}: {s_opt:.2f}×"], textposition="top center",
+                hovertemplate="optimal γ*=%{x}<br>%{y:.3f}×<extra></extra>",
+            ),
+            secondary_y=False,
+        )
+        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
+                      annotation_text="no speedup", annotation_position="bottom right")
+        if m and _num(m.get("gamma")) is not None and _num(m.get("speedup")) is not None:
+            mg, ms = _num(m["gamma"]), _num(m["speedup"])
+            ma, mc = _num(m.get("alpha")), _num(m.get("c"))
+            pred = th.expected_speedup(ma, int(mg), mc) if (ma is not None and mc is not None and mg >= 0) else None
+            hover = f"measured run<br>γ={mg:g}<br>speedup {ms:.3f}×"
+            if ma is not None:
+                hover += f"<br>α={ma:.3f}"
+            if mc is not None:
+                hover += f"<br>c={mc:.3f}"
+            if pred is not None:
+                hover += f"<br>Thm 3.8 at this α, c: {pred:.3f}×"
+            fig.add_trace(
+                go.Scatter(
+                    x=[mg], y=[ms], mode="markers", name="measured (spec ÷ standard tok/s)",
+                    marker=dict(symbol="diamond", size=13, color=C_MEASURED),
+                    hovertemplate=hover + "<extra></extra>",
+                ),
+                secondary_y=False,
+            )
+        sub = f"α = {a:.3f}, c = {cc:.3f}; optimal γ* = {g_opt} ({s_opt:.2f}×)"
+        if not helps:
+            sub += " — no γ helps: α ≤ c, plain decoding is faster"
+        _layout(fig, title, sub, height=430)
+        fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None)
+        fig.update_yaxes(title_text="expected speedup (×)", secondary_y=False)
+        fig.update_yaxes(title_text="expected tokens per round", secondary_y=True, showgrid=False)
+        return fig
+
+    return _safe(title, build)
+
+
+def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: int = 16) -> go.Figure:
+    """Expected tokens per round (1 − α^(γ+1))/(1 − α) vs γ, one curve per α,
+    with the γ → ∞ limit 1/(1 − α) dotted."""
+    title = "Expected tokens per round vs γ (Leviathan et al., Eq. 1)"
+    alphas = _alphas(alpha)
+    if not alphas:
+        return _message(title, f"{NO_DATA}: give one or more values of α")
+
+    def build() -> go.Figure:
+        gmax = max(1, int(gamma_max))
+        gs = list(range(0, gmax + 1))
+        fig = go.Figure()
+        for a in alphas:
+            ys = [th.expected_tokens_per_round(a, g) for g in gs]
+            fig.add_trace(go.Scatter(
+                x=gs, y=ys, mode="lines+markers", name=f"α = {a:.2f}",
+                hovertemplate=f"α={a:.2f}<br>γ=%{{x}}<br>%{{y:.3f}} tokens / round<extra></extra>",
+            ))
+            if a < 1:
+                fig.add_trace(go.Scatter(
+                    x=[0, gmax], y=[1 / (1 - a)] * 2, mode="lines", name=f"limit 1/(1−α) = {1 / (1 - a):.2f}",
+                    line=dict(dash="dot", width=1, color=C_SECOND), showlegend=len(alphas) == 1,
+                    hovertemplate=f"γ→∞ limit for α={a:.2f}: %{{y:.3f}}<extra></extra>",
+                ))
+        _layout(fig, title, "i.i.d. acceptances with probability α; a round emits the accepted drafts + 1 token", height=400)
+        fig.update_xaxes(title_text="draft length γ")
+        fig.update_yaxes(title_text="expected tokens per round")
+        return fig
+
+    return _safe(title, build)
+
+
+def cost_factor_curve(alpha: float | None, c_hat: float | None, gamma_max: int = 16) -> go.Figure:
+    """Arithmetic-operations factor (1 − α)(γĉ + γ + 1)/(1 − α^(γ+1)) vs γ (Thm 3.11)."""
+    title = "Extra arithmetic vs γ (Leviathan et al., Thm 3.11)"
+    a, ch = _num(alpha), _num(c_hat)
+    if a is None or ch is None:
+        return _message(title, f"{NO_DATA}: need α and ĉ")
+
+    def build() -> go.Figure:
+        gs = list(range(1, max(1, int(gamma_max)) + 1))
+        ys = [th.arithmetic_cost_factor(a, g, ch) for g in gs]
+        fig = go.Figure(go.Scatter(
+            x=gs, y=ys, mode="lines+markers", name="operations factor", line=dict(color=C_UNO),
+            hovertemplate="γ=%{x}<br>%{y:.3f}× the operations of plain decoding<extra>Thm 3.11</extra>",
+        ))
+        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
+                      annotation_text="plain decoding", annotation_position="bottom right")
+        _layout(fig, title, f"α = {a:.3f}, ĉ = {ch:.3f} (draft ops / target ops per token)", height=400)
+        fig.update_xaxes(title_text="draft length γ")
+        fig.update_yaxes(title_text="total arithmetic operations (×)", rangemode="tozero")
+        return fig
+
+    return _safe(title, build)
+
+
+# ---- Yin et al. Thm 1 ---------------------------------------------------------------------
+
+
+def theorem1_plot(trace: Any) -> go.Figure:
+    """Running Σ TV(p, q) (expected rejections, Yin et al. Thm 1) vs the running
+    count of actual rejections, along the run, with the y = x reference and a
+    ±2 s.d. band (the count is a sum of Bernoulli(r_n) draws)."""
+    title = "Rejections vs Σ TV(p, q) along the run (Yin et al., Thm 1)"
+    try:
+        s = th.theorem1_series(trace)
+    except (AttributeError, TypeError, ValueError) as exc:
+        return _message(title, f"{NO_DATA}: {exc}")
+    if not s.index:
+        return _message(title, f"{NO_DATA}: run speculative decoding (with statistics) to see this")
+
+    def build() -> go.Figure:
+        eps = _num((getattr(trace, "settings", None) or {}).get("epsilon")) or 0.0
+        top = max(s.cum_tv[-1], s.cum_rejections[-1], s.cum_reject_prob[-1], 1e-9) * 1.05
+        fig = go.Figure()
+        # The band is drawn around the rejection probability actually in force
+        # (Σ r = Σ TV at ε = 0).
+        upper = [r + 2 * math.sqrt(v) for r, v in zip(s.cum_reject_prob, s.cum_var)]
+        lower = [max(0.0, r - 2 * math.sqrt(v)) for r, v in zip(s.cum_reject_prob, s.cum_var)]
+        fig.add_trace(go.Scatter(
+            x=s.cum_tv + s.cum_tv[::-1], y=upper + lower[::-1], fill="toself", mode="lines",
+            line=dict(width=0), fillcolor="rgba(31,119,180,0.12)", name="±2 s.d.", hoverinfo="skip",
+        ))
+        fig.add_trace(go.Scatter(
+            x=[0, top], y=[0, top], mode="lines", name="y = x (Thm 1)",
+            line=dict(color="black", dash="dash", width=1), hoverinfo="skip",
+        ))
+        if eps > 0:
+            fig.add_trace(go.Scatter(
+                x=s.cum_tv, y=s.cum_reject_prob, mode="lines", name="Σ r (expected at this ε)",
+                line=dict(color=C_UNO, dash="dot"),
+                hovertemplate="Σ TV %{x:.2f}<br>Σ r %{y:.2f}<extra></extra>",
+            ))
+        fig.add_trace(go.Scatter(
+            x=s.cum_tv, y=s.cum_rejections, mode="lines+markers", name="actual rejections",
+            line=dict(color=C_MEASURED, shape="hv"), marker=dict(size=4), customdata=s.index,
+            hovertemplate="token %{customdata}<br>Σ TV %{x:.2f}<br>rejections %{y}<extra></extra>",
+        ))
+        sub = (f"{len(s.index)} verified positions: Σ TV = {s.cum_tv[-1]:.2f} expected, "
+               f"{s.cum_rejections[-1]} actual rejections")
+        if eps > 0:
+            sub += f"<br>ε = {eps:g} > 0: fewer rejections than Σ TV are expected (Σ r = {s.cum_reject_prob[-1]:.2f})"
+        _layout(fig, title, sub, height=450)
+        fig.update_xaxes(title_text="running Σ TV(p_n, q_n) over verified positions", range=[0, top])
+        fig.update_yaxes(title_text="running number of rejections", range=[0, top])
+        return fig
+
+    return _safe(title, build)
+
+
+# ---- Yin et al. Thms 4–5: Pareto front --------------------------------------------------------
+
+
+def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
+    """The rejection/bias trade-off: the Pareto line from (0, TV) to (TV, 0)
+    (Yin et al. Thms 4–5) and measured points dict(label or epsilon, variant
+    "opt"/"uno", reject_prob, bias)."""
+    title = "Rejection probability vs bias (Yin et al., Thms 4–5)"
+    pts = [d for d in (points or []) if isinstance(d, dict)
+           and _num(d.get("reject_prob")) is not None and _num(d.get("bias")) is not None]
+    t = _num(tv)
+    if t is None and not pts:
+        return _message(title, f"{NO_DATA}: need TV(p, q) or measured points")
+
+    def build() -> go.Figure:
+        fig = go.Figure()
+        if t is not None:
+            xs, ys = th.pareto_front(t)
+            fig.add_trace(go.Scatter(
+                x=xs, y=ys, mode="lines", name="Pareto front: rejection + bias = TV",
+                line=dict(color="black"), fill="tozeroy", fillcolor="rgba(0,0,0,0.06)",
+                hovertemplate="reject %{x:.3f}<br>bias %{y:.3f}<extra>front</extra>",
+            ))
+        for variant, color, symbol in (("opt", C_OPT, "circle"), ("uno", C_UNO, "square")):
+            grp = [d for d in pts if str(d.get("variant", "opt")).lower() == variant]
+            if not grp:
+                continue
+            labels = [str(d.get("label") if d.get("label") is not None else f"ε={_num(d.get('epsilon')) or 0:g}") for d in grp]
+            fig.add_trace(go.Scatter(
+                x=[float(d["reject_prob"]) for d in grp], y=[float(d["bias"]) for d in grp],
+                mode="markers+text", text=labels, textposition="top right",
+                name=f"Decoding-{variant.upper()}", marker=dict(color=color, size=10, symbol=symbol),
+                hovertemplate="%{text}<br>P(reject) %{x:.3f}<br>bias TV(A, p) %{y:.3f}<extra>" + variant.upper() + "</extra>",
+            ))
+        sub = "shaded: below the front, no rejection-based rule can reach"
+        if t is not None:
+            sub = f"TV(p, q) = {t:.3f}; " + sub
+        _layout(fig, title, sub, height=450)
+        fig.update_xaxes(title_text="rejection probability r = 1 − Σ q·b", rangemode="tozero")
+        fig.update_yaxes(title_text="bias TV(A, p)", rangemode="tozero")
+        return fig
+
+    return _safe(title, build)
+
+
+# ---- Yin et al. Thm 3: batch drafts -------------------------------------------------------------
+
+
+def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 0) -> go.Figure:
+    """P(all M drafts rejected at one position) vs M: the exact recursion
+    Π TV(q, r_{m−1}) and Monte Carlo of the batch procedure (±2 s.e.)."""
+    title = "Batch drafting: P(all M drafts rejected) vs M (Yin et al., Thm 3)"
+    if p is None or q is None:
+        return _message(title, f"{NO_DATA}: need target and draft distributions p and q")
+
+    def build() -> go.Figure:
+        m_max = max(1, int(M_max))
+        exact = th.batch_rejection_exact(p, q, m_max)
+        floor = th.batch_rejection_floor(p, q)
+        ms = list(range(1, m_max + 1))
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(
+            x=ms, y=exact, mode="lines", name="exact: Π TV(q, r<sub>m−1</sub>)", line=dict(color=C_THEORY),
+            hovertemplate="M=%{x}<br>P(all rejected) %{y:.4f}<extra>exact</extra>",
+        ))
+        n = int(n_mc)
+        if n > 0:
+            mc, se = th.batch_rejection_mc(p, q, m_max, n, int(seed))
+            fig.add_trace(go.Scatter(
+                x=ms, y=mc, mode="markers", name=f"Monte Carlo ({n:,} runs)",
+                marker=dict(color=C_MEASURED, size=8), error_y=dict(type="data", array=[2 * s for s in se], visible=True),
+                hovertemplate="M=%{x}<br>fraction %{y:.4f}<extra>Monte Carlo</extra>",
+            ))
+        fig.add_hline(y=floor, line=dict(color=C_SECOND, dash="dot"),
+                      annotation_text=f"floor: p-mass where q = 0 ({floor:.3f})", annotation_position="top right")
+        sub = ("line: exact, M i.i.d. drafts from q checked in turn against r<sub>0</sub> = p, "
+               "r<sub>m</sub> = norm(max(0, r<sub>m−1</sub> − q))"
+               f"<br>dots: Monte Carlo of the procedure, {n:,} runs, seed {int(seed)}, ±2 s.e.")
+        _layout(fig, title, sub, height=450)
+        fig.update_xaxes(title_text="number of drafts M", dtick=1 if m_max <= 20 else None)
+        fig.update_yaxes(title_text="P(all M drafts rejected)", range=[0, max(exact[0], 0.05) * 1.1])
+        return fig
+
+    return _safe(title, build)
+
+
+# ---- sweeps of real runs -----------------------------------------------------------------------
+
+
+def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None, c: float | None = None) -> go.Figure:
+    """Measured speedup vs γ against Thm 3.8.
+
+    results: list of dict(gamma, speedup, alpha, c), one per run.  The curve
+    uses alpha and c when given, else the mean α and c of the runs; each run's
+    own prediction (its α, c) is shown as a hollow marker.
+    """
+    title = "Measured speedup vs γ, against Thm 3.8"
+    rows = [r for r in (results or []) if isinstance(r, dict)
+            and _num(r.get("gamma")) is not None and _num(r.get("speedup")) is not None]
+    if not rows:
+        return _message(title, f"{NO_DATA}: run a γ sweep first")
+
+    def build() -> go.Figure:
+        rows.sort(key=lambda r: _num(r["gamma"]))
+        alphas = [_num(r.get("alpha")) for r in rows if _num(r.get("alpha")) is not None]
+        cs = [_num(r.get("c")) for r in rows if _num(r.get("c")) is not None]
+        a = _num(alpha) if alpha is not None else (sum(alphas) / len(alphas) if alphas else None)
+        cc = _num(c) if c is not None else (sum(cs) / len(cs) if cs else None)
+        gs = [int(_num(r["gamma"])) for r in rows]
+        fig = go.Figure()
+        sub = "no α, c: theoretical curve omitted"
+        if a is not None and cc is not None:
+            gmax = max(max(gs), 1)
+            sw = th.sweep_theory(a, cc, range(1, gmax + 1))
+            g_opt, s_opt = th.optimal_gamma(a, cc, gmax)
+            fig.add_trace(go.Scatter(
+                x=sw["gamma"], y=sw["speedup"], mode="lines", name=f"Thm 3.8 (α={a:.2f}, c={cc:.2f})",
+                line=dict(color=C_THEORY), hovertemplate="γ=%{x}<br>%{y:.3f}×<extra>Thm 3.8</extra>",
+            ))
+            fig.add_trace(go.Scatter(
+                x=[g_opt], y=[s_opt], mode="markers", name="optimal γ", marker=dict(symbol="star", size=14, color=C_OPT),
+                hovertemplate="optimal γ*=%{x}<br>%{y:.3f}×<extra></extra>",
+            ))
+            sub = f"curve: α = {a:.3f}, c = {cc:.3f}" + (" (means over the runs)" if alpha is None or c is None else "")
+        own = [(g, th.expected_speedup(_num(r["alpha"]), g, _num(r["c"])))
+               for g, r in zip(gs, rows) if _num(r.get("alpha")) is not None and _num(r.get("c")) is not None and g >= 0]
+        if own:
+            fig.add_trace(go.Scatter(
+                x=[g for g, _ in own], y=[s for _, s in own], mode="markers", name="Thm 3.8 at each run's own α, c",
+                marker=dict(symbol="circle-open", size=11, color=C_THEORY),
+                hovertemplate="γ=%{x}<br>predicted %{y:.3f}×<extra></extra>",
+            ))
+        hover = [f"γ={g}<br>measured {_num(r['speedup']):.3f}×"
+                 + (f"<br>α={_num(r['alpha']):.3f}" if _num(r.get("alpha")) is not None else "")
+                 + (f"<br>c={_num(r['c']):.3f}" if _num(r.get("c")) is not None else "") for g, r in zip(gs, rows)]
+        fig.add_trace(go.Scatter(
+            x=gs, y=[_num(r["speedup"]) for r in rows], mode="lines+markers", name="measured (spec ÷ standard tok/s)",
+            line=dict(color=C_MEASURED), marker=dict(symbol="diamond", size=10), text=hover,
+            hovertemplate="%{text}<extra></extra>",
+        ))
+        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"))
+        _layout(fig, title, sub, height=430)
+        fig.update_xaxes(title_text="draft length γ", dtick=1)
+        fig.update_yaxes(title_text="speedup (×)", rangemode="tozero")
+        return fig
+
+    return _safe(title, build)
+
+
+def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
+    """Measured α, speedup and recorded bias vs ε (over-acceptance, Yin et al. §4).
+
+    results: list of dict(epsilon, alpha, speedup, mean_bias, first_divergence,
+    edit_distance[, variant]); the last two (against the ε = 0 text) are in
+    the hover.
+    """
+    title = "Over-acceptance: acceptance, speedup and bias vs ε"
+    rows = [r for r in (results or []) if isinstance(r, dict) and _num(r.get("epsilon")) is not None]
+    if not rows:
+        return _message(title, f"{NO_DATA}: run an ε sweep first")
+
+    def build() -> go.Figure:
+        fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                            subplot_titles=("acceptance rate α", "speedup (×)", "mean bias TV(A, p) per position"))
+        variants = sorted({str(r.get("variant", "opt")).lower() for r in rows})
+        colors = {"opt": C_OPT, "uno": C_UNO}
+        for variant in variants:
+            grp = sorted((r for r in rows if str(r.get("variant", "opt")).lower() == variant), key=lambda r: _num(r["epsilon"]))
+            xs = [_num(r["epsilon"]) for r in grp]
+            hover = []
+            for r in grp:
+                h = f"ε={_num(r['epsilon']):g} ({variant.upper()})"
+                for key, label in (("first_divergence", "first divergence at token"), ("edit_distance", "edit distance")):
+                    if r.get(key) is not None:
+                        h += f"<br>{label}: {r[key]}"
+                hover.append(h)
+            for row, key, fmt in ((1, "alpha", ".3f"), (2, "speedup", ".2f"), (3, "mean_bias", ".4f")):
+                ys = [_num(r.get(key)) for r in grp]
+                fig.add_trace(go.Scatter(
+                    x=xs, y=ys, mode="lines+markers", name=f"{key} ({variant.upper()})", legendgroup=variant,
+                    showlegend=row == 1 and len(variants) > 1, line=dict(color=colors.get(variant, C_THEORY)),
+                    text=hover, hovertemplate="%{text}<br>" + key + " %{y:" + fmt + "}<extra></extra>",
+                ), row=row, col=1)
+        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"), row=2, col=1)
+        _layout(fig, title, "ε = 0 is exact (bias 0 for OPT); larger ε accepts more drafts at the cost of bias", height=620)
+        fig.update_xaxes(title_text="over-acceptance threshold ε", row=3, col=1)
+        fig.update_yaxes(rangemode="tozero")
+        return fig
+
+    return _safe(title, build)
