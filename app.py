@@ -19,7 +19,7 @@ import gradio as gr
 
 from specviz import hosting, sweeps
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelError
-from specviz.service import (CUSTOM_PRESET, MODEL_LOCK, InputError, custom_models_enabled, describe_error,
+from specviz.service import (CUSTOM_PRESET, MODEL_LOCK, InputError, default_preset, describe_error,
                              get_pair, prepare, race, ui_presets)
 from specviz.settings import GAMMA_MAX, MAX_NEW_TOKENS_MAX
 from specviz.theory import batch_rejection_exact, optimal_gamma, synthetic_pair
@@ -309,8 +309,8 @@ def build() -> gr.Blocks:
             with gr.Tab("Live", id="live"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=300):
-                        preset = gr.Dropdown(presets, value=DEFAULT_PRESET, label="Model pair (draft → target)",
-                                             info=PRESETS[DEFAULT_PRESET].description)
+                        preset = gr.Dropdown(presets, value=default_preset(), label="Model pair (draft → target)",
+                                             info=PRESETS[default_preset()].description)
                         with gr.Row(visible=False) as custom_row:
                             draft_id = gr.Textbox(label="Draft model", placeholder="org/name or local path")
                             target_id = gr.Textbox(label="Target model", placeholder="org/name or local path")
@@ -347,12 +347,12 @@ def build() -> gr.Blocks:
                         replay_btn = gr.Button("Replay the race", size="sm", elem_id="sv-replay")
                         metrics = gr.HTML(V.metrics_html(None), elem_id="sv-metrics")
                 with gr.Row():
-                    plot_pos = gr.Plot(P.acceptance_by_position(None))
-                    plot_hist = gr.Plot(P.tokens_per_round_hist(None))
+                    plot_pos = gr.Plot(show_label=False, value=P.acceptance_by_position(None))
+                    plot_hist = gr.Plot(show_label=False, value=P.tokens_per_round_hist(None))
                 with gr.Row():
-                    plot_time = gr.Plot(P.round_times(None))
-                    plot_curve = gr.Plot(P.tokens_vs_time(None, None))
-                    plot_speed = gr.Plot(P.speedup_bars(None, None))
+                    plot_time = gr.Plot(show_label=False, value=P.round_times(None))
+                    plot_curve = gr.Plot(show_label=False, value=P.tokens_vs_time(None, None))
+                    plot_speed = gr.Plot(show_label=False, value=P.speedup_bars(None, None))
                 with gr.Group():
                     gr.Markdown("#### Step through the rounds")
                     with gr.Row():
@@ -372,11 +372,11 @@ def build() -> gr.Blocks:
                     last_btn = gr.Button("Use the last run's α, γ, c", size="sm")
                 t_note = gr.Markdown(elem_id="sv-theory-note")
                 with gr.Row():
-                    t_speed = gr.Plot()
-                    t_tokens = gr.Plot()
+                    t_speed = gr.Plot(show_label=False)
+                    t_tokens = gr.Plot(show_label=False)
                 with gr.Row():
-                    t_cost = gr.Plot()
-                    t_thm1 = gr.Plot()
+                    t_cost = gr.Plot(show_label=False)
+                    t_thm1 = gr.Plot(show_label=False)
                 gr.Markdown("#### Batch speculative decoding (Yin et al.): M drafts per position\n"
                             "Synthetic p and q with top-k = vocabulary/2 on both: more drafts mean fewer rejections, "
                             "but the curve levels off at the target mass the draft can never propose.")
@@ -385,7 +385,7 @@ def build() -> gr.Blocks:
                     b_close = gr.Slider(0, 1, value=0.5, step=0.05, label="Draft closeness to target")
                     b_m = gr.Slider(2, 32, value=16, step=1, label="Max drafts M")
                     b_seed = gr.Number(0, label="Seed", precision=0, minimum=0)
-                b_plot = gr.Plot()
+                b_plot = gr.Plot(show_label=False)
 
             with gr.Tab("Sweeps", id="sweeps"):
                 gr.Markdown("Run the prompt and settings of the **Live** tab many times on the loaded models. "
@@ -396,10 +396,10 @@ def build() -> gr.Blocks:
                     e_btn = gr.Button("Run ε sweep", variant="primary")
                     sweep_stop = gr.Button("Stop sweep", variant="stop")
                 sweep_status = gr.Markdown()
-                g_plot = gr.Plot(TP.gamma_sweep_plot(None))
+                g_plot = gr.Plot(show_label=False, value=TP.gamma_sweep_plot(None))
                 with gr.Row():
-                    e_plot = gr.Plot(TP.epsilon_sweep_plot(None))
-                    pareto = gr.Plot(TP.pareto_plot(None, None))
+                    e_plot = gr.Plot(show_label=False, value=TP.epsilon_sweep_plot(None))
+                    pareto = gr.Plot(show_label=False, value=TP.pareto_plot(None, None))
 
             with gr.Tab("How it works", id="how"):
                 gr.Markdown(HOW_IT_WORKS)
@@ -462,7 +462,7 @@ def build() -> gr.Blocks:
 
 
 @hosting.gpu(duration=hosting.run_duration)
-def api_trace(prompt: str, preset: str = DEFAULT_PRESET, gamma: int = 5, epsilon: float = 0.0,
+def api_trace(prompt: str, preset: str = "", gamma: int = 5, epsilon: float = 0.0,
               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
               variant: str = "opt", standard: bool = True) -> dict:
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
@@ -486,7 +486,7 @@ def preload_default() -> None:
     """Load (or convert, the first time) the default pair in the background so the first Run is quick."""
     def work():
         try:
-            get_pair(DEFAULT_PRESET)
+            get_pair(default_preset())
             log.info("default pair ready")
         except Exception as exc:  # shown again, clearly, when someone presses Run
             log.warning("could not preload the default pair: %s", describe_error(exc))

@@ -1,0 +1,149 @@
+"""Shared helpers for the views: escaping, number formatting, the colour palette.
+
+Nothing here imports torch or a model; everything works on plain trace data.
+Every string that came from a user or a model (token text, prompt, model
+names, error messages) goes through :func:`esc` before it is put in HTML.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import math
+from typing import Any
+
+# ---- palette -------------------------------------------------------------------
+# One colour per token status/origin, shared by the chips (assets/style.css keeps
+# the same hues as CSS variables) and by the plotly figures.
+
+COLORS: dict[str, str] = {
+    "accepted": "#16a34a",    # green: draft token the target accepted
+    "rejected": "#dc2626",    # red: the first draft token the target rejected
+    "discarded": "#9ca3af",   # grey: drafted after the rejection, never verified
+    "correction": "#ea580c",  # orange: sampled from the residual norm(max(0, p − q))
+    "bonus": "#2563eb",       # blue: all γ accepted, sampled from p_{γ+1}
+    "target": "#7c3aed",      # violet: standard decoding, sampled from p
+    "pending": "#d97706",     # amber: drafted, waiting for the target
+    # decoders / model roles in the plots
+    "speculative": "#0d9488",  # teal
+    "standard": "#7c3aed",     # violet (= the target model alone)
+    "draft_time": "#f59e0b",   # amber (= the draft model)
+    "verify_time": "#7c3aed",  # violet (= the target model)
+    "theory": "#64748b",       # slate
+}
+
+# Human names for the statuses, as the legend and tooltips spell them.
+LABELS: dict[str, str] = {
+    "accepted": "accepted draft",
+    "rejected": "rejected draft",
+    "discarded": "discarded draft",
+    "correction": "correction",
+    "bonus": "bonus",
+    "target": "target (standard decoding)",
+    "pending": "pending (awaiting the target)",
+}
+
+MEANINGS: dict[str, str] = {
+    "accepted": "the draft proposed it and the target agreed (u < b)",
+    "rejected": "the first draft token the target turned down (u ≥ b)",
+    "discarded": "drafted after the rejection: never verified, thrown away",
+    "correction": "sampled by the target from the residual norm(max(0, p − q)) in place of the rejected token",
+    "bonus": "all drafts accepted, so the target's extra position gives a free token from p",
+    "target": "standard decoding: one target forward pass, one token sampled from p",
+    "pending": "drafted by the small model, waiting for the target's verdict",
+}
+
+
+def esc(text: Any) -> str:
+    """HTML-escape anything (quotes included, so it is safe inside attributes)."""
+    return _html.escape("" if text is None else str(text), quote=True)
+
+
+def visible_ws(text: str) -> str:
+    """Token text for a chip, with whitespace made visible; returns escaped HTML.
+
+    A space becomes a faint middle dot, a newline ↵, a tab ⇥; an empty token ∅.
+    """
+    if text == "":
+        return '<span class="sv-ws">∅</span>'
+    out = []
+    for ch in text:
+        if ch == " ":
+            out.append('<span class="sv-ws">·</span>')
+        elif ch == "\n":
+            out.append('<span class="sv-ws">↵</span>')
+        elif ch == "\t":
+            out.append('<span class="sv-ws">⇥</span>')
+        elif ch == "\r":
+            out.append('<span class="sv-ws">␍</span>')
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f'<span class="sv-ws">\\x{ord(ch):02x}</span>')
+        else:
+            out.append(esc(ch))
+    return "".join(out)
+
+
+def tok_repr(text: str, limit: int = 40) -> str:
+    """Plain-text quoted token, e.g. ' foo' or '\\n    ' (NOT escaped for HTML)."""
+    s = (
+        text.replace("\\", "\\\\")
+        .replace("\n", "\\n")
+        .replace("\t", "\\t")
+        .replace("\r", "\\r")
+    )
+    s = "".join(ch if ord(ch) >= 32 and ord(ch) != 127 else f"\\x{ord(ch):02x}" for ch in s)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return f"'{s}'"
+
+
+def fnum(x: float | None, digits: int = 2) -> str:
+    """A probability-like number: fixed decimals, scientific when tiny, '—' when missing."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if x != 0 and abs(x) < 10 ** (-digits) / 2:
+        return f"{x:.1e}"
+    return f"{x:.{digits}f}"
+
+
+def fpair(a: float, b: float, digits: int = 2) -> tuple[str, str]:
+    """Format two numbers with just enough decimals that unequal values look unequal."""
+    for d in range(digits, 7):
+        sa, sb = fnum(a, d), fnum(b, d)
+        if sa != sb or a == b:
+            return sa, sb
+    return fnum(a, 6), fnum(b, 6)
+
+
+def fsec(x: float | None) -> str:
+    """Seconds, readable: 0.043 s, 1.27 s, 12.3 s."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if x < 0.01:
+        return f"{x * 1000:.1f} ms"
+    if x < 10:
+        return f"{x:.2f} s"
+    return f"{x:.1f} s"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def epsilon_of(settings: dict[str, Any] | None) -> float:
+    try:
+        eps = float((settings or {}).get("epsilon", 0.0) or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return eps if math.isfinite(eps) else 0.0
+
+
+def plain_ratio(p: float, q: float) -> float:
+    """min(1, p / q): the acceptance probability without ε."""
+    if q <= 0:
+        return 1.0
+    return min(1.0, p / q)
+
+
+def thanks_to_epsilon(p: float, q: float, u: float, accepted: bool, eps: float) -> bool:
+    """True when a draft was accepted only because of the ε slack (u ≥ p/q but u < b)."""
+    return bool(accepted and eps > 0 and u >= plain_ratio(p, q))

@@ -1,0 +1,270 @@
+"""Rounds as rows of token chips: the live animation panel and the legend.
+
+Chip markup (classes are styled in ``assets/style.css``)::
+
+    <span class="sv-chip sv-accepted" data-status="accepted" tabindex="0">
+      <span class="sv-tok">·foo</span>
+      <span class="sv-tip" role="tooltip">…q, p, b, u, verdict…</span>
+    </span>
+
+``data-status`` is one of accepted, rejected, discarded, correction, bonus,
+target, pending (and ``slot`` for a not-yet-drafted position of a pending
+round).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._fmt import (
+    MEANINGS,
+    epsilon_of,
+    esc,
+    fnum,
+    fpair,
+    fsec,
+    plain_ratio,
+    plural,
+    thanks_to_epsilon,
+    tok_repr,
+    visible_ws,
+)
+
+if TYPE_CHECKING:  # plain data only; no runtime dependency beyond the dataclasses
+    from specviz.trace import DraftToken, Extra, Position, Round, Trace
+
+
+# ---- tooltips --------------------------------------------------------------------
+
+
+def _tip(title: str, rows: list[tuple[str, str]], verdict: str = "", note: str = "") -> str:
+    """Tooltip body. ``title``/``verdict``/``note`` are plain text; ``rows`` are (label, value) plain text."""
+    grid = "".join(f'<span class="sv-tip-k">{esc(k)}</span><span class="sv-tip-v">{esc(v)}</span>' for k, v in rows)
+    parts = [f'<span class="sv-tip-h">{esc(title)}</span>']
+    if grid:
+        parts.append(f'<span class="sv-tip-grid">{grid}</span>')
+    if verdict:
+        parts.append(f'<span class="sv-tip-verdict">{esc(verdict)}</span>')
+    if note:
+        parts.append(f'<span class="sv-tip-note">{esc(note)}</span>')
+    return f'<span class="sv-tip" role="tooltip">{"".join(parts)}</span>'
+
+
+def verdict_text(pos: Position) -> str:
+    """'u=0.41 < b=0.83 → accepted' / 'u=0.74 ≥ b=0.31 → rejected' (plain text)."""
+    su, sb = fpair(pos.u, pos.b)
+    if pos.accepted:
+        return f"u={su} < b={sb} → accepted"
+    return f"u={su} ≥ b={sb} → rejected"
+
+
+def _b_label(eps: float) -> str:
+    return f"b = min(1, (p+ε)/q), ε={eps:g}" if eps > 0 else "b = min(1, p/q)"
+
+
+def _chip(status: str, text: str, tip: str, extra_cls: str = "") -> str:
+    cls = f"sv-chip sv-{status}" + (f" {extra_cls}" if extra_cls else "")
+    return (
+        f'<span class="{cls}" data-status="{status}" tabindex="0">'
+        f'<span class="sv-tok">{visible_ws(text)}</span>{tip}</span>'
+    )
+
+
+def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool) -> str:
+    head = f"Draft token {i} · {tok_repr(tok.text)}"
+    if pending:
+        tip = _tip(
+            f"{head} · pending",
+            [("id", str(tok.id)), ("q(x) draft", fnum(tok.q, 3))],
+            note="Drafted by the small model; the target has not checked it yet.",
+        )
+        return _chip("pending", tok.text, tip)
+    status = rnd.status(i)
+    if status == "discarded":
+        tip = _tip(
+            f"{head} · discarded",
+            [("id", str(tok.id)), ("q(x) draft", fnum(tok.q, 3))],
+            note="Drafted after the rejection, so it was never verified and is thrown away.",
+        )
+        return _chip("discarded", tok.text, tip)
+    pos = rnd.positions[i - 1]
+    rows = [
+        ("id", str(tok.id)),
+        ("q(x) draft", fnum(pos.q, 3)),
+        ("p(x) target", fnum(pos.p, 3)),
+        (_b_label(eps), fnum(pos.b, 3)),
+        ("u (uniform draw)", fnum(pos.u, 3)),
+    ]
+    note = ""
+    extra_cls = ""
+    if thanks_to_epsilon(pos.p, pos.q, pos.u, pos.accepted, eps):
+        note = f"Accepted thanks to ε: without it b would be min(1, p/q) = {fnum(plain_ratio(pos.p, pos.q), 3)} ≤ u."
+        extra_cls = "sv-eps"
+    elif status == "rejected":
+        note = "First rejection: the drafts after it are discarded and a correction is sampled."
+    return _chip(status, tok.text, _tip(f"{head} · {status}", rows, verdict_text(pos), note), extra_cls)
+
+
+def _extra_chip(rnd: Round, extra: Extra) -> str:
+    k = len(rnd.draft) + 1
+    if extra.kind == "correction":
+        j = rnd.rejected_at or len(rnd.positions) or 1
+        title = f"Correction · {tok_repr(extra.text)}"
+        note = f"The target rejected draft {j}, so this token was sampled from the residual norm(max(0, p − q)) at position {j}."
+    elif extra.kind == "bonus":
+        title = f"Bonus · {tok_repr(extra.text)}"
+        note = f"All {len(rnd.draft)} drafts accepted: the verify pass already gave p at position {k}, so this token is free."
+    else:
+        title = f"Target token · {tok_repr(extra.text)}"
+        note = "Standard decoding: one target forward pass, one token sampled from p."
+    tip = _tip(title, [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))], note=note)
+    kind = extra.kind if extra.kind in ("correction", "bonus", "target") else "target"
+    return _chip(kind, extra.text, tip)
+
+
+def _slot_chip() -> str:
+    return '<span class="sv-chip sv-slot" data-status="slot" aria-hidden="true"><span class="sv-tok">\u00a0</span></span>'
+
+
+# ---- one round -------------------------------------------------------------------
+
+
+def round_html(rnd: Round, gamma: int, pending: bool = False, *, epsilon: float = 0.0, current: bool = False) -> str:
+    """One round as a row of chips.
+
+    Drafted tokens are coloured accepted / rejected / discarded (or pending while
+    the target has not verified them), followed by the correction, bonus or
+    (standard decoding) target token.  ``epsilon`` only changes the tooltip
+    wording (b = min(1, (p+ε)/q)); ``current`` highlights the row (step mode).
+    """
+    gamma = max(int(gamma or 0), 0)
+    chips: list[str] = []
+    for i, tok in enumerate(rnd.draft, start=1):
+        chips.append(_draft_chip(rnd, i, tok, epsilon, pending))
+    if pending:
+        for _ in range(max(gamma - len(rnd.draft), 0)):
+            chips.append(_slot_chip())
+    extra_html = ""
+    if rnd.extra is not None and not pending:
+        arrow = '<span class="sv-arrow" aria-hidden="true">→</span>' if rnd.draft else ""
+        extra_html = f'<span class="sv-extra">{arrow}{_extra_chip(rnd, rnd.extra)}</span>'
+
+    n = len(rnd.emitted)
+    if pending:
+        if gamma and len(rnd.draft) < gamma:
+            state = f"drafting {len(rnd.draft)}/{gamma}…"
+        else:
+            state = "verifying…"
+        gain = f'<span class="sv-gain sv-gain-pending">{esc(state)}</span>'
+    else:
+        gain = f'<span class="sv-gain">+{esc(plural(n, "token"))}</span>'
+        if rnd.extra is None and rnd.draft and not pending:
+            gain += '<span class="sv-round-note">stopped: no extra token</span>'
+
+    # compact timing under the round number: "draft + verify" (the panel header says so)
+    if pending:
+        time_text = f"{fsec(rnd.t_draft)} …" if rnd.t_draft else ""
+        time_tip = "drafting time so far"
+    elif rnd.draft:
+        time_text = f"{fsec(rnd.t_draft)} + {fsec(rnd.t_verify)}"
+        time_tip = f"draft {fsec(rnd.t_draft)} ({plural(rnd.draft_forwards, 'forward pass', 'forward passes')}) + verify {fsec(rnd.t_verify)}"
+    else:
+        time_text = fsec(rnd.t_verify)
+        time_tip = "target forward pass"
+    time_html = f'<span class="sv-round-time" title="{esc(time_tip)}">{esc(time_text)}</span>' if time_text else ""
+
+    cls = "sv-round"
+    if pending:
+        cls += " sv-round--pending"
+    if current:
+        cls += " sv-round--current"
+    if not rnd.draft:
+        cls += " sv-round--standard"
+    return (
+        f'<div class="{cls}" data-round="{rnd.index + 1}">'
+        f'<div class="sv-round-head"><span class="sv-round-num">Round {rnd.index + 1}</span>{time_html}</div>'
+        f'<div class="sv-chips">{"".join(chips)}{extra_html}</div>'
+        f'<div class="sv-round-tail">{gain}</div>'
+        "</div>"
+    )
+
+
+# ---- the live panel --------------------------------------------------------------
+
+
+def rounds_html(
+    trace: Trace | None,
+    upto: int | None = None,
+    pending_round: Round | None = None,
+    max_rounds_shown: int = 40,
+    *,
+    newest_first: bool = True,
+) -> str:
+    """The live animation panel: the latest rounds, newest on top, plus the pending round.
+
+    ``upto``: show only the first ``upto`` rounds (step mode / replay); the last
+    of them is highlighted as the current round.  Long runs show the last
+    ``max_rounds_shown`` rounds and a "… k earlier rounds" line.
+    """
+    if trace is None:
+        return '<div class="sv-rounds sv-empty">No run yet: press <b>Generate</b> to watch the rounds.</div>'
+    rounds = trace.rounds if upto is None else trace.rounds[: max(int(upto), 0)]
+    gamma = trace.gamma
+    eps = epsilon_of(trace.settings)
+    max_rounds_shown = max(int(max_rounds_shown), 1)
+    shown = rounds[-max_rounds_shown:]
+    hidden = len(rounds) - len(shown)
+
+    rows = [
+        round_html(r, gamma, epsilon=eps, current=(upto is not None and k == len(shown) - 1 and pending_round is None))
+        for k, r in enumerate(shown)
+    ]
+    if pending_round is not None:
+        rows.append(round_html(pending_round, gamma, pending=True, epsilon=eps, current=True))
+    if newest_first:
+        rows.reverse()
+    if not rows:
+        return '<div class="sv-rounds sv-empty">Waiting for the first round…</div>'
+    more = (
+        f'<div class="sv-more">… {plural(hidden, "earlier round")} not shown</div>' if hidden > 0 else ""
+    )
+    kind = "Standard decoding" if trace.kind == "standard" else f"Speculative decoding · γ = {gamma}"
+    if eps > 0 and trace.kind != "standard":
+        kind += f" · ε = {eps:g}"
+    kind += " · times: target pass" if trace.kind == "standard" else " · times: draft + verify"
+    total = len(rounds) + (1 if pending_round is not None else 0)
+    head = (
+        f'<div class="sv-rounds-head"><span>{esc(kind)}</span>'
+        f'<span>{esc(plural(total, "round"))} · {esc(plural(sum(len(r.emitted) for r in rounds), "token"))}</span></div>'
+    )
+    body = (more + "".join(rows)) if not newest_first else ("".join(rows) + more)
+    return f'<div class="sv-rounds">{head}{body}</div>'
+
+
+# ---- legend ------------------------------------------------------------------------
+
+
+def legend_html(*, include_target: bool = True, include_pending: bool = True, include_epsilon: bool = False) -> str:
+    """The colour legend: a sample chip and a one-line meaning per status.
+
+    ``include_epsilon`` adds the double-bordered "accepted thanks to ε" chip (for runs with ε > 0).
+    """
+    order = ["accepted", "rejected", "discarded", "correction", "bonus"]
+    if include_pending:
+        order.append("pending")
+    if include_target:
+        order.append("target")
+    items = []
+    for status in order:
+        items.append(
+            f'<div class="sv-legend-item" data-status="{status}">'
+            f'<span class="sv-chip sv-{status} sv-chip--mini"><span class="sv-tok">{esc(status)}</span></span>'
+            f'<span class="sv-legend-text">{esc(MEANINGS[status])}</span></div>'
+        )
+    if include_epsilon:
+        items.append(
+            '<div class="sv-legend-item" data-status="epsilon">'
+            '<span class="sv-chip sv-accepted sv-eps sv-chip--mini"><span class="sv-tok">ε-accepted</span></span>'
+            '<span class="sv-legend-text">accepted only thanks to the ε slack: u ≥ p/q but u &lt; b = min(1, (p+ε)/q)</span></div>'
+        )
+    return f'<div class="sv-legend">{"".join(items)}</div>'

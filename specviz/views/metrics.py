@@ -1,0 +1,137 @@
+"""A compact metrics table; every metric carries its definition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._fmt import esc, fnum, fsec
+
+_STOP = {
+    "eos": "end-of-text token",
+    "max_new_tokens": "token limit reached",
+    "stopped": "stopped by the user",
+    "error": "error",
+}
+
+
+def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    if x is None:
+        return "—"
+    try:
+        return fmt.format(x) + suffix
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def metric_rows(summary: dict[str, Any], gamma: int | None = None) -> list[tuple[str, str, str, str]]:
+    """(group, metric, value, definition) rows, all plain text."""
+    s = summary or {}
+    spec = s.get("kind") == "speculative"
+    g = f"γ={gamma}" if gamma else "γ"
+    rows: list[tuple[str, str, str, str]] = []
+    add = rows.append
+
+    add(("Output", "Tokens", _num(s.get("tokens"), "{:d}"), "new tokens generated (prompt excluded)"))
+    add(("Output", "Stop reason", _STOP.get(s.get("stop_reason"), str(s.get("stop_reason") or "—")), "why generation ended"))
+    if spec:
+        add(("Output", "Rounds", _num(s.get("rounds"), "{:d}"), "draft → verify cycles; each costs one target forward pass"))
+    add(
+        (
+            "Output",
+            "Target forward passes",
+            _num(s.get("target_forwards"), "{:d}"),
+            "calls to the big model after prefill" + ("" if spec else ": one per token in standard decoding"),
+        )
+    )
+
+    add(("Speed", "Wall time", fsec(s.get("t_total")), f"start to last token, incl. prompt prefill ({fsec(s.get('t_prefill'))})"))
+    add(("Speed", "Time to first token", fsec(s.get("ttft")), "start to the end of the first round"))
+    add(("Speed", "Throughput", _num(s.get("tokens_per_s"), "{:.1f}", " tok/s"), "tokens ÷ wall time"))
+    add(("Speed", "Decode throughput", _num(s.get("decode_tokens_per_s"), "{:.1f}", " tok/s"), "tokens ÷ (wall time − prefill)"))
+    add(
+        (
+            "Speed",
+            "Target forward time",
+            fsec(s.get("t_target_forward")),
+            "mean time of one target forward pass" + (" (a verify step)" if spec else " (one token)"),
+        )
+    )
+
+    if spec:
+        add(
+            (
+                "Acceptance",
+                "α (acceptance rate)",
+                fnum(s.get("alpha"), 3),
+                f"accepted drafts ÷ verified drafts = {s.get('accepted', '?')} ÷ {s.get('verified', '?')} "
+                "(drafts after a rejection are never verified)",
+            )
+        )
+        per = s.get("per_position_acceptance") or []
+        add(
+            (
+                "Acceptance",
+                "Acceptance by position",
+                " · ".join(fnum(v, 2) for v in per) if per else "—",
+                "for draft position i = 1…γ: accepted ÷ times position i was verified",
+            )
+        )
+        add(
+            (
+                "Acceptance",
+                "Mean accepted length",
+                fnum(s.get("mean_accepted_length"), 2),
+                "1 + accepted ÷ rounds: tokens per target pass, counting the correction/bonus (vLLM)",
+            )
+        )
+        add(
+            (
+                "Acceptance",
+                "Drafts",
+                f"{s.get('drafted', 0)} drafted · {s.get('verified', 0)} verified · "
+                f"{s.get('accepted', 0)} accepted · {s.get('rejections', 0)} rejected",
+                "drafted − verified = discarded after a rejection",
+            )
+        )
+        add(("Acceptance", "Mean β", fnum(s.get("mean_beta"), 3), "1 − mean TV(p, q) = mean Σₓ min(p, q): expected acceptance per position"))
+        add(("Acceptance", "Mean rejection prob. r", fnum(s.get("mean_reject_prob"), 3), "r = 1 − Σₓ q(x)·b(x), averaged over verified positions"))
+        if s.get("mean_bias"):
+            add(("Acceptance", "Mean bias", fnum(s.get("mean_bias"), 4), "TV(output dist., p) per position: 0 for exact (ε = 0) sampling"))
+
+        add(("Cost model", "Draft forward time", fsec(s.get("t_draft_forward")), "mean time of one draft forward pass"))
+        add(("Cost model", "c (cost ratio)", fnum(s.get("c"), 3), "draft forward time ÷ target forward time, measured in this run"))
+        theo = s.get("theoretical_speedup")
+        add(
+            (
+                "Cost model",
+                "Theoretical speedup",
+                f"{theo:.2f}×" if theo is not None else "—",
+                f"(1 − α^(γ+1)) / ((1 − α)(γc + 1)) with {g}: Leviathan et al. 2023, Thm 3.8",
+            )
+        )
+    return rows
+
+
+def metrics_html(summary: dict[str, Any] | None, *, gamma: int | None = None) -> str:
+    """The metrics of ``Trace.summary()`` as a compact table, each row with its definition.
+
+    ``summary`` may also be a Trace (its summary is taken, and γ from its settings).
+    """
+    if summary is not None and hasattr(summary, "summary"):
+        gamma = gamma if gamma is not None else getattr(summary, "gamma", None)
+        summary = summary.summary()
+    if not summary:
+        return '<div class="sv-metrics sv-empty">No metrics yet.</div>'
+    head = "Speculative decoding" if summary.get("kind") == "speculative" else "Standard decoding"
+    out = [f'<table class="sv-metrics"><caption>{esc(head)}</caption><tbody>']
+    last_group = None
+    for group, name, value, definition in metric_rows(summary, gamma):
+        if group != last_group:
+            out.append(f'<tr class="sv-metrics-group"><th colspan="3">{esc(group)}</th></tr>')
+            last_group = group
+        out.append(
+            f'<tr><th scope="row" class="sv-metric-k">{esc(name)}</th>'
+            f'<td class="sv-metric-v">{esc(value)}</td><td class="sv-metric-d">{esc(definition)}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return "".join(out)

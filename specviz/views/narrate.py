@@ -1,0 +1,139 @@
+"""One-line plain-language narration of a round, for step mode.
+
+:func:`narrate` returns PLAIN TEXT (token text included verbatim, quoted):
+escape it before putting it in HTML, or use :func:`narrate_html`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._fmt import epsilon_of, esc, fnum, fpair, fsec, plain_ratio, plural, thanks_to_epsilon, tok_repr
+
+if TYPE_CHECKING:
+    from specviz.trace import Round, Trace
+
+_MAX_RATIOS = 8
+
+
+def _stop_phrase(trace: Trace | None, rnd: Round) -> str:
+    is_last = trace is not None and bool(trace.rounds) and trace.rounds[-1].index == rnd.index
+    reason = trace.stop_reason if (trace is not None and is_last) else None
+    if reason == "eos":
+        return "the run ended at an end-of-text token, so no extra token was sampled"
+    if reason == "max_new_tokens":
+        return "the token limit was reached, so no extra token was sampled"
+    if reason == "stopped":
+        return "the run was stopped, so no extra token was sampled"
+    if reason == "error":
+        return "the run stopped with an error"
+    return "no extra token was sampled"
+
+
+def _ratios(rnd: Round, upto: int, eps: float) -> str:
+    vals = [pos.b for pos in rnd.positions[:upto]]
+    if not vals:
+        return ""
+    shown = ", ".join(fnum(v, 2) for v in vals[:_MAX_RATIOS]) + (", …" if len(vals) > _MAX_RATIOS else "")
+    label = "b =" if eps > 0 else "p/q ratios"
+    return f" ({label} {shown})"
+
+
+def narrate(rnd: Round, trace: Trace | None) -> str:
+    """A one-line, plain-language account of what happened in ``rnd``.
+
+    E.g. "Round 4: the draft proposed 5 tokens in 0.21 s; the target checked
+    them in one pass (0.27 s) and accepted the first 3 (p/q ratios 1.00, 0.92,
+    0.85); token 4 ' foo' was rejected (u=0.74 ≥ b=0.31), so a correction
+    ' bar' was sampled from the residual norm(max(0, p − q)); 1 later draft was
+    discarded. +4 tokens."
+    """
+    n = rnd.index + 1
+    emitted = len(rnd.emitted)
+    gain = f"+{plural(emitted, 'token')}."
+    settings = trace.settings if trace is not None else {}
+    eps = epsilon_of(settings)
+    gamma = trace.gamma if trace is not None else len(rnd.draft)
+    k = len(rnd.draft)
+
+    # standard decoding (or a speculative round that drafted nothing)
+    if k == 0:
+        passes = "one forward pass" if rnd.target_forwards == 1 else plural(rnd.target_forwards, "forward pass", "forward passes")
+        if rnd.extra is not None:
+            return (
+                f"Round {n}: the target ran {passes} ({fsec(rnd.t_verify)}) and sampled "
+                f"{tok_repr(rnd.extra.text)} from p (p={fnum(rnd.extra.p, 2)}). {gain}"
+            )
+        return f"Round {n}: the target ran {passes} ({fsec(rnd.t_verify)}); {_stop_phrase(trace, rnd)}. {gain}"
+
+    drafted = f"the draft proposed {plural(k, 'token')} in {fsec(rnd.t_draft)}"
+    # pending: drafted but not verified yet
+    if not rnd.positions and rnd.extra is None and not rnd.emitted:
+        if gamma and k < gamma:
+            return f"Round {n}: the draft has proposed {k} of {gamma} tokens so far; the target has not checked them yet."
+        return f"Round {n}: {drafted}; waiting for the target to check them in one pass."
+
+    passes = "in one pass" if rnd.target_forwards == 1 else f"in {plural(rnd.target_forwards, 'pass', 'passes')}"
+    a = rnd.n_accepted
+    j = rnd.rejected_at
+    parts = [f"Round {n}: {drafted}; the target checked them {passes} ({fsec(rnd.t_verify)})"]
+
+    if j is None and a == k:
+        parts[-1] += f" and accepted all {k}" + _ratios(rnd, a, eps)
+    elif a > 0:
+        what = "the first one" if a == 1 else f"the first {a}"
+        parts[-1] += f" and accepted {what}" + _ratios(rnd, a, eps)
+    elif j is None:  # verified nothing, rejected nothing: the run stopped mid-round
+        parts[-1] += " but verified none of them"
+
+    rescued = [
+        pos.i for pos in rnd.positions if thanks_to_epsilon(pos.p, pos.q, pos.u, pos.accepted, eps)
+    ]
+    if rescued:
+        pos = rnd.positions[rescued[0] - 1]
+        su, sr = fpair(pos.u, plain_ratio(pos.p, pos.q))
+        which = "token " + ", ".join(str(i) for i in rescued)
+        parts.append(
+            f"{which} {'was' if len(rescued) == 1 else 'were'} accepted only thanks to ε={eps:g}"
+            f" ({'e.g. ' if len(rescued) > 1 else ''}token {pos.i}: u={su} ≥ p/q={sr}, but u < b={fnum(pos.b, 2)})"
+        )
+
+    if j is not None:
+        pos = rnd.positions[j - 1]
+        su, sb = fpair(pos.u, pos.b)
+        rej = f"token {j} {tok_repr(rnd.draft[j - 1].text)} was rejected{' straight away' if a == 0 else ''} (u={su} ≥ b={sb}"
+        rej += f"; p={fnum(pos.p, 2)} vs q={fnum(pos.q, 2)})"
+        if rnd.extra is not None and rnd.extra.kind == "correction":
+            rej += (
+                f", so a correction {tok_repr(rnd.extra.text)} was sampled from the residual norm(max(0, p − q))"
+            )
+        elif rnd.extra is None:
+            rej += f"; {_stop_phrase(trace, rnd)}"
+        parts.append(rej)
+        discarded = k - j
+        if discarded > 0:
+            parts.append(
+                f"{plural(discarded, 'later draft')} {'was' if discarded == 1 else 'were'} discarded unverified"
+            )
+    elif rnd.extra is not None and rnd.extra.kind == "bonus":
+        parts.append(
+            f"since every draft was accepted, the same pass gave a free bonus token {tok_repr(rnd.extra.text)} from p_{k + 1}"
+        )
+    elif rnd.extra is None:
+        unverified = k - len(rnd.positions)
+        tail = _stop_phrase(trace, rnd)
+        if unverified > 0:
+            tail += f" ({plural(unverified, 'draft')} left unverified)"
+        parts.append(tail)
+    elif rnd.extra is not None and rnd.extra.kind == "target":
+        parts.append(f"the target sampled {tok_repr(rnd.extra.text)} from p")
+
+    expected = a + (1 if rnd.extra is not None else 0)
+    if emitted < expected:
+        parts.append(f"only {emitted} reached the output (generation stopped inside this round)")
+    return "; ".join(parts) + f". {gain}"
+
+
+def narrate_html(rnd: Round, trace: Trace | None) -> str:
+    """:func:`narrate`, escaped and wrapped for an HTML component."""
+    return f'<div class="sv-narration">{esc(narrate(rnd, trace))}</div>'
