@@ -1,0 +1,63 @@
+"""Launch the real app in a subprocess for API, load and browser tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, url: str, proc: subprocess.Popen, log_path: Path):
+        self.url, self.proc, self.log_path = url, proc, log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def launch_app(tmp_dir: Path, env: dict[str, str] | None = None, timeout: float = 180.0) -> Iterator[Server]:
+    """Start `python app.py` on a free port; yield when it answers; stop it afterwards."""
+    port = free_port()
+    log_path = tmp_dir / f"app-{port}.log"
+    full_env = {**os.environ, "PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
+                "HF_HUB_OFFLINE": "1", "SPECVIZ_PRELOAD": "0", "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=full_env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + timeout
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"app exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"app did not start in {timeout:.0f}s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield Server(url, proc, log_path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
