@@ -6,6 +6,7 @@ checks in specviz.service, drawing in specviz.views.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import logging
@@ -14,15 +15,17 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import gradio as gr
 
 from specviz import hosting, sweeps
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelError
-from specviz.service import (CUSTOM_PRESET, MODEL_LOCK, InputError, default_preset, describe_error,
-                             get_pair, prepare, race, ui_presets)
+from specviz.service import (CUSTOM_PRESET, MODEL_LOCK, InputError, check_request, default_preset,
+                             describe_error, get_pair, prepare, race, ui_presets)
 from specviz.settings import GAMMA_MAX, MAX_NEW_TOKENS_MAX
-from specviz.theory import batch_rejection_exact, optimal_gamma, synthetic_pair
+from specviz.theory import (arithmetic_cost_factor, batch_rejection_exact, expected_speedup,
+                            expected_tokens_per_round, optimal_gamma, synthetic_pair)
 from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json
 from specviz.views import html as V
 from specviz.views import plots as P
@@ -34,17 +37,17 @@ ASSETS = ROOT / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
 RECORDINGS = sorted((ASSETS / "traces").glob("*.json"))
 UI_THROTTLE_S = 0.06  # at most ~16 UI updates a second while decoding
-QUEUE_SIZE = int(os.environ.get("SPECVIZ_QUEUE_SIZE", "16"))
+QUEUE_SIZE = max(1, int(os.environ.get("SPECVIZ_QUEUE_SIZE") or 16))  # jobs waiting; more get "queue full"
 VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "uno"}
 
 HOW_IT_WORKS = """
 ### How speculative decoding works
 A big **target** model normally produces one token per forward pass. Speculative decoding adds a small, fast **draft** model:
 
-1. **Draft** — the draft model proposes γ tokens x₁…x_γ, one after another, each sampled from its distribution q.
-2. **Verify** — the target scores the prompt plus all γ drafts in **one** forward pass, giving its distributions p₁…p_{γ+1}. On a memory-bound machine this costs about as much as producing one token.
+1. **Draft** — the draft model proposes γ tokens x<sub>1</sub>…x<sub>γ</sub>, one after another, each sampled from its distribution q.
+2. **Verify** — the target scores the prompt plus all γ drafts in **one** forward pass, giving its distributions p<sub>1</sub>…p<sub>γ+1</sub>. On a memory-bound machine this costs about as much as producing one token.
 3. **Accept or reject** — draft i is accepted with probability b = min(1, (p(x) + ε) / q(x)): always when the target likes the token at least as much as the draft did. A uniform draw u decides; the first rejection ends the round.
-4. **Correct or bonus** — at a rejection, a **correction** token is sampled from the residual norm(max(0, p − q)); if all γ were accepted, a **bonus** token is sampled from p_{γ+1}. Every round emits at least one token.
+4. **Correct or bonus** — at a rejection, a **correction** token is sampled from the residual norm(max(0, p − q)); if all γ were accepted, a **bonus** token is sampled from p<sub>γ+1</sub>. Every round emits at least one token.
 
 With ε = 0 the text has *exactly* the target's distribution (greedy: exactly the target's greedy text). ε > 0 (Yin et al.) accepts more drafts at the price of a measured bias; Decoding-UNO samples from p after a rejection instead of the residual, for comparison.
 
@@ -219,8 +222,12 @@ def theory_views(alpha, gamma, c, c_hat, state):
         if s.get("alpha") is not None and s.get("c") is not None:
             measured = {"alpha": s["alpha"], "c": s["c"], "gamma": spec.gamma, "speedup": V.race_speedup(spec, std)}
     g_opt, sp_opt = optimal_gamma(float(alpha), float(c), 64)
-    note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}: **γ* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
-            + ("" if sp_opt > 1 else " — speculation does not pay here (α too low for this c)."))
+    g = max(int(gamma or 1), 1)
+    note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}: **γ\\* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
+            + ("" if sp_opt > 1 else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α).")
+            + f"  \nAt γ = {g}: {expected_tokens_per_round(float(alpha), g):.2f} tokens per target pass, expected "
+              f"speedup {expected_speedup(float(alpha), g, float(c)):.2f}×, "
+              f"{arithmetic_cost_factor(float(alpha), g, float(c_hat)):.2f}× the arithmetic of standard decoding.")
     if measured:
         note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}, γ = {measured['gamma']}, "
                  f"measured speedup {measured['speedup'] or 0:.2f}× (the marker on the curve).")
@@ -252,6 +259,7 @@ def sweep(kind, preset, draft_id, target_id, prompt, gamma, epsilon, temperature
         req = prepare(pair, prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
                       max_new_tokens=max_new_tokens, seed=seed, variant=VARIANTS.get(variant, variant))
     except (InputError, ModelError) as exc:
+        yield f"**The sweep did not start:** {exc}", gr.skip(), gr.skip()
         raise gr.Error(str(exc), print_exception=False)
     results = []
     gen = sweeps.gamma_sweep(req) if kind == "gamma" else sweeps.epsilon_sweep(req)
@@ -264,6 +272,7 @@ def sweep(kind, preset, draft_id, target_id, prompt, gamma, epsilon, temperature
                 yield _sweep_views(kind, results, msg)
     except Exception as exc:
         log.exception("sweep failed")
+        yield f"**The sweep failed:** {describe_error(exc)}", gr.skip(), gr.skip()
         raise gr.Error(describe_error(exc), print_exception=False)
 
 
@@ -308,44 +317,60 @@ def build() -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Live", id="live"):
                 with gr.Row():
-                    with gr.Column(scale=1, min_width=300):
+                    with gr.Column(scale=1, min_width=340, elem_id="sv-controls"):
                         preset = gr.Dropdown(presets, value=default_preset(), label="Model pair (draft → target)",
-                                             info=PRESETS[default_preset()].description)
+                                             info=PRESETS[default_preset()].description, elem_id="sv-preset")
                         with gr.Row(visible=False) as custom_row:
                             draft_id = gr.Textbox(label="Draft model", placeholder="org/name or local path")
                             target_id = gr.Textbox(label="Target model", placeholder="org/name or local path")
+                        example = gr.Dropdown([e["label"] for e in EXAMPLES], value=EXAMPLES[0]["label"],
+                                              label="Example prompts", info="fills in the prompt (and γ, temperature)",
+                                              elem_id="sv-example")
                         prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=4, max_lines=12,
                                             elem_id="sv-prompt")
-                        example = gr.Dropdown([e["label"] for e in EXAMPLES], value=EXAMPLES[0]["label"],
-                                              label="Example prompts")
                         gamma = gr.Slider(1, GAMMA_MAX, value=5, step=1, label="Draft length γ",
-                                          info="tokens the draft proposes per round")
+                                          info="tokens the draft proposes per round", elem_id="sv-gamma")
                         epsilon = gr.Slider(0, 1, value=0, step=0.01, label="Over-acceptance ε",
-                                            info="0 = exact; accept with min(1, (p+ε)/q)")
-                        variant = gr.Radio(list(VARIANTS), value=list(VARIANTS)[0], label="After a rejection")
-                        with gr.Accordion("Sampling", open=False):
+                                            info="0 = exact; accept with min(1, (p+ε)/q)", elem_id="sv-epsilon")
+                        variant = gr.Radio(list(VARIANTS), value=list(VARIANTS)[0], label="After a rejection",
+                                           elem_id="sv-variant")
+                        with gr.Accordion("Sampling and length", open=False, elem_id="sv-sampling"):
                             temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature",
-                                                    info="0 = greedy (argmax)")
-                            top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", info="1 = off")
-                            max_new = gr.Slider(4, MAX_NEW_TOKENS_MAX, value=48, step=4, label="Max new tokens")
-                            seed = gr.Number(0, label="Seed", precision=0, minimum=0)
+                                                    info="0 = greedy (argmax)", elem_id="sv-temperature")
+                            top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", info="1 = off",
+                                              elem_id="sv-top-p")
+                            max_new = gr.Slider(4, MAX_NEW_TOKENS_MAX, value=48, step=4, label="Max new tokens",
+                                                info="tokens to generate (fewer if the text ends)",
+                                                elem_id="sv-max-new")
+                            seed = gr.Number(0, label="Seed", precision=0, minimum=0, elem_id="sv-seed")
                         with gr.Row():
                             run_btn = gr.Button("Run", variant="primary", elem_id="sv-run")
                             stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
                         status = gr.HTML(_status("Pick a prompt and press Run."), elem_id="sv-status")
-                        with gr.Accordion("Save or load a run", open=False):
+                        with gr.Accordion("Save or load a run", open=False, elem_id="sv-files"):
                             export = gr.DownloadButton("Export trace (JSON)", value=None, elem_id="sv-export")
                             upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath",
                                              elem_id="sv-upload")
                             if RECORDINGS:
                                 rec = gr.Dropdown([p.name for p in RECORDINGS], value=RECORDINGS[0].name,
-                                                  label="Recorded examples")
-                    with gr.Column(scale=3):
-                        gr.HTML(V.legend_html())
-                        rounds = gr.HTML(V.rounds_html(None), elem_id="sv-rounds", label="Rounds")
+                                                  label="Recorded examples", elem_id="sv-recordings")
+                    with gr.Column(scale=3, min_width=480):
+                        gr.HTML(V.legend_html(), elem_id="sv-legend")
+                        rounds = gr.HTML(V.rounds_html(None), elem_id="sv-rounds")
                         race_html = gr.HTML(V.race_html(None, None), elem_id="sv-race")
-                        replay_btn = gr.Button("Replay the race", size="sm", elem_id="sv-replay")
-                        metrics = gr.HTML(V.metrics_html(None), elem_id="sv-metrics")
+                        with gr.Row(elem_classes="sv-replay-row"):
+                            replay_btn = gr.Button("↻ Replay the race in real time", size="sm", scale=0,
+                                                   min_width=240, elem_id="sv-replay")
+                with gr.Column(elem_id="sv-stepper"):
+                    gr.Markdown("### Step through the rounds")
+                    with gr.Row(equal_height=True, elem_classes="sv-step-row"):
+                        prev_btn = gr.Button("◀ Previous", size="sm", scale=0, min_width=130, elem_id="sv-prev")
+                        step = gr.Slider(1, 2, value=1, step=1, label="Round", interactive=False, elem_id="sv-step")
+                        next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=130, elem_id="sv-next")
+                    narration = gr.HTML(step_views(None, 1)[0], elem_id="sv-narration")
+                    step_round = gr.HTML(elem_id="sv-step-round")
+                gr.Markdown("### Numbers and charts")
+                metrics = gr.HTML(V.metrics_html(None), elem_id="sv-metrics")
                 with gr.Row():
                     plot_pos = gr.Plot(show_label=False, value=P.acceptance_by_position(None))
                     plot_hist = gr.Plot(show_label=False, value=P.tokens_per_round_hist(None))
@@ -353,30 +378,26 @@ def build() -> gr.Blocks:
                     plot_time = gr.Plot(show_label=False, value=P.round_times(None))
                     plot_curve = gr.Plot(show_label=False, value=P.tokens_vs_time(None, None))
                     plot_speed = gr.Plot(show_label=False, value=P.speedup_bars(None, None))
-                with gr.Group():
-                    gr.Markdown("#### Step through the rounds")
-                    with gr.Row():
-                        prev_btn = gr.Button("◀ Previous", size="sm")
-                        step = gr.Slider(1, 2, value=1, step=1, label="Round", interactive=False, elem_id="sv-step")
-                        next_btn = gr.Button("Next ▶", size="sm")
-                    narration = gr.HTML(elem_id="sv-narration")
-                    step_round = gr.HTML(elem_id="sv-step-round")
 
             with gr.Tab("Theory", id="theory"):
                 gr.Markdown("Leviathan et al.'s formulas, with the last run's measurements drawn on the same axes.")
                 with gr.Row():
                     t_alpha = gr.Slider(0, 0.99, value=0.8, step=0.01, label="α (acceptance rate)", elem_id="sv-alpha")
-                    t_gamma = gr.Slider(1, 16, value=5, step=1, label="γ (for the cost factor)")
-                    t_c = gr.Slider(0, 1, value=0.15, step=0.005, label="c (draft/target cost)")
-                    t_chat = gr.Slider(0, 1, value=0.05, step=0.01, label="ĉ (draft/target arithmetic)")
-                    last_btn = gr.Button("Use the last run's α, γ, c", size="sm")
+                    t_gamma = gr.Slider(1, 16, value=5, step=1, label="γ (draft length)", elem_id="sv-t-gamma")
+                    t_c = gr.Slider(0, 1, value=0.15, step=0.005, label="c (draft/target time per pass)",
+                                    elem_id="sv-t-c")
+                    t_chat = gr.Slider(0, 1, value=0.05, step=0.01, label="ĉ (draft/target arithmetic)",
+                                       elem_id="sv-t-chat")
+                with gr.Row():
+                    last_btn = gr.Button("Use the last run's α, γ, c", size="sm", scale=0, min_width=240,
+                                         elem_id="sv-use-last")
                 t_note = gr.Markdown(elem_id="sv-theory-note")
                 with gr.Row():
-                    t_speed = gr.Plot(show_label=False)
-                    t_tokens = gr.Plot(show_label=False)
+                    t_speed = gr.Plot(show_label=False, elem_id="sv-t-speed")
+                    t_tokens = gr.Plot(show_label=False, elem_id="sv-t-tokens")
                 with gr.Row():
-                    t_cost = gr.Plot(show_label=False)
-                    t_thm1 = gr.Plot(show_label=False)
+                    t_cost = gr.Plot(show_label=False, elem_id="sv-t-cost")
+                    t_thm1 = gr.Plot(show_label=False, elem_id="sv-t-thm1")
                 gr.Markdown("#### Batch speculative decoding (Yin et al.): M drafts per position\n"
                             "Synthetic p and q with top-k = vocabulary/2 on both: more drafts mean fewer rejections, "
                             "but the curve levels off at the target mass the draft can never propose.")
@@ -395,7 +416,8 @@ def build() -> gr.Blocks:
                     g_btn = gr.Button("Run γ sweep", variant="primary")
                     e_btn = gr.Button("Run ε sweep", variant="primary")
                     sweep_stop = gr.Button("Stop sweep", variant="stop")
-                sweep_status = gr.Markdown()
+                sweep_status = gr.Markdown("*No sweep yet. A sweep takes several minutes on a CPU; lower max new tokens "
+                                           "on the Live tab to go faster.*", elem_id="sv-sweep-status")
                 g_plot = gr.Plot(show_label=False, value=TP.gamma_sweep_plot(None))
                 with gr.Row():
                     e_plot = gr.Plot(show_label=False, value=TP.epsilon_sweep_plot(None))
@@ -408,8 +430,10 @@ def build() -> gr.Blocks:
         run_inputs = [preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p, max_new, seed, variant]
         views = [status, rounds, race_html, state, metrics, plot_pos, plot_hist, plot_time, plot_curve, plot_speed,
                  step, narration, step_round, export]
+        # Progress and errors show on the status line only (the run writes its own messages there);
+        # by default Gradio would cover every output with a spinner or an "Error" badge.
         run_evt = run_btn.click(run, run_inputs, views, concurrency_limit=1, concurrency_id="models",
-                                api_visibility="private")
+                                show_progress_on=[status], api_visibility="private")
         replay_evt = run_evt.success(replay, [state], [race_html], concurrency_limit=None, api_visibility="private")
         stop_btn.click(None, None, None, cancels=[run_evt, replay_evt])
         replay_btn.click(replay, [state], [race_html], concurrency_limit=None, api_visibility="private")
@@ -449,37 +473,59 @@ def build() -> gr.Blocks:
             comp.change(batch_view, batch_in, [b_plot], api_visibility="private")
         demo.load(batch_view, batch_in, [b_plot], api_visibility="private")
 
-        g_evt = g_btn.click(gamma_sweep_ui, run_inputs, [sweep_status, g_plot, pareto],
-                            concurrency_limit=1, concurrency_id="models", api_visibility="private")
-        e_evt = e_btn.click(epsilon_sweep_ui, run_inputs, [sweep_status, e_plot, pareto],
-                            concurrency_limit=1, concurrency_id="models", api_visibility="private")
+        g_evt = g_btn.click(gamma_sweep_ui, run_inputs, [sweep_status, g_plot, pareto], concurrency_limit=1,
+                            concurrency_id="models", show_progress_on=[sweep_status], api_visibility="private")
+        e_evt = e_btn.click(epsilon_sweep_ui, run_inputs, [sweep_status, e_plot, pareto], concurrency_limit=1,
+                            concurrency_id="models", show_progress_on=[sweep_status], api_visibility="private")
         sweep_stop.click(None, None, None, cancels=[g_evt, e_evt])
 
-        # The named API endpoint: one decode, returning both traces as JSON.
+        # The named API endpoint: one decode, streaming then returning both traces as JSON.
         gr.api(api_trace, api_name="trace", concurrency_limit=1, concurrency_id="models")
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     return demo
 
 
+API_STREAM_S = 0.5  # the API sends the recording so far at most twice a second
+
+
 @hosting.gpu(duration=hosting.run_duration)
 def api_trace(prompt: str, preset: str = "", gamma: int = 5, epsilon: float = 0.0,
               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
-              variant: str = "opt", standard: bool = True) -> dict:
+              variant: str = "opt", standard: bool = True) -> Iterator[dict]:
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
-    return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}."""
+    return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}.
+
+    While decoding, the recording so far is streamed (marked "partial": true) at most twice a
+    second; the last output is the finished recording (what `Client.predict` returns).
+    Cancelling the job (`Job.cancel()`) stops decoding within about one round."""
     try:
+        check_request(prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
+                      max_new_tokens=max_new_tokens, seed=seed, variant=variant)  # before loading any model
+        if not isinstance(standard, bool):
+            raise InputError(f"standard must be true or false, not a {type(standard).__name__}.")
         pair = get_pair(preset)
         req = prepare(pair, prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
                       max_new_tokens=max_new_tokens, seed=seed, variant=variant)
-        spec = std = None
-        with MODEL_LOCK:
-            for up in race(req, standard=bool(standard)):
-                spec, std = up.spec, up.std
     except Exception as exc:
         if not isinstance(exc, (InputError, ModelError)):
             log.exception("api run failed")
         raise gr.Error(describe_error(exc), print_exception=False)
-    return json.loads(recording_to_json(spec, std))
+    spec = std = None
+    last = time.perf_counter()
+    try:
+        # A cancelled job closes this generator at a yield: closing `updates` ends the
+        # engine's loop (its `finally` frees the KV caches), then the lock is released.
+        with MODEL_LOCK, contextlib.closing(race(req, standard=standard)) as updates:
+            for up in updates:
+                spec, std = up.spec, up.std
+                now = time.perf_counter()
+                if up.phase != "done" and now - last >= API_STREAM_S:
+                    last = now
+                    yield {**json.loads(recording_to_json(spec, std)), "partial": True}
+    except Exception as exc:  # out of memory, a broken model…: a clean error, the server carries on
+        log.exception("api run failed")
+        raise gr.Error(describe_error(exc), print_exception=False)
+    yield json.loads(recording_to_json(spec, std))
 
 
 def preload_default() -> None:
@@ -498,8 +544,8 @@ def main() -> None:
     demo = build()
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
         preload_default()
-    port = int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
-    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), server_port=port,
+    host, port = hosting.server_address()
+    demo.launch(server_name=host, server_port=port,
                 css=V.load_css(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
 
 

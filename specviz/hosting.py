@@ -9,8 +9,9 @@ function unchanged.
 
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 MIN_GPU_S, MAX_GPU_S = 30, 300
 
@@ -30,11 +31,26 @@ def _spaces_gpu() -> Any:
 
 
 def gpu(duration: Callable[..., int]) -> Callable[[Callable], Callable]:
-    """`spaces.GPU(duration=...)` on ZeroGPU Spaces, identity elsewhere."""
+    """`spaces.GPU(duration=...)` on ZeroGPU Spaces, identity elsewhere.
+
+    ZeroGPU calls `duration` with the decorated function's own arguments; they are
+    bound to its parameter names here, so `duration` reads them by name
+    (`max_new_tokens=...`) whatever their position."""
 
     def wrap(fn: Callable) -> Callable:
         decorator = _spaces_gpu()
-        return decorator(duration=duration)(fn) if decorator else fn
+        if not decorator:
+            return fn
+        sig = inspect.signature(fn)
+
+        def seconds(*args: Any, **kwargs: Any) -> int:
+            try:
+                named = sig.bind_partial(*args, **kwargs).arguments
+            except TypeError:
+                named = dict(kwargs)
+            return duration(**named)
+
+        return decorator(duration=seconds)(fn)
 
     return wrap
 
@@ -43,21 +59,31 @@ def _clip(seconds: float) -> int:
     return int(min(max(seconds, MIN_GPU_S), MAX_GPU_S))
 
 
-def _arg(args: tuple, kwargs: dict, name: str, index: int, default: Any) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else default
-
-
-def run_duration(*args: Any, **kwargs: Any) -> int:
+def run_duration(max_new_tokens: Any = 64, **_: Any) -> int:
     """GPU seconds for one race: both decoders, ~0.05 s per new token each on a GPU, plus loading."""
     try:
-        max_new = int(float(kwargs.get("max_new_tokens", _arg(args, kwargs, "max_new_tokens", 9, 64))))
-    except (TypeError, ValueError):
+        max_new = min(max(float(max_new_tokens), 0.0), 1e6)
+    except (TypeError, ValueError, OverflowError):
+        max_new = 64
+    if max_new != max_new:  # NaN
         max_new = 64
     return _clip(20 + 0.1 * max_new)
 
 
-def sweep_duration(*args: Any, **kwargs: Any) -> int:
+def sweep_duration(**kwargs: Any) -> int:
     """A sweep is ~14 runs."""
-    return _clip(20 + 14 * (run_duration(*args[1:], **kwargs) - 20))
+    return _clip(20 + 14 * (run_duration(**kwargs) - 20))
+
+
+def server_address(env: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """(host, port) to listen on: `PORT` (Deta Space, most PaaS), else `GRADIO_SERVER_PORT`, else 7860;
+    `GRADIO_SERVER_NAME`, else all interfaces."""
+    env = os.environ if env is None else env
+    raw = env.get("PORT") or env.get("GRADIO_SERVER_PORT") or "7860"
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise ValueError(f"PORT / GRADIO_SERVER_PORT must be a port number (1-65535), not {raw[:40]!r}")
+    return env.get("GRADIO_SERVER_NAME") or "0.0.0.0", port

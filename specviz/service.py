@@ -37,6 +37,19 @@ def custom_models_enabled() -> bool:
     return os.environ.get("SPECVIZ_ALLOW_CUSTOM", "").lower() in ("1", "true", "yes")
 
 
+GPU_DEFAULT_PRESET = "Qwen2.5-Coder 0.5B → 7B (hub, GPU)"
+
+
+def default_preset() -> str:
+    """On a GPU host the default is a hub pair big enough to show a real GPU speedup
+    (the offline 0.5B → 1.5B pair is too small for a GPU to gain from speculation)."""
+    import torch
+
+    if torch.cuda.is_available() and GPU_DEFAULT_PRESET in PRESETS:
+        return GPU_DEFAULT_PRESET
+    return DEFAULT_PRESET
+
+
 def ui_presets() -> list[str]:
     names = [n for n in PRESETS if n != TINY_PRESET or os.environ.get("SPECVIZ_SHOW_TINY")]
     return names + ([CUSTOM_PRESET] if custom_models_enabled() else [])
@@ -46,6 +59,8 @@ def clean_prompt(text: Any) -> str:
     """The prompt as the models will see it, or InputError."""
     if not isinstance(text, str):
         raise InputError("The prompt must be text.")
+    if len(text) > 4 * MAX_PROMPT_CHARS:  # far too long: refuse before spending time cleaning it
+        raise InputError(f"The prompt is too long ({len(text):,} characters; the limit is {MAX_PROMPT_CHARS:,}).")
     # Lone surrogates (invalid Unicode from a client) cannot be encoded: replace them.
     text = text.encode("utf-8", "replace").decode("utf-8")
     text = unicodedata.normalize("NFC", _CONTROL.sub("", text.replace("\r\n", "\n")))
@@ -70,8 +85,10 @@ def check_model_id(name: Any) -> str:
 def get_pair(preset: Any, draft: Any = None, target: Any = None,
              progress: Callable[[float, str], None] | None = None) -> ModelPair:
     """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure."""
-    if not isinstance(preset, str) or not preset:
-        preset = DEFAULT_PRESET
+    if preset is None or preset == "":
+        preset = default_preset()
+    if not isinstance(preset, str):
+        raise InputError(f"The model preset must be text (a preset name), not a {type(preset).__name__}.")
     if preset == CUSTOM_PRESET:
         if not custom_models_enabled():
             raise InputError("Custom model pairs are disabled on this server (set SPECVIZ_ALLOW_CUSTOM=1 to enable them).")
@@ -89,13 +106,18 @@ class Request:
     settings: DecodeSettings
 
 
-def prepare(pair: ModelPair, prompt: Any, chat: bool = True, **settings: Any) -> Request:
-    """Validate the prompt and settings against the loaded pair."""
+def check_request(prompt: Any, **settings: Any) -> tuple[str, DecodeSettings]:
+    """The checks that need no model: run them before loading one, so bad input fails fast."""
     text = clean_prompt(prompt)
     try:
-        s = DecodeSettings.checked(**settings)
+        return text, DecodeSettings.checked(**settings)
     except SettingsError as exc:
         raise InputError(str(exc)) from None
+
+
+def prepare(pair: ModelPair, prompt: Any, chat: bool = True, **settings: Any) -> Request:
+    """Validate the prompt and settings against the loaded pair."""
+    text, s = check_request(prompt, **settings)
     ids = encode_prompt(pair, text, chat=chat)
     if len(ids) + s.max_new_tokens > pair.context_length:
         raise InputError(

@@ -21,24 +21,39 @@ class SettingsError(ValueError):
     """An invalid setting; the message is shown to the user as is."""
 
 
+def _show(value: Any) -> str:
+    """A short, printable rendering of a client's value for an error message."""
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):  # str() of a very long int is slow, and refused past 4300 digits
+        return str(value) if value.bit_length() <= 64 else "a huge integer"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str):  # repr: control characters and lone surrogates come out escaped
+        return repr(value[:40] + ("…" if len(value) > 40 else ""))
+    return f"a {type(value).__name__}"
+
+
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool):
         raise SettingsError(f"{name} must be a number, not {value!r}")
     try:
         x = float(value)
+    except OverflowError:  # an integer too large for a float
+        raise SettingsError(f"{name} is far out of range ({_show(value)})") from None
     except (TypeError, ValueError):
-        raise SettingsError(f"{name} must be a number, not {str(value)[:40]!r}") from None
+        raise SettingsError(f"{name} must be a number, not {_show(value)}") from None
     if not math.isfinite(x):
-        raise SettingsError(f"{name} must be a finite number, not {value!r}")
+        raise SettingsError(f"{name} must be a finite number, not {_show(value)}")
     return x
 
 
 def _integer(name: str, value: Any, lo: int, hi: int) -> int:
     x = _number(name, value)
     if x != int(x):
-        raise SettingsError(f"{name} must be a whole number, not {value!r}")
+        raise SettingsError(f"{name} must be a whole number, not {_show(value)}")
     if not lo <= x <= hi:
-        raise SettingsError(f"{name} must be between {lo} and {hi}, not {int(x)}")
+        raise SettingsError(f"{name} must be between {lo} and {hi}, not {_show(x if abs(x) > 1e15 else int(x))}")
     return int(x)
 
 
@@ -64,10 +79,10 @@ class DecodeSettings:
         eps = _number("ε (over-acceptance)", d["epsilon"])
         if not 0.0 <= eps <= 1.0:
             raise SettingsError(f"ε (over-acceptance) must be between 0 and 1, not {eps:g}")
-        variant = str(d["variant"]).strip().lower()
+        variant = d["variant"].strip().lower() if isinstance(d["variant"], str) else ""
         variant = {"decoding-opt": "opt", "decoding-uno": "uno"}.get(variant, variant)
         if variant not in VARIANTS:
-            raise SettingsError(f"variant must be 'opt' or 'uno', not {str(d['variant'])[:40]!r}")
+            raise SettingsError(f"variant must be 'opt' or 'uno', not {_show(d['variant'])}")
         temp = _number("temperature", d["temperature"])
         if not 0.0 <= temp <= 5.0:
             raise SettingsError(f"temperature must be between 0 and 5, not {temp:g}")

@@ -288,8 +288,8 @@ class Trace:
             raise TraceError(f"trace file is too large ({len(text):,} characters; the limit is {MAX_TRACE_BYTES:,})")
         try:
             d = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise TraceError(f"trace file is not valid JSON: {exc}") from exc
+        except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
+            raise TraceError(f"trace file is not valid JSON: {exc}") from None
         return _parse_trace(d)
 
 
@@ -334,6 +334,26 @@ def _req(d: Any, key: str, typ: type | tuple, where: str) -> Any:
     if not isinstance(val, typ):
         raise TraceError(f"{where}.{key}: expected {getattr(typ, '__name__', typ)}")
     return val
+
+
+def _secs(d: Any, key: str, where: str) -> float:
+    """A duration or timestamp in seconds: finite and not negative."""
+    val = _req(d, key, float, where)
+    if val < 0:
+        raise TraceError(f"{where}.{key}: seconds cannot be negative")
+    return val
+
+
+def _count(d: Any, key: str, where: str) -> int:
+    val = _req(d, key, int, where)
+    if val < 0:
+        raise TraceError(f"{where}.{key}: a count cannot be negative")
+    return val
+
+
+def _opt_secs(d: dict, key: str) -> float:
+    """Optional seconds (0.0 when absent or null)."""
+    return 0.0 if d.get(key) is None else _secs(d, key, "trace")
 
 
 def _prob(d: Any, key: str, where: str) -> float:
@@ -421,35 +441,35 @@ def _parse_trace(d: Any) -> Trace:
             emitted.append(Token(_req(t, "id", int, f"{w}.emitted"), _str(t, "text", f"{w}.emitted"), origin))
         rounds.append(
             Round(
-                index=_req(r, "index", int, w),
-                n_before=_req(r, "n_before", int, w),
+                index=_count(r, "index", w),
+                n_before=_count(r, "n_before", w),
                 draft=draft,
                 positions=positions,
                 extra=extra,
                 emitted=emitted,
-                t_start=_req(r, "t_start", float, w),
-                t_draft=_req(r, "t_draft", float, w),
-                t_verify=_req(r, "t_verify", float, w),
-                t_end=_req(r, "t_end", float, w),
-                draft_forwards=_req(r, "draft_forwards", int, w),
-                target_forwards=_req(r, "target_forwards", int, w),
+                t_start=_secs(r, "t_start", w),
+                t_draft=_secs(r, "t_draft", w),
+                t_verify=_secs(r, "t_verify", w),
+                t_end=_secs(r, "t_end", w),
+                draft_forwards=_count(r, "draft_forwards", w),
+                target_forwards=_count(r, "target_forwards", w),
             )
         )
     err = d.get("error")
     return Trace(
         kind=kind,
         prompt=_str(d, "prompt", "trace", limit=200_000),
-        prompt_tokens=_req(d, "prompt_tokens", int, "trace"),
+        prompt_tokens=_count(d, "prompt_tokens", "trace"),
         settings=dict(settings),
         models={k: str(v) for k, v in models.items()},
         device=_str(d, "device", "trace"),
         rounds=rounds,
         stop_reason=stop,
-        t_prefill=_req(d, "t_prefill", float, "trace"),
-        t_total=_req(d, "t_total", float, "trace"),
-        draft_prefill=float(d.get("draft_prefill", 0.0) or 0.0),
-        target_prefill=float(d.get("target_prefill", 0.0) or 0.0),
-        t_tracing=float(d.get("t_tracing", 0.0) or 0.0),
+        t_prefill=_secs(d, "t_prefill", "trace"),
+        t_total=_secs(d, "t_total", "trace"),
+        draft_prefill=_opt_secs(d, "draft_prefill"),
+        target_prefill=_opt_secs(d, "target_prefill"),
+        t_tracing=_opt_secs(d, "t_tracing"),
         error=err if isinstance(err, str) else None,
     )
 
@@ -483,7 +503,7 @@ def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
         raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
     try:
         doc = json.loads(data)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
         raise TraceError(f"not valid JSON: {exc}") from None
     if isinstance(doc, dict) and doc.get("schema") == SCHEMA_NAME:
         tr = _parse_trace(doc)

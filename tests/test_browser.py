@@ -1,0 +1,396 @@
+"""The real app in a headless browser: a run on the default pair, escaping, errors, theory, loading, step mode.
+
+Drives Debian's Chromium (``/usr/bin/chromium``, or ``$SPECVIZ_CHROMIUM``) through Playwright's sync API;
+Playwright's own browser download is never used.  One app server (started by ``tests/server.py`` with
+the tiny pair shown in the dropdown) serves every test; each test opens its own page.
+
+Every test leaves a full-page screenshot in ``$SPECVIZ_SCREENSHOTS`` (or a pytest temporary folder,
+printed at the end of the module), also when it fails.
+
+Timeouts are generous: on a 2-core CPU the default pair takes ~20 s to load, ~30 s for 32 speculative
+tokens and ~1 s per standard token, and the race is then replayed in real time before the speedup shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.server import launch_app
+from specviz.models import DEFAULT_PRESET, TINY_PRESET
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements-test.txt")
+
+CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1400, "height": 900}
+ROOT = Path(__file__).resolve().parent.parent
+RECORDINGS = sorted((ROOT / "assets" / "traces").glob("*.json"))
+
+UI_S = 30  # a UI reaction (event round trip, tab switch, plot redraw)
+RUN_S = 900  # model load (first-ever conversion: ~2 min) + both decoders + the real-time replay
+XSS = "<script>window.__pwned=1</script>"
+XSS_IMG = "<img/src=x/onerror=window.__pwned=2>"
+TRACEBACK_MARKERS = ("Traceback (most recent call last)", 'File "/', "site-packages")
+
+
+# ---- fixtures ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    d = Path(os.environ["SPECVIZ_SCREENSHOTS"]) if os.environ.get("SPECVIZ_SCREENSHOTS") else \
+        tmp_path_factory.mktemp("screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    yield d
+    print(f"\nbrowser screenshots: {d}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with launch_app(tmp_path_factory.mktemp("app"), env={"SPECVIZ_SHOW_TINY": "1"}) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install chromium`) or set "
+                    "SPECVIZ_CHROMIUM; never `playwright install`", pytrace=False)
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser, server, shots, request):
+    """A fresh page on the app; a full-page screenshot of it is saved when the test ends, pass or fail."""
+    ctx = browser.new_context(viewport=VIEWPORT)
+    pg = ctx.new_page()
+    pg.set_default_timeout(UI_S * 1000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.svx_errors = errors  # uncaught JS errors, for failure messages
+    try:
+        yield pg
+    finally:
+        try:
+            pg.screenshot(path=str(shots / f"{request.node.name}-end.png"), full_page=True)
+        except Exception:  # a crashed page must not hide the test's own failure
+            pass
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_recording(tmp_path_factory) -> Path:
+    """A recording made in-process with the tiny random pair (no server, no download)."""
+    from specviz import engine
+    from specviz.models import encode_prompt
+    from specviz.settings import DecodeSettings
+    from specviz.tiny import build_tiny_pair
+    from specviz.trace import recording_to_json
+
+    pair = build_tiny_pair()
+    prompt = "Say something."
+    ids = encode_prompt(pair, prompt)
+    settings = DecodeSettings.checked(gamma=4, max_new_tokens=24, temperature=1.0, seed=1)
+    spec = engine.speculative_decode(pair, ids, settings, prompt=prompt)
+    std = engine.standard_decode(pair, ids, settings, prompt=prompt)
+    assert len(spec.rounds) >= 2, "the tiny recording needs at least two rounds for step mode"
+    path = tmp_path_factory.mktemp("traces") / "tiny-recording.json"
+    path.write_text(recording_to_json(spec, std), encoding="utf-8")
+    return path
+
+
+# ---- helpers -----------------------------------------------------------------------------------------
+
+
+def open_app(page, server, query: str = "") -> None:
+    page.goto(server.url + query)
+    page.wait_for_selector("#sv-status .sv-status", timeout=60_000)
+    page.wait_for_selector("#sv-run", timeout=60_000)
+    if RECORDINGS:  # the page shows the first shipped recording once it has loaded; let that land first
+        page.wait_for_function(
+            "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Recorded example')",
+            timeout=60_000)
+
+
+def status(page) -> tuple[str, str]:
+    """(kind, text) of the status line."""
+    el = page.locator("#sv-status .sv-status").first
+    return (el.get_attribute("data-kind") or ""), el.inner_text()
+
+
+def wait_until(page, server, js: str, what: str, timeout_s: float, *, fail_on_error: bool = True) -> None:
+    """Poll a JS condition once a second; fail at once when the status line shows an error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if page.evaluate(js):
+            return
+        kind, text = status(page)
+        if fail_on_error and kind == "error":
+            pytest.fail(f"while waiting for {what}, the app reported an error: {text}\n"
+                        f"--- app log (tail) ---\n{server.log()[-3000:]}", pytrace=False)
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; status: [{kind}] {text!r}; "
+                        f"JS errors: {page.svx_errors}\n--- app log (tail) ---\n{server.log()[-3000:]}",
+                        pytrace=False)
+        page.wait_for_timeout(1000)
+
+
+def pick(page, elem_id: str, option: str) -> None:
+    """Choose an option of a gr.Dropdown."""
+    page.locator(f"#{elem_id} input").first.click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function("([sel, v]) => document.querySelector(sel)?.value === v",
+                           arg=[f"#{elem_id} input", option])
+
+
+def set_number(page, elem_id: str, value) -> None:
+    """Type a value into a slider's (or number's) box, then leave the box, as a person would."""
+    box = page.locator(f"#{elem_id} input[type=number]").first
+    box.fill(str(value))
+    box.press("Tab")
+    page.wait_for_function("([sel, v]) => Number(document.querySelector(sel)?.value) === v",
+                           arg=[f"#{elem_id} input[type=number]", float(value)])
+
+
+def open_accordion(page, elem_id: str, inner_selector: str) -> None:
+    """Open a gr.Accordion (its children are only rendered once open)."""
+    if not page.locator(f"#{elem_id} {inner_selector}").count():
+        page.locator(f"#{elem_id} button").first.click()
+    # a file input is hidden behind its drop zone: "attached" is as visible as it gets
+    state = "attached" if "type=file" in inner_selector else "visible"
+    page.wait_for_selector(f"#{elem_id} {inner_selector}", state=state)
+
+
+def assert_no_traceback(page) -> None:
+    body = page.inner_text("body")
+    for marker in TRACEBACK_MARKERS:
+        assert marker not in body, f"the page shows traceback text ({marker!r}):\n{body[-2000:]}"
+
+
+def narration(page) -> str:
+    return page.inner_text("#sv-narration").strip()
+
+
+def step_and_check(page, server) -> None:
+    """Step mode: Next and Previous move the round and change the narration."""
+    page.locator("#sv-stepper").scroll_into_view_if_needed()
+    wait_until(page, server, "() => /^Round 1\\b/.test(document.querySelector('#sv-narration')?.innerText.trim())",
+               "the narration of round 1", UI_S)
+    first = narration(page)
+    page.click("#sv-next")
+    wait_until(page, server, "() => /^Round 2\\b/.test(document.querySelector('#sv-narration')?.innerText.trim())",
+               "Next to show round 2's narration", UI_S)
+    second = narration(page)
+    assert second != first, "Next did not change the narration"
+    assert page.locator("#sv-step-round .sv-round--current[data-round='2']").count() == 1, \
+        "step mode does not show round 2 as the current round"
+    page.click("#sv-prev")
+    wait_until(page, server, "() => /^Round 1\\b/.test(document.querySelector('#sv-narration')?.innerText.trim())",
+               "Previous to go back to round 1", UI_S)
+    assert narration(page) == first, "Previous did not bring round 1's narration back"
+
+
+def wait_race_finished(page, server, timeout_s: float, *, replayed: bool) -> float:
+    """Both race columns finished and the speedup shown; returns the speedup.
+
+    ``replayed``: a finished run is replayed in real time (a clock shows); wait for the replay's end,
+    not the moment between the run's last update and the replay's first frame."""
+    need_clock = "!!document.querySelector('#sv-race .sv-race-clock')" if replayed else "true"
+    wait_until(page, server, f"""() => {{
+        const sp = document.querySelector('#sv-race .sv-speedup[data-speedup]');
+        return !!sp && document.querySelectorAll('#sv-race .sv-race-col .sv-badge--done').length === 2
+            && {need_clock};
+    }}""",
+        "the race to finish with a speedup" + (" (end of the replay)" if replayed else ""), timeout_s)
+    sp = page.locator("#sv-race .sv-speedup[data-speedup]")
+    value = float(sp.get_attribute("data-speedup"))
+    shown = sp.locator(".sv-speedup-v").inner_text()
+    assert re.fullmatch(r"\d+\.\d\d×", shown), f"speedup shown as {shown!r}"
+    assert value > 0 and abs(float(shown[:-1]) - value) < 0.006, f"speedup {shown!r} vs data-speedup {value}"
+    return value
+
+
+# ---- tests -------------------------------------------------------------------------------------------
+
+
+def test_default_pair_run_animates_and_races(page, server, shots):
+    """The default pair through the UI: rounds with accepted and rejected drafts, then the race and its speedup."""
+    open_app(page, server)
+    pick(page, "sv-preset", DEFAULT_PRESET)
+    pick(page, "sv-example", "Chat")  # greedy chat text: the 0.5B draft disagrees now and then
+    wait_until(page, server, "() => document.querySelector('#sv-prompt textarea')?.value.includes('hash table')",
+               "the Chat example to fill the prompt", UI_S)
+    open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+    set_number(page, "sv-temperature", 0)
+    set_number(page, "sv-max-new", 32)
+    set_number(page, "sv-gamma", 5)
+    page.click("#sv-run")
+
+    # While it runs: rounds appear; a screenshot of the panel mid-animation.
+    wait_until(page, server, "() => document.querySelectorAll('#sv-rounds .sv-round').length >= 2",
+               "the first rounds to appear", RUN_S)
+    page.locator("#sv-legend").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "live-default-pair-animating.png"))
+
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
+               "the run to finish (status 'Done: …')", RUN_S)
+    speedup = wait_race_finished(page, server, RUN_S, replayed=True)
+    kind, text = status(page)
+    assert kind == "ok" and text.startswith("Done:"), f"status after the run: [{kind}] {text}"
+    assert f"{speedup:.2f}×" in text, f"the status does not repeat the speedup {speedup:.2f}×: {text}"
+
+    chips = {s: page.locator(f"#sv-rounds .sv-chip.sv-{s}").count() for s in ("accepted", "rejected")}
+    assert chips["accepted"] > 0 and chips["rejected"] > 0, f"expected accepted and rejected drafts, got {chips}"
+    for col in ("spec", "std"):
+        n = int(page.locator(f"#sv-race .sv-race-{col}").get_attribute("data-tokens"))
+        assert n == 32, f"the {col} column shows {n} tokens, expected 32"
+    assert page.locator("#sv-metrics table.sv-metrics").count() == 1, "no metrics table after the run"
+    assert_no_traceback(page)
+    page.screenshot(path=str(shots / "live-default-pair-done.png"), full_page=True)
+
+    step_and_check(page, server)
+    assert not page.svx_errors, f"JS errors: {page.svx_errors}"
+
+
+def test_prompt_markup_is_text_not_html(page, server, tiny_recording, tmp_path):
+    """A prompt and token texts full of markup are shown as text; no script runs."""
+    open_app(page, server)
+    pick(page, "sv-preset", TINY_PRESET)
+    page.fill("#sv-prompt textarea", f"Repeat: {XSS} {XSS_IMG}")
+    open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+    set_number(page, "sv-max-new", 8)
+    page.click("#sv-run")
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
+               "the tiny run to finish", 180)
+    assert page.evaluate("typeof window.__pwned") == "undefined", "a script from the prompt ran"
+
+    # Token texts are model output, so also feed markup through the rendering of a loaded recording.
+    doc = json.loads(tiny_recording.read_text(encoding="utf-8"))
+    doc["speculative"]["prompt"] = XSS
+    rnd = doc["speculative"]["rounds"][0]
+    rnd["draft"][0]["text"] = XSS
+    rnd["extra"]["text"] = XSS_IMG
+    rnd["emitted"][-1]["text"] = XSS_IMG
+    evil = tmp_path / "markup.json"
+    evil.write_text(json.dumps(doc), encoding="utf-8")
+    open_accordion(page, "sv-files", "#sv-upload input[type=file]")
+    page.set_input_files("#sv-upload input[type=file]", str(evil))
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.includes('markup.json')",
+               "the doctored recording to load", UI_S)
+    page.wait_for_timeout(500)
+    assert page.evaluate("typeof window.__pwned") == "undefined", "markup in a token ran as HTML"
+    assert XSS in page.inner_text("#sv-rounds"), "the <script> token is not shown as text in the rounds panel"
+    assert XSS_IMG in page.inner_text("#sv-race"), "the <img> token is not shown as text in the race"
+    assert page.locator("#sv-rounds img, #sv-race img, #sv-rounds script, #sv-race script").count() == 0
+
+
+def test_empty_prompt_shows_a_clear_message(page, server):
+    open_app(page, server)
+    pick(page, "sv-preset", TINY_PRESET)
+    page.fill("#sv-prompt textarea", "   ")
+    rounds_before = page.locator("#sv-rounds .sv-rounds").evaluate("e => e.outerHTML")
+    page.click("#sv-run")
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.dataset.kind === 'error'",
+               "an error in the status line", UI_S, fail_on_error=False)
+    kind, text = status(page)
+    assert "prompt is empty" in text.lower(), f"unclear status for an empty prompt: {text!r}"
+    assert_no_traceback(page)
+    assert page.locator("#sv-rounds .sv-rounds").evaluate("e => e.outerHTML") == rounds_before, \
+        "an empty prompt changed the rounds panel"
+
+
+def test_theory_slider_updates_note_and_plot(page, server):
+    open_app(page, server)
+    page.get_by_role("tab", name="Theory").click()
+    page.wait_for_selector("#sv-theory-note", state="visible")
+    wait_until(page, server, "() => /Optimal γ/.test(document.querySelector('#sv-theory-note')?.innerText)",
+               "the theory note", UI_S)
+    before = page.inner_text("#sv-theory-note")
+    assert "α = 0.80" in before and "γ* = " in before, f"unexpected note: {before!r}"
+    plot_before = page.locator("#sv-t-speed").text_content()
+
+    # Drag α with the mouse: press on the handle, release a third of the way along the track.
+    track = page.locator("#sv-alpha input[type=range]")
+    track.scroll_into_view_if_needed()
+    box = track.bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.8, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.33, y, steps=8)
+    page.mouse.up()
+    wait_until(page, server, f"() => document.querySelector('#sv-theory-note')?.innerText !== {json.dumps(before)}",
+               "the note to follow the α slider", UI_S)
+    after = page.inner_text("#sv-theory-note")
+    alpha = float(page.locator("#sv-alpha input[type=number]").input_value())
+    assert alpha < 0.6, f"α did not move (it is {alpha})"
+    assert f"α = {alpha:.2f}" in after, f"the note does not show the new α {alpha:.2f}: {after!r}"
+    wait_until(page, server, f"() => document.querySelector('#sv-t-speed')?.textContent !== {json.dumps(plot_before)}",
+               "the speedup plot to redraw for the new α", UI_S)
+    assert f"α = {alpha:.3f}" in page.locator("#sv-t-speed").text_content()
+
+    # γ is a real input too: the note reports the expected values at the chosen γ.
+    set_number(page, "sv-t-gamma", 9)
+    wait_until(page, server, "() => document.querySelector('#sv-theory-note')?.innerText.includes('At γ = 9')",
+               "the note to follow γ", UI_S)
+    assert_no_traceback(page)
+
+
+def test_load_trace_without_models_then_step(page, server, tiny_recording, shots):
+    """A recording (shipped, or made here with the tiny pair) renders rounds and race with no model loaded."""
+    log_before = len(server.log())
+    open_app(page, server)
+    if RECORDINGS:
+        # The first shipped recording is shown when the page opens; pick each in turn.
+        open_accordion(page, "sv-files", "#sv-recordings input")
+        names = [p.name for p in RECORDINGS]
+        wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Recorded example')",
+                   "the first recording to load with the page", UI_S)
+        if len(names) > 1:
+            pick(page, "sv-recordings", names[1])
+            wait_until(page, server, f"() => document.querySelector('#sv-status .sv-status')?.innerText.includes({json.dumps(RECORDINGS[1].stem)})",
+                       "the second recording to load", UI_S)
+    else:
+        open_accordion(page, "sv-files", "#sv-upload input[type=file]")
+        page.set_input_files("#sv-upload input[type=file]", str(tiny_recording))
+        wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Loaded tiny-recording.json')",
+                   "the uploaded recording to load", UI_S)
+    kind, text = status(page)
+    assert kind == "ok", f"status after loading: [{kind}] {text}"
+    assert page.locator("#sv-rounds .sv-round").count() >= 2, "the rounds panel is empty after loading"
+    assert page.locator("#sv-rounds .sv-chip.sv-accepted, #sv-rounds .sv-chip.sv-rejected").count() > 0
+    speedup = wait_race_finished(page, server, UI_S, replayed=False)
+    assert speedup > 0
+    step_and_check(page, server)
+    page.screenshot(path=str(shots / "loaded-trace.png"), full_page=True)
+    loaded = [ln for ln in server.log()[log_before:].splitlines() if re.search(r"\bLoad(ing|ed) ", ln)]
+    assert not loaded, f"loading a recording loaded models:\n" + "\n".join(loaded)
+    assert_no_traceback(page)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_every_tab_renders(page, server, shots, theme):
+    """Each tab opens without errors, in light and dark mode; screenshots for a person to look at."""
+    open_app(page, server, "?__theme=dark" if theme == "dark" else "")
+    if theme == "dark":
+        assert page.evaluate("document.body.classList.contains('dark')"), "?__theme=dark did not turn on dark mode"
+    for tab, ready in [("Live", "#sv-rounds"), ("Theory", "#sv-t-speed .js-plotly-plot"),
+                       ("Sweeps", "#sv-sweep-status"), ("How it works", "text=How speculative decoding works")]:
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_selector(ready, state="visible")
+        page.wait_for_timeout(1500)  # plots settle
+        slug = tab.lower().replace(" ", "-")
+        page.screenshot(path=str(shots / f"tab-{slug}-{theme}.png"), full_page=True)
+        assert_no_traceback(page)
+    assert not page.svx_errors, f"JS errors: {page.svx_errors}"

@@ -1,0 +1,160 @@
+"""Load on the real app over loopback: memory over many runs, concurrent sessions, a full queue.
+
+Bounded loops only; the numbers are printed (run with -s to see them).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import psutil
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from gradio_client.utils import QueueError
+
+from specviz.models import DEFAULT_PRESET, TINY_PRESET
+from specviz.trace import Trace
+from tests.server import launch_app
+
+PROMPTS = ["hello world", "def add(a, b):", "The quick brown fox", "Explain hash tables.", "1, 2, 3, 4,",
+           "Translate into French: good morning", "SELECT * FROM users WHERE", "Once upon a time"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with launch_app(tmp_path_factory.mktemp("load")) as srv:
+        yield srv
+
+
+def tiny_run(client: Client, i: int, max_new_tokens: int = 48) -> dict:
+    return client.predict(api_name="/trace", prompt=PROMPTS[i % len(PROMPTS)], preset=TINY_PRESET,
+                          gamma=1 + i % 8, epsilon=(i % 4) * 0.1, temperature=(i % 3) * 0.6, top_p=1.0 - (i % 2) * 0.1,
+                          max_new_tokens=max_new_tokens, seed=i, variant="uno" if i % 5 == 0 else "opt")
+
+
+def check(doc: dict, max_new_tokens: int, standard: bool = True) -> None:
+    spec = Trace.from_dict(doc["speculative"])
+    assert 1 <= spec.n_tokens <= max_new_tokens
+    assert spec.stop_reason in ("eos", "max_new_tokens")
+    if standard:
+        assert Trace.from_dict(doc["standard"]).n_tokens >= 1
+
+
+def is_queue_full(exc: BaseException) -> bool:
+    return isinstance(exc, (QueueError, AppError)) and "queue is full" in str(exc).lower()
+
+
+def test_memory_stays_flat_over_50_runs(server):
+    client = Client(server.url, verbose=False)
+    proc = psutil.Process(server.proc.pid)
+    for i in range(3):  # warm up: the tiny pair, Gradio's and torch's first-use allocations
+        check(tiny_run(client, 100 + i, 24), 24)
+    for i in range(5):
+        check(tiny_run(client, i, 24), 24)
+    rss_5 = proc.memory_info().rss
+    t0 = time.perf_counter()
+    for i in range(5, 50):
+        check(tiny_run(client, i, 24), 24)
+    per_run = (time.perf_counter() - t0) / 45
+    rss_50 = proc.memory_info().rss
+    print(f"\nserver RSS after 5 tiny runs {rss_5 / 2**20:.1f} MiB, after 50 {rss_50 / 2**20:.1f} MiB "
+          f"({(rss_50 / rss_5 - 1) * 100:+.1f}%); {per_run:.2f} s per run")
+    assert rss_50 <= rss_5 * 1.10, f"RSS grew from {rss_5 / 2**20:.0f} to {rss_50 / 2**20:.0f} MiB over 45 runs"
+
+
+def test_concurrent_sessions(server):
+    """8 sessions submit tiny runs at once, 2 more submit runs on the default pair: every job
+    completes (or, at worst, is told cleanly that the queue is full)."""
+    n_tiny_sessions, runs_each = 8, 3
+    jobs = [("tiny", s) for s in range(n_tiny_sessions)] + [("default", s) for s in range(2)]
+    clients = [Client(server.url, verbose=False) for _ in jobs]  # one session each
+    assert len({c.session_hash for c in clients}) == len(clients)
+    results: list[tuple[str, str, float, str]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(jobs))
+
+    def session(kind: str, s: int, client: Client) -> None:
+        start.wait()
+        for r in range(runs_each if kind == "tiny" else 1):
+            t0 = time.perf_counter()
+            try:
+                if kind == "tiny":
+                    check(tiny_run(client, s * 10 + r, 32), 32)
+                else:
+                    job = client.submit(api_name="/trace", prompt=PROMPTS[s], preset=DEFAULT_PRESET, gamma=4,
+                                        max_new_tokens=8, standard=False)
+                    check(job.result(timeout=400), 8, standard=False)
+                outcome, msg = "ok", ""
+            except Exception as exc:  # noqa: BLE001 - classified below
+                outcome, msg = ("queue_full" if is_queue_full(exc) else "error"), f"{type(exc).__name__}: {exc}"
+            with lock:
+                results.append((kind, outcome, time.perf_counter() - t0, msg))
+
+    threads = [threading.Thread(target=session, args=(kind, s, c), daemon=True) for (kind, s), c in zip(jobs, clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    wall = time.perf_counter() - t0
+    assert not any(t.is_alive() for t in threads), "a session hung"
+
+    errors = [r for r in results if r[1] == "error"]
+    assert not errors, errors
+    assert len(results) == n_tiny_sessions * runs_each + 2
+    tiny = sorted(r[2] for r in results if r[0] == "tiny" and r[1] == "ok")
+    default = sorted(r[2] for r in results if r[0] == "default" and r[1] == "ok")
+    full = sum(r[1] == "queue_full" for r in results)
+    print(f"\n{len(results)} jobs from {len(jobs)} sessions in {wall:.1f} s; tiny latency median "
+          f"{statistics.median(tiny):.1f} s, max {tiny[-1]:.1f} s; default-pair latency "
+          f"{', '.join(f'{x:.1f}' for x in default)} s; queue full: {full}")
+    assert len(tiny) >= n_tiny_sessions, "most tiny runs should get through a queue of 16"
+    assert len(default) == 2
+    log = server.log()
+    assert "Traceback" not in log, log[-4000:]
+
+
+def test_full_queue_gives_a_clean_message(tmp_path):
+    """SPECVIZ_QUEUE_SIZE=2: of 8 simultaneous submissions, one runs, two wait, the others are
+    told at once that the queue is full; the server carries on."""
+    with launch_app(tmp_path, env={"SPECVIZ_QUEUE_SIZE": "2"}) as srv:
+        clients = [Client(srv.url, verbose=False) for _ in range(8)]
+        check(tiny_run(clients[0], 0, 8), 8)  # build the tiny pair first
+        outcomes: list[tuple[str, float, str]] = []
+        lock = threading.Lock()
+        start = threading.Barrier(len(clients))
+
+        def submit(i: int, client: Client) -> None:
+            start.wait()
+            t0 = time.perf_counter()
+            try:
+                check(tiny_run(client, i, 400), 400)
+                outcome, msg = "ok", ""
+            except Exception as exc:  # noqa: BLE001 - classified below
+                outcome, msg = ("queue_full" if is_queue_full(exc) else "error"), f"{type(exc).__name__}: {exc}"
+            with lock:
+                outcomes.append((outcome, time.perf_counter() - t0, msg))
+
+        threads = [threading.Thread(target=submit, args=(i, c), daemon=True) for i, c in enumerate(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert not any(t.is_alive() for t in threads), "a submission hung"
+        kinds = [o[0] for o in outcomes]
+        print(f"\nqueue of 2, 8 submissions: {kinds.count('ok')} ran, {kinds.count('queue_full')} refused "
+              f"(answered in {max((o[1] for o in outcomes if o[0] == 'queue_full'), default=0):.2f} s)")
+        assert "error" not in kinds, outcomes
+        assert 1 <= kinds.count("ok") <= 3 + 1  # the running one and the two waiting (+1: a race at the start)
+        assert kinds.count("queue_full") >= 4
+        for outcome, seconds, msg in outcomes:
+            if outcome == "queue_full":
+                assert seconds < 10, "a full queue is reported at once, not after waiting"
+                assert "Queue is full" in msg
+
+        check(tiny_run(clients[0], 1, 8), 8)  # and the server still works
+        log = srv.log()
+        assert "Traceback" not in log, log[-4000:]

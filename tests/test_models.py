@@ -1,0 +1,632 @@
+"""Model loading: the tiny pair, offline packs (reassembly, checks, GGUF conversion), errors, and the
+real offline default pair (slow the first time: it converts the pip-packaged GGUF files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specviz import models
+from specviz.models import (
+    DEFAULT_PRESET,
+    PRESETS,
+    TINY_PRESET,
+    ModelError,
+    ModelPair,
+    OfflinePack,
+    clear_cache,
+    decode_token,
+    encode_prompt,
+    installed_offline,
+    load_pair,
+)
+from specviz.tiny import build_tiny_pair, build_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private SPECVIZ_CACHE, so fake packs never touch the real cache."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("SPECVIZ_CACHE", str(path))
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Fake offline packs: tiny importable packages, each with get_part_path() -> data/partNN.bin
+# --------------------------------------------------------------------------------------------------
+
+_counter = itertools.count()
+
+
+def make_pack(tmp_path, monkeypatch, data: bytes, n_parts: int = 3, *, extra_eos=()) -> OfflinePack:
+    """Split ``data`` into ``n_parts`` installed fake packages and register the pack in OFFLINE_PACKS."""
+    uid = next(_counter)
+    key = f"fake{uid}"
+    site = tmp_path / f"site{uid}"
+    cuts = np.linspace(0, len(data), n_parts + 1).astype(int)
+    packages = []
+    for i in range(1, n_parts + 1):
+        module = f"specviz_fakepack{uid}_part{i}"
+        (site / module / "data").mkdir(parents=True)
+        (site / module / "data" / f"part{i:02d}.bin").write_bytes(data[cuts[i - 1] : cuts[i]])
+        (site / module / "__init__.py").write_text(
+            "import os\n"
+            "def get_part_path():\n"
+            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'part{i:02d}.bin')\n"
+        )
+        packages.append((f"fake{uid}-part{i}", module))
+    monkeypatch.syspath_prepend(str(site))
+    pack = OfflinePack(key=key, display=f"Fake model {uid}", packages=tuple(packages), version="1.0",
+                       size=len(data), sha256=hashlib.sha256(data).hexdigest(), extra_eos=tuple(extra_eos))
+    monkeypatch.setitem(models.OFFLINE_PACKS, key, pack)
+    return pack
+
+
+def part_file(pack: OfflinePack, i: int) -> Path:
+    module = pack.packages[i - 1][1]
+    return Path(__import__(module).get_part_path())
+
+
+def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool = False) -> None:
+    """A real (tiny) Qwen2 GGUF with Q8_0 matrices and a byte-level BPE vocabulary, via gguf-py."""
+    import gguf
+
+    bd = models._byte_decoder()
+    tokens = sorted(bd, key=lambda c: bd[c]) + ["de", "def", "Ġf", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab, heads, kv, ffn = len(tokens), 2, 1, 64
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_name("tiny qwen2")
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (vocab - 3) + [3, 3, 3])
+    w.add_token_merges(["d e", "de f", "Ġ f"])
+    w.add_bos_token_id(vocab - 3)
+    w.add_eos_token_id(vocab - 1)
+    w.add_pad_token_id(vocab - 3)
+    w.add_chat_template(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+    def tensor(name, *shape):
+        a = (rng.standard_normal(shape) * 0.2).astype(np.float32)
+        if len(shape) == 2:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(name, gguf.quants.quantize(a, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(name, a)
+
+    hd = hidden // heads
+    tensor("token_embd.weight", vocab, hidden)
+    tensor("blk.0.attn_norm.weight", hidden)
+    tensor("blk.0.ffn_norm.weight", hidden)
+    tensor("blk.0.attn_q.weight", hidden, hidden)
+    tensor("blk.0.attn_q.bias", hidden)
+    tensor("blk.0.attn_k.weight", kv * hd, hidden)
+    tensor("blk.0.attn_k.bias", kv * hd)
+    tensor("blk.0.attn_v.weight", kv * hd, hidden)
+    tensor("blk.0.attn_v.bias", kv * hd)
+    tensor("blk.0.attn_output.weight", hidden, hidden)
+    tensor("blk.0.ffn_gate.weight", ffn, hidden)
+    tensor("blk.0.ffn_up.weight", ffn, hidden)
+    tensor("blk.0.ffn_down.weight", hidden, ffn)
+    tensor("output_norm.weight", hidden)
+    if not tied:  # llama.cpp omits output.weight for models with tied embeddings
+        tensor("output.weight", vocab, hidden)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def gguf_pack(tmp_path, monkeypatch, *, seed=0, tied=False, n_parts=3) -> OfflinePack:
+    path = tmp_path / f"src{next(_counter)}.gguf"
+    write_tiny_gguf(path, seed=seed, tied=tied)
+    return make_pack(tmp_path, monkeypatch, path.read_bytes(), n_parts, extra_eos=("<|im_end|>", "<|endoftext|>"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Presets and the API surface
+# --------------------------------------------------------------------------------------------------
+
+
+def test_presets_offline_default_first():
+    names = list(PRESETS)
+    assert names[0] == DEFAULT_PRESET
+    default = PRESETS[DEFAULT_PRESET]
+    assert default.offline and default.draft == "offline:qwen2.5-coder-0.5b"
+    assert default.target == "offline:qwen2.5-coder-1.5b"
+    assert TINY_PRESET == "tiny-random (tests)" and TINY_PRESET in PRESETS
+    hub = {(p.draft, p.target) for p in PRESETS.values()}
+    assert ("EleutherAI/pythia-70m", "EleutherAI/pythia-2.8b") in hub
+    assert ("Qwen/Qwen2.5-Coder-0.5B-Instruct", "Qwen/Qwen2.5-Coder-7B-Instruct") in hub
+    assert ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct") in hub
+    for name, p in PRESETS.items():
+        assert p.name == name and p.description
+
+
+def test_never_trusts_remote_code():
+    for path in (REPO / "specviz" / "models.py", REPO / "specviz" / "tiny.py"):
+        text = path.read_text()
+        assert "trust_remote_code=True" not in text.replace(" ", "")
+
+
+def test_installed_offline():
+    assert installed_offline(DEFAULT_PRESET)  # the pip packages are installed in this environment
+    assert installed_offline(TINY_PRESET)
+    assert not installed_offline("Pythia 70M → 2.8B (hub)")
+    assert not installed_offline("no such preset")
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"preset": "nope"}, ["Unknown preset", DEFAULT_PRESET]),
+        ({"draft": "x"}, ["both a draft and a target"]),
+        ({"preset": TINY_PRESET, "draft": "offline:qwen2.5-coder-0.5b"}, ["tiny"]),
+        ({"draft": "offline:nope", "target": "offline:nope"}, ["Unknown offline model"]),
+        ({"preset": DEFAULT_PRESET, "dtype": "int4"}, ["Unknown dtype"]),
+        ({"preset": DEFAULT_PRESET, "draft_quant": "int4"}, ["quantization"]),
+    ],
+)
+def test_argument_errors(kwargs, words):
+    with pytest.raises(ModelError) as err:
+        load_pair(**kwargs)
+    for w in words:
+        assert w in str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_requested_without_gpu():
+    with pytest.raises(ModelError, match="no CUDA GPU"):
+        load_pair(DEFAULT_PRESET, device="cuda")
+
+
+def test_hub_model_offline_error(cache):
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"  # tests/conftest.py
+    with pytest.raises(ModelError) as err:
+        load_pair(draft="EleutherAI/no-such-model-70m", target="EleutherAI/no-such-model-2.8b")
+    msg = str(err.value)
+    assert "HF_HUB_OFFLINE" in msg and "no-such-model" in msg and "Traceback" not in msg
+
+
+@pytest.mark.parametrize(
+    "exc, offline, words",
+    [
+        (MemoryError(), False, "not enough memory"),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), False, "not enough memory"),
+        (ValueError("requires you to execute custom code; set trust_remote_code=True"), False, "never runs"),
+        (OSError("x is not a local folder and is not a valid model identifier"), True, "HF_HUB_OFFLINE"),
+        (OSError("Couldn't connect to 'https://huggingface.co'"), False, "unreachable"),
+        (OSError("x is not a valid model identifier listed on 'https://huggingface.co/models'"), False, "neither"),
+        (KeyError("qwen9"), False, "not a causal language model"),
+    ],
+)
+def test_load_error_messages(monkeypatch, exc, offline, words):
+    monkeypatch.setattr(models, "_hub_offline", lambda: offline)
+    err = models._load_error("org/model", "org/model", exc)
+    assert isinstance(err, ModelError) and words in str(err) and str(err).startswith("Could not load org/model")
+
+
+def test_dtype_and_device_resolution():
+    cpu = torch.device("cpu")
+    assert models._resolve_dtype(None, cpu) == torch.bfloat16
+    assert models._resolve_dtype("float32", cpu) == torch.float32
+    assert models._resolve_dtype("bfloat16", cpu) == torch.bfloat16
+    assert models._resolve_dtype("float16", cpu) == torch.float16
+    assert models._resolve_device("cpu") == cpu
+    assert models._resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# --------------------------------------------------------------------------------------------------
+# The tiny pair
+# --------------------------------------------------------------------------------------------------
+
+
+def test_tiny_pair_shape_and_speed():
+    build_tiny_pair()  # warm up imports
+    t = time.perf_counter()
+    pair = build_tiny_pair(vocab_size=32, seed=0)
+    assert time.perf_counter() - t < 1.0
+    assert isinstance(pair, ModelPair) and pair.preset == TINY_PRESET
+    assert pair.dtype == torch.float32 and pair.device.type == "cpu" and pair.draft_quant is None
+    assert pair.vocab_size == 32 == len(pair.tokenizer)
+    assert pair.eos_token_ids == [pair.tokenizer.eos_token_id]
+    assert pair.device_label() == "cpu"
+    assert sum(p.numel() for p in pair.draft.parameters()) < sum(p.numel() for p in pair.target.parameters())
+    ids = torch.tensor([encode_prompt(pair, "hello world")])
+    with torch.no_grad():
+        assert pair.draft(ids).logits.shape[-1] == pair.target(ids).logits.shape[-1] == 32
+    assert not pair.draft.training and not pair.target.training
+
+
+def _mean_tv(pair) -> float:
+    ids = torch.tensor([encode_prompt(pair, "the quick brown fox jumps over the lazy dog")])
+    with torch.no_grad():
+        p = pair.target(ids).logits.softmax(-1)
+        q = pair.draft(ids).logits.softmax(-1)
+    return 0.5 * (p - q).abs().sum(-1).mean().item()
+
+
+def test_tiny_pair_draft_is_correlated_but_different():
+    tv = _mean_tv(build_tiny_pair())
+    assert 0.05 < tv < 0.6  # different models, but acceptance is far from zero
+    assert _mean_tv(build_tiny_pair(correlated=False)) > tv
+    assert _mean_tv(build_tiny_pair(noise=0.0)) < tv
+
+
+def test_tiny_pair_deterministic_and_leaves_rng_alone():
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    a, b = build_tiny_pair(seed=3), build_tiny_pair(seed=3)
+    assert torch.equal(torch.get_rng_state(), state)
+    for x, y in zip(a.target.parameters(), b.target.parameters()):
+        assert torch.equal(x, y)
+    c = build_tiny_pair(seed=4)
+    assert not torch.equal(a.target.lm_head.weight, c.target.lm_head.weight)
+
+
+def test_tiny_tokenizer_and_prompt():
+    tok = build_tokenizer(32)
+    ids = tok.encode("ab c", add_special_tokens=False)
+    assert len(ids) == 4 and tok.decode(ids) == "ab c"
+    pair = build_tiny_pair()
+    chat = encode_prompt(pair, "hi", chat=True)
+    plain = encode_prompt(pair, "hi", chat=False)
+    assert plain == tok.encode("hi", add_special_tokens=False)
+    assert chat[0] == tok.convert_tokens_to_ids("<user>") and chat[-1] == tok.convert_tokens_to_ids("<assistant>")
+    assert pair.eos_token_ids[0] in chat  # the template closes the user turn with <eos>
+    assert [decode_token(tok, i) for i in plain] == ["h", "i"]
+    with pytest.raises(ValueError):
+        build_tokenizer(4)
+
+
+def test_tiny_generate_stops_at_eos():
+    pair = build_tiny_pair()
+    ids = torch.tensor([encode_prompt(pair, "abc")])
+    out = pair.target.generate(ids, max_new_tokens=200, do_sample=True, eos_token_id=pair.eos_token_ids,
+                               pad_token_id=pair.tokenizer.pad_token_id)
+    assert out.shape[1] > ids.shape[1]
+
+
+def test_load_pair_tiny_is_cached_and_shared():
+    a = load_pair(TINY_PRESET)
+    assert a.preset == TINY_PRESET and a.vocab_size == 32
+    assert load_pair(TINY_PRESET) is a
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(load_pair(TINY_PRESET))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is a for r in results)
+    clear_cache()
+    assert load_pair(TINY_PRESET) is not a
+
+
+def test_decode_token_never_raises():
+    tok = build_tokenizer(32)
+    assert decode_token(tok, tok.eos_token_id) == "<eos>"
+    assert decode_token(tok, 10_000) == "<10000>"
+    assert isinstance(decode_token(tok, -1), str)
+    assert decode_token(None, 5) == "<5>"
+
+
+# --------------------------------------------------------------------------------------------------
+# Offline packs: streaming reassembly and its checks
+# --------------------------------------------------------------------------------------------------
+
+
+def test_reassemble_streams_and_verifies(tmp_path, monkeypatch):
+    data = os.urandom(10_000)
+    pack = make_pack(tmp_path, monkeypatch, data, n_parts=4)
+    monkeypatch.setattr(models, "_CHUNK", 333)  # force many chunks per part
+    reads = []
+    real_open = open
+
+    class CountingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, n=-1):
+            reads.append(n)
+            return self.f.read(n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+    def spy_open(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        return CountingFile(f) if "r" in mode and str(path).endswith(".bin") else f
+
+    monkeypatch.setattr("builtins.open", spy_open)
+    seen = []
+    dest = models._reassemble(pack, tmp_path / "out" / "model.gguf", lambda f, m: seen.append(f))
+    monkeypatch.undo()
+    assert dest.read_bytes() == data
+    assert reads and max(reads) == 333 and len(reads) >= 10_000 // 333  # chunked, never the whole file
+    assert seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
+    assert not list((tmp_path / "out").glob("*.partial"))
+
+
+def test_reassemble_missing_package(tmp_path, monkeypatch, cache):
+    pack = make_pack(tmp_path, monkeypatch, os.urandom(3000))
+    missing_module = pack.packages[1][1]
+    # part 2 is registered under a pip name whose module is not installed
+    packages = pack.packages[:1] + (("fake-missing-part2", missing_module + "_gone"),) + pack.packages[2:]
+    pack = dataclasses.replace(pack, packages=packages)
+    monkeypatch.setitem(models.OFFLINE_PACKS, pack.key, pack)
+    with pytest.raises(ModelError) as err:
+        models._reassemble(pack, tmp_path / "x.gguf")
+    msg = str(err.value)
+    assert "fake-missing-part2" in msg and "pip install 'fake-missing-part2==1.0'" in msg
+    assert pack.packages[0][0] not in msg  # only the missing one is named
+    assert "Traceback" not in msg
+    assert not (tmp_path / "x.gguf").exists()
+    # The same message through the public API, and installed_offline() says False.
+    monkeypatch.setitem(PRESETS, "fake", models.Preset("fake", pack.ref, pack.ref, True, "test"))
+    assert not installed_offline("fake")
+    with pytest.raises(ModelError, match="fake-missing-part2"):
+        load_pair("fake")
+
+
+def test_reassemble_missing_part_file(tmp_path, monkeypatch):
+    pack = make_pack(tmp_path, monkeypatch, os.urandom(3000))
+    part_file(pack, 3).unlink()
+    with pytest.raises(ModelError, match=pack.packages[2][0]):
+        models._reassemble(pack, tmp_path / "x.gguf")
+
+
+def test_reassemble_corrupt_part(tmp_path, monkeypatch):
+    pack = make_pack(tmp_path, monkeypatch, os.urandom(3000))
+    p = part_file(pack, 2)
+    raw = bytearray(p.read_bytes())
+    raw[5] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ModelError) as err:
+        models._reassemble(pack, tmp_path / "x.gguf")
+    assert "corrupt" in str(err.value) and "sha256" in str(err.value) and "--force-reinstall" in str(err.value)
+    assert not (tmp_path / "x.gguf").exists() and not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("delta", [-7, +7])
+def test_reassemble_wrong_size(tmp_path, monkeypatch, delta):
+    pack = make_pack(tmp_path, monkeypatch, os.urandom(3000))
+    p = part_file(pack, 1)
+    raw = p.read_bytes()
+    p.write_bytes(raw[:delta] if delta < 0 else raw + b"x" * delta)
+    with pytest.raises(ModelError, match="instead of 3,000"):
+        models._reassemble(pack, tmp_path / "x.gguf")
+    assert not list(tmp_path.glob("x.gguf*"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Offline packs: GGUF -> safetensors conversion, with real (tiny) GGUF files
+# --------------------------------------------------------------------------------------------------
+
+
+def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
+    from transformers import AutoModelForCausalLM
+
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2, tied=True)
+    events = []
+    pair = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, progress=lambda f, m: events.append((f, m)))
+
+    # progress: monotone, within [0, 1], ends at 1, mentions the conversion
+    fractions = [f for f, _ in events]
+    assert all(0.0 <= f <= 1.0 for f in fractions) and fractions[-1] == 1.0
+    assert all(b >= a - 1e-9 for a, b in zip(fractions, fractions[1:]))
+    assert any("dequantizing tensor" in m for _, m in events) and any("Reassembling" in m for _, m in events)
+
+    # the cache: complete, bf16, tokenizer + generation config, no leftovers (.gguf deleted)
+    for pack in (draft, target):
+        d = models._pack_dir(pack)
+        assert (d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file()
+        marker = json.loads((d / "specviz.json").read_text())
+        assert marker["dtype"] == "bfloat16" and marker["gguf_sha256"] == pack.sha256
+        assert json.loads((d / "config.json").read_text()).get("quantization_config") is None
+    assert not list(cache.rglob("*.gguf")) and not list((cache / "tmp").iterdir())
+
+    tok = pair.tokenizer
+    assert pair.vocab_size == len(tok) == 262
+    assert pair.context_length == 128 and pair.preset == "custom" and pair.dtype == torch.bfloat16
+    assert set(pair.eos_token_ids) == {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+    prompt = encode_prompt(pair, "def f")
+    assert tok.decode(prompt).endswith("<|im_start|>assistant\n")
+    assert encode_prompt(pair, "def f", chat=False) == tok.encode("def f", add_special_tokens=False)
+    assert target.display == pair.target_name and pair.target.config.tie_word_embeddings
+    assert torch.equal(pair.target.lm_head.weight, pair.target.model.embed_tokens.weight)
+
+    # the cached weights compute what the GGUF computes (both bf16)
+    ids = torch.tensor([prompt])
+    d_src = models._pack_dir(draft)
+    gguf_dir = tmp_path / "direct"
+    gguf_dir.mkdir()
+    (gguf_dir / "m.gguf").write_bytes(b"".join(part_file(draft, i).read_bytes() for i in (1, 2, 3)))
+    direct = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file="m.gguf", dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(pair.draft(ids).logits, direct(ids).logits)
+    assert d_src.is_dir()
+
+    # shared in-process cache; a later process-level load reuses the disk cache (no conversion)
+    assert load_pair(draft=draft.ref, target=target.ref, draft_quant=None) is pair
+    clear_cache()
+    monkeypatch.setattr(models, "_convert_pack", lambda *a, **k: pytest.fail("converted twice"))
+    again = load_pair(draft=draft.ref, target=target.ref, draft_quant=None)
+    assert again is not pair and again.vocab_size == 262
+
+
+def test_conversion_failure_leaves_no_cache(tmp_path, monkeypatch, cache):
+    pack = gguf_pack(tmp_path, monkeypatch)
+
+    def boom(model):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(models, "_plain_copy", boom)
+    with pytest.raises(ModelError) as err:
+        models._ensure_offline(pack, None)
+    assert "disk on fire" in str(err.value) and pack.display in str(err.value)
+    assert not models._pack_dir(pack).exists()
+    assert not list((cache / "tmp").iterdir())
+
+
+def test_corrupt_cache_marker_is_rebuilt(tmp_path, monkeypatch, cache):
+    pack = gguf_pack(tmp_path, monkeypatch)
+    d = models._ensure_offline(pack, None)
+    (d / "specviz.json").write_text("{broken")
+    assert not models._cache_valid(d, pack)
+    assert models._ensure_offline(pack, None) == d and models._cache_valid(d, pack)
+
+
+def test_int8_draft(tmp_path, monkeypatch, cache):
+    if not models._int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    ref = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, dtype="float32")
+    pair = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", dtype="float32")
+    assert pair.draft_quant == "int8" and ref.draft_quant is None
+    assert pair.target is not ref.target  # a different cache key
+    assert not any(type(m) is torch.nn.Linear for m in pair.draft.modules())
+    ids = torch.tensor([encode_prompt(pair, "def f")])
+    with torch.no_grad():
+        a, b = ref.draft(ids).logits, pair.draft(ids).logits
+    assert a.shape == b.shape and torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.95
+    # "auto" measures once, records the decision, and then follows it
+    auto = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
+    decisions = json.loads((cache / "quant.json").read_text())
+    (entry,) = decisions.values()
+    assert auto.draft_quant == ("int8" if entry["int8"] else None)
+    assert models._known_int8_decision(draft.ref, torch.bfloat16) == entry["int8"]
+
+
+def test_int8_linear_matches_quantize_dynamic():
+    if not models._int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)[0]
+        mine = models._int8_linear(lin)
+    x = torch.randn(5, 64)
+    assert torch.equal(ref(x), mine(x))
+
+
+# --------------------------------------------------------------------------------------------------
+# Custom pairs from local directories: tokenizer check, logits-width matching
+# --------------------------------------------------------------------------------------------------
+
+
+def _save_tiny(path: Path, vocab_size: int, seed: int, head_rows: int | None = None) -> str:
+    pair = build_tiny_pair(vocab_size=vocab_size, seed=seed)
+    model = pair.target
+    if head_rows is not None:  # pad the head like Qwen2.5-7B does (152,064 rows for 151,665 tokens)
+        model.resize_token_embeddings(head_rows)
+    model.save_pretrained(str(path))
+    pair.tokenizer.save_pretrained(str(path))
+    return str(path)
+
+
+def test_custom_pair_tokenizer_mismatch(tmp_path):
+    a = _save_tiny(tmp_path / "a", 32, 0)
+    b = _save_tiny(tmp_path / "b", 40, 1)
+    with pytest.raises(ModelError, match="do not share a tokenizer"):
+        load_pair(draft=a, target=b, dtype="float32")
+
+
+def test_custom_pair_trims_padded_head(tmp_path):
+    a = _save_tiny(tmp_path / "a", 32, 0)
+    b = _save_tiny(tmp_path / "b", 32, 1, head_rows=48)
+    pair = load_pair(draft=a, target=b, dtype="float32", draft_quant=None)
+    assert pair.vocab_size == 32 and pair.preset == "custom"
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert pair.draft(ids).logits.shape[-1] == pair.target(ids).logits.shape[-1] == 32
+
+
+def test_custom_pair_bad_path(tmp_path):
+    with pytest.raises(ModelError) as err:
+        load_pair(draft=str(tmp_path), target=str(tmp_path))
+    assert "local path" in str(err.value) and "Traceback" not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# The real offline default pair (converts on first use: ~2-3 minutes once; then seconds). Not skipped.
+# --------------------------------------------------------------------------------------------------
+
+
+def test_real_offline_default_pair():
+    t = time.perf_counter()
+    pair = load_pair(DEFAULT_PRESET)
+    print(f"\nloaded {pair.draft_name} -> {pair.target_name} in {time.perf_counter() - t:.1f} s "
+          f"(draft_quant={pair.draft_quant}, cache {models.cache_dir()})")
+    tok = pair.tokenizer
+    assert pair.preset == DEFAULT_PRESET and pair.device.type in ("cpu", "cuda")
+    assert pair.vocab_size == 151_936 and len(tok) == 151_936
+    assert set(pair.eos_token_ids) >= {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+    assert pair.context_length == 32_768
+    assert installed_offline(DEFAULT_PRESET)
+
+    # both models speak the same vocabulary: the draft's cached tokenizer is the target's
+    draft_tok = models._load_tokenizer(str(models._pack_dir(models.OFFLINE_PACKS["qwen2.5-coder-0.5b"])), "draft")
+    assert draft_tok.get_vocab() == tok.get_vocab()
+
+    prompt = "def fibonacci(n):"
+    plain = encode_prompt(pair, prompt, chat=False)
+    chat = encode_prompt(pair, prompt)
+    assert tok.decode(plain) == prompt
+    assert tok.decode(chat).endswith("<|im_start|>assistant\n") and len(chat) > len(plain)
+
+    ids = torch.tensor([plain], device=pair.device)
+    with torch.inference_mode():
+        assert pair.draft(ids).logits.shape[-1] == pair.target(ids).logits.shape[-1] == 151_936
+        out = pair.target.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=pair.eos_token_ids,
+                                   pad_token_id=tok.pad_token_id)
+        draft_out = pair.draft.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=pair.eos_token_ids,
+                                        pad_token_id=tok.pad_token_id)
+    text = tok.decode(out[0, ids.shape[1]:])
+    print(f"target continues {prompt!r} with {text!r}; draft with {tok.decode(draft_out[0, ids.shape[1]:])!r}")
+    assert any(k in text for k in ("if", "return", "fib", '"""', "#")), text
+    pieces = [decode_token(tok, int(i)) for i in out[0, ids.shape[1]:]]
+    assert "".join(pieces) == text  # pieces of ASCII code concatenate to the decoded text
+
+    # byte-level pieces of a multi-byte character render as bytes, never raise
+    for i in tok.encode("🦜 日本", add_special_tokens=False):
+        assert isinstance(decode_token(tok, i), str) and decode_token(tok, i)
+    assert decode_token(tok, tok.convert_tokens_to_ids("Ġfib")) == " fib"
