@@ -7,6 +7,7 @@ checks in specviz.service, drawing in specviz.views.
 from __future__ import annotations
 
 import contextlib
+import copy
 import html
 import json
 import logging
@@ -14,6 +15,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator
 
@@ -110,8 +112,9 @@ def _export_file(spec: Trace | None, std: Trace | None) -> str | None:
 
 @hosting.gpu(duration=hosting.run_duration)
 def run(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p, max_new_tokens, seed, variant,
-        progress=gr.Progress()):
+        request: gr.Request = None, progress=gr.Progress()):
     """Speculative then standard decoding, streamed to the page round by round."""
+    session = getattr(request, "session_hash", None)
     blank = gr.skip()
     n_out = 14
 
@@ -135,6 +138,7 @@ def run(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p,
             for up in race(req):
                 spec, std = up.spec, up.std
                 ev = up.event
+                _live_put(session, spec, std, ev)
                 now = time.perf_counter()
                 final = up.phase == "done" or (ev and ev.kind == "done")
                 if not final and now - last < UI_THROTTLE_S:
@@ -151,9 +155,11 @@ def run(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p,
                     yield out(_status(msg), blank, V.race_html(spec, std, std_running=ev.kind != "done"))
     except Exception as exc:  # out of memory, a broken model…: end this run cleanly
         log.exception("run failed")
+        _live_pop(session)
         yield out(status=_status(describe_error(exc), "error"))
         raise gr.Error(describe_error(exc), print_exception=False)
 
+    _live_pop(session)
     state = {"spec": spec, "std": std}
     summ = spec.summary() if spec else {}
     sp = V.race_speedup(spec, std)
@@ -162,6 +168,64 @@ def run(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p,
         msg += f", speedup {sp:.2f}× over standard decoding"
     yield out(_status(msg, "ok"), V.rounds_html(spec), V.race_html(spec, std), state,
               (*_final_views(spec, std), _export_file(spec, std)))
+
+
+# ---- Stop ---------------------------------------------------------------------------------
+# Stop cancels the run's event, which ends its generator at once: the run cannot draw its own last
+# frame.  So the run leaves its traces so far here (per browser session), and Stop draws them.
+
+_LIVE: OrderedDict[str, tuple] = OrderedDict()  # session -> (spec, std, side still running or None)
+_LIVE_LOCK = threading.Lock()
+_LIVE_MAX = 64  # sessions; a stopped run's entry is removed by Stop, a finished one by the run
+
+
+def _live_put(session: str | None, spec, std, ev) -> None:
+    if not session:
+        return
+    side = None if ev is None or ev.kind == "done" else ("std" if std is not None else "spec")
+    with _LIVE_LOCK:
+        _LIVE[session] = (spec, std, side)
+        _LIVE.move_to_end(session)
+        while len(_LIVE) > _LIVE_MAX:
+            _LIVE.popitem(last=False)
+
+
+def _live_pop(session: str | None):
+    if not session:
+        return None
+    with _LIVE_LOCK:
+        return _LIVE.pop(session, None)
+
+
+def _as_stopped(tr: Trace | None) -> Trace | None:
+    """A copy of a trace cut short by Stop, drawn as finished ('stopped') at its last whole round."""
+    if tr is None:
+        return None
+    tr = copy.copy(tr)
+    tr.rounds = list(tr.rounds)
+    tr.stop_reason = "stopped"
+    if tr.rounds:
+        tr.t_total = tr.rounds[-1].t_end
+    return tr
+
+
+def stop_views(current: str | None, state, request: gr.Request = None):
+    """Stop pressed: draw the run as far as it got (no round left "verifying…") and say it stopped."""
+    skip = gr.skip()
+    live = _live_pop(getattr(request, "session_hash", None))
+    if live:
+        spec, std, side = live
+        spec, std = (_as_stopped(spec) if side == "spec" else spec), (_as_stopped(std) if side == "std" else std)
+        msg = f"Stopped after {spec.n_tokens if spec else 0} speculative tokens"
+        msg += f" and {std.n_tokens} standard tokens" if std else ""
+        return (_status(msg + ". Press Run to start again.", "warn"),
+                V.rounds_html(spec) if spec else skip, V.race_html(spec, std))
+    if current and 'data-kind="info"' in current and "press Run" not in current:  # stopped while loading
+        return _status("Stopped. Press Run to start again.", "warn"), skip, skip
+    spec, std = (state or {}).get("spec"), (state or {}).get("std")
+    if spec or std:  # the replay was stopped: show the finished race
+        return skip, skip, V.race_html(spec, std)
+    return skip, skip, skip
 
 
 def replay(state):
@@ -435,8 +499,10 @@ def build() -> gr.Blocks:
         run_evt = run_btn.click(run, run_inputs, views, concurrency_limit=1, concurrency_id="models",
                                 show_progress_on=[status], api_visibility="private")
         replay_evt = run_evt.success(replay, [state], [race_html], concurrency_limit=None, api_visibility="private")
-        stop_btn.click(None, None, None, cancels=[run_evt, replay_evt])
-        replay_btn.click(replay, [state], [race_html], concurrency_limit=None, api_visibility="private")
+        replay_again = replay_btn.click(replay, [state], [race_html], concurrency_limit=None, api_visibility="private")
+        # Cancel first, then draw where the run got to (drawing first could be overwritten by a last frame).
+        stop_btn.click(None, None, None, cancels=[run_evt, replay_evt, replay_again]).then(
+            stop_views, [status, state], [status, rounds, race_html], queue=False, api_visibility="private")
 
         preset.change(lambda p: (gr.Row(visible=p == CUSTOM_PRESET),
                                  gr.Dropdown(info=PRESETS[p].description if p in PRESETS else "Any causal LM pair "

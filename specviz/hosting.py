@@ -34,8 +34,8 @@ def gpu(duration: Callable[..., int]) -> Callable[[Callable], Callable]:
     """`spaces.GPU(duration=...)` on ZeroGPU Spaces, identity elsewhere.
 
     ZeroGPU calls `duration` with the decorated function's own arguments; they are
-    bound to its parameter names here, so `duration` reads them by name
-    (`max_new_tokens=...`) whatever their position."""
+    bound to its parameter names here (defaults filled in), so `duration` reads them
+    by name (`max_new_tokens=...`) whatever their position."""
 
     def wrap(fn: Callable) -> Callable:
         decorator = _spaces_gpu()
@@ -45,7 +45,9 @@ def gpu(duration: Callable[..., int]) -> Callable[[Callable], Callable]:
 
         def seconds(*args: Any, **kwargs: Any) -> int:
             try:
-                named = sig.bind_partial(*args, **kwargs).arguments
+                bound = sig.bind_partial(*args, **kwargs)
+                bound.apply_defaults()
+                named = bound.arguments
             except TypeError:
                 named = dict(kwargs)
             return duration(**named)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -171,18 +170,19 @@ def test_cancel_stops_the_run_within_a_round(server, client):
     print(f"cancel: decoding under way {time.perf_counter() - t_submit:.1f} s after submitting")
     round_s = max(r.t_end - r.t_start for r in partial.rounds)
 
+    other = Client(server.url, verbose=False)  # another visitor
     t0 = time.perf_counter()
     assert job.cancel()
     # The next run waits for the model lock and the "models" concurrency slot: it must not wait
     # for the rest of a 1000-token run, only for the round in progress.
-    other = Client(server.url, verbose=False)
     doc = other.predict(api_name="/trace", prompt="hello", preset=TINY_PRESET, max_new_tokens=8)
     waited = time.perf_counter() - t0
     check_recording(doc, prompt="hello", preset=TINY_PRESET, max_new_tokens=8, temperature=0.0, epsilon=0.0)
-    assert waited < 5 + 3 * round_s, f"the next run waited {waited:.1f} s (one round takes {round_s:.2f} s)"
+    own = doc["speculative"]["t_total"] + doc["standard"]["t_total"]
+    assert waited < 5 + 2 * round_s, f"the next run waited {waited:.1f} s (one round takes {round_s:.2f} s)"
     assert job.status().code == Status.CANCELLED
-
-    print(f"cancel: one round {round_s:.2f} s; the next run finished {waited:.2f} s after Job.cancel()")
+    print(f"cancel: one round {round_s:.2f} s; the next run finished {waited:.2f} s after Job.cancel() "
+          f"(of which {own:.2f} s decoding)")
 
     # The cancelled pair works again at once.  An empty preset means the default pair (the
     # offline Qwen pair on a CPU host).

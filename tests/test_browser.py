@@ -264,6 +264,32 @@ def test_default_pair_run_animates_and_races(page, server, shots):
     assert not page.svx_errors, f"JS errors: {page.svx_errors}"
 
 
+def test_stop_mid_run_shows_where_it_got(page, server, shots):
+    """Stop during speculative decoding: a clear status, no round left "verifying…", the column marked stopped."""
+    open_app(page, server)
+    pick(page, "sv-preset", DEFAULT_PRESET)
+    open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+    set_number(page, "sv-max-new", 48)
+    page.click("#sv-run")
+    wait_until(page, server, "() => document.querySelectorAll('#sv-rounds .sv-round:not(.sv-round--pending)').length >= 1"
+               " && document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Speculative')",
+               "the first round", RUN_S)
+    page.click("#sv-stop")
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.dataset.kind === 'warn'",
+               "the status to say the run stopped", UI_S)
+    page.wait_for_timeout(2000)  # nothing may redraw after Stop
+    kind, text = status(page)
+    assert text.startswith("Stopped after"), f"status after Stop: [{kind}] {text}"
+    assert page.locator("#sv-rounds .sv-round--pending").count() == 0, "a round is still 'verifying…' after Stop"
+    badges = page.locator("#sv-race .sv-badge").all_inner_texts()
+    assert badges[0] == "finished · stopped" and "running…" not in badges, f"race badges after Stop: {badges}"
+    n = int(page.locator("#sv-race .sv-race-spec").get_attribute("data-tokens"))
+    assert 0 < n < 48 and f"after {n} speculative tokens" in text, f"{n} tokens shown; status: {text}"
+    page.locator("#sv-legend").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "live-stopped.png"))
+    assert_no_traceback(page)
+
+
 def test_prompt_markup_is_text_not_html(page, server, tiny_recording, tmp_path):
     """A prompt and token texts full of markup are shown as text; no script runs."""
     open_app(page, server)

@@ -17,7 +17,6 @@ import math
 import os
 import re
 import urllib.request
-from pathlib import Path
 
 import pytest
 from gradio_client import Client
