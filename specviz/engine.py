@@ -130,7 +130,7 @@ class ModelDrafter:
         for _ in range(gamma):
             q = warp(self.lm.forward(seq)[-1])
             prop.forwards += 1
-            x = sample(q, gen)
+            x = sample(q, gen, warp.greedy)
             prop.tokens.append(x)
             prop.q.append(q)
             seq.append(x)
@@ -288,7 +288,9 @@ def speculative_stream(
                 # 2. Verify: one target forward over the uncached suffix + the k drafts.
                 t_v0 = clock()
                 p_all = warp(target.forward(ids + prop.tokens, keep_logits=k + 1))  # p_1..p_{k+1}
-                n_acc, extra_kind, extra_dist = k, "bonus", p_all[k]
+                # No drafts (the token budget left room for one token only): a plain
+                # target step, not a bonus.
+                n_acc, extra_kind, extra_dist = k, ("bonus" if k else "target"), p_all[k]
                 if k:
                     q_all = torch.stack(prop.q)
                     v = verdicts(p_all[:k], q_all, eps, settings.variant, detail=False)
@@ -320,7 +322,7 @@ def speculative_stream(
                 if any(tok in eos for tok in accepted):
                     done, trace.stop_reason = True, "eos"
                 else:
-                    y = sample(extra_dist, gen)
+                    y = sample(extra_dist, gen, warp.greedy)
                     rnd.extra = Extra(y, piece(y), extra_kind, float(p_all[n_acc][y]))
                     rnd.emitted.append(Token(y, detok.push(y), extra_kind))
                     ids.append(y)
@@ -378,7 +380,7 @@ def standard_stream(
                     break
                 rnd = Round(index=len(trace.rounds), n_before=len(ids) - n_prompt, t_start=clock())
                 p = warp(target.forward(ids)[-1])
-                y = sample(p, gen)
+                y = sample(p, gen, warp.greedy)
                 rnd.extra = Extra(y, piece(y), "target", float(p[y]))
                 rnd.emitted.append(Token(y, detok.push(y), "target"))
                 ids.append(y)

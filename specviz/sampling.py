@@ -20,6 +20,10 @@ class Warp:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
 
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] -> probabilities [..., V] in float32."""
         logits = logits.float()
@@ -44,8 +48,14 @@ class Warp:
         return probs
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """Draw one token id from a probability vector [V]."""
+def sample(probs: torch.Tensor, generator: torch.Generator, greedy: bool = False) -> int:
+    """Draw one token id from a probability vector [V].
+
+    In greedy mode every distribution (p, q, the residual) is one-hot, so its
+    argmax *is* the sample; skipping multinomial saves ~5 ms per call over a
+    150k vocabulary on a CPU."""
+    if greedy:
+        return int(probs.argmax())
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 

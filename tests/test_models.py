@@ -523,12 +523,44 @@ def test_int8_draft(tmp_path, monkeypatch, cache):
     with torch.no_grad():
         a, b = ref.draft(ids).logits, pair.draft(ids).logits
     assert a.shape == b.shape and torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.95
-    # "auto" measures once, records the decision, and then follows it
+
+
+@pytest.mark.parametrize("timings, starved, expect, recorded", [
+    ([100.0, 40.0], False, "int8", True),   # int8 clearly faster: use it, remember
+    ([100.0, 95.0], False, None, True),     # not clearly faster: keep the draft as loaded, remember
+    ([100.0, 95.0], True, "int8", False),   # busy machine: the timing means nothing; int8, re-measure later
+])
+def test_int8_auto_decision(tmp_path, monkeypatch, cache, timings, starved, expect, recorded):
+    if not models._int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    monkeypatch.setattr(models, "_decode_step_ms", lambda ms, vocab, **kw: list(timings)[: len(ms)])
+    monkeypatch.setattr(models, "_starved", lambda cpu, wall: starved)
+    monkeypatch.setattr(models, "_machine_busy", lambda: False)
     auto = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
-    decisions = json.loads((cache / "quant.json").read_text())
-    (entry,) = decisions.values()
-    assert auto.draft_quant == ("int8" if entry["int8"] else None)
-    assert models._known_int8_decision(draft.ref, torch.bfloat16) == entry["int8"]
+    assert auto.draft_quant == expect
+    known = models._known_int8_decision(draft.ref, torch.bfloat16)
+    assert known == ((expect == "int8") if recorded else None)
+    if recorded:  # the next load follows the recorded decision without measuring
+        clear_cache()
+        monkeypatch.setattr(models, "_decode_step_ms", lambda *a: pytest.fail("measured twice"))
+        assert load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16").draft_quant == expect
+
+
+def test_int8_auto_on_busy_machine_skips_measuring(tmp_path, monkeypatch, cache):
+    if not models._int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    monkeypatch.setattr(models, "_machine_busy", lambda: True)
+    monkeypatch.setattr(models, "_decode_step_ms", lambda *a, **k: pytest.fail("measured on a busy machine"))
+    pair = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
+    assert pair.draft_quant == "int8" and models._known_int8_decision(draft.ref, torch.bfloat16) is None
+
+
+def test_decode_step_timing_runs():
+    pair = build_tiny_pair()
+    ms = models._decode_step_ms([pair.draft, pair.target], pair.vocab_size, context=8, steps=2)
+    assert len(ms) == 2 and all(m > 0 for m in ms)
 
 
 def test_int8_linear_matches_quantize_dynamic():

@@ -312,7 +312,7 @@ def test_rounds_html_upto_and_pending():
 
 
 def test_rounds_html_empty_and_none():
-    assert "Generate" in rounds_html(None)
+    assert "<b>Run</b>" in rounds_html(None)
     assert "Waiting" in rounds_html(empty_trace())
     assert "Waiting" in rounds_html(make_trace(), upto=0)
 

@@ -207,7 +207,7 @@ def rounds_html(
     ``max_rounds_shown`` rounds and a "… k earlier rounds" line.
     """
     if trace is None:
-        return '<div class="sv-rounds sv-empty">No run yet: press <b>Generate</b> to watch the rounds.</div>'
+        return '<div class="sv-rounds sv-empty">No run yet: press <b>Run</b> to watch the rounds.</div>'
     rounds = trace.rounds if upto is None else trace.rounds[: max(int(upto), 0)]
     gamma = trace.gamma
     eps = epsilon_of(trace.settings)

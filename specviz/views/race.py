@@ -186,9 +186,9 @@ def race_html(
             speed = '<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">speedup: not enough data</span></div>'
     else:
         if not a.present and not b.present:
-            msg = "Run both decoders to race them."
+            msg = "Press Run: speculative decoding runs first, then standard decoding, and the two race here."
         elif not (a.present and b.present):
-            msg = "Run the other decoder too to see the speedup."
+            msg = "The speedup appears once both decoders have finished (standard decoding runs second)."
         else:
             msg = "Speedup appears when both runs finish."
         speed = f'<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">{esc(msg)}</span></div>'

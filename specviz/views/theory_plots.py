@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as th
+from .plots import FONT_COLOR  # one palette for all figures
 
 TEMPLATE = "plotly_white"
 C_THEORY = "#1f77b4"
@@ -34,6 +35,9 @@ def _message(title: str, text: str) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         template=TEMPLATE,
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(color=FONT_COLOR),
         title=dict(text=title),
         xaxis=dict(visible=False),
         yaxis=dict(visible=False),
@@ -68,6 +72,10 @@ def _layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) 
         t["subtitle"] = dict(text=subtitle)
     fig.update_layout(
         template=TEMPLATE,
+        # Transparent backgrounds and a mid-grey font read in Gradio's light and dark modes alike.
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(color=FONT_COLOR),
         title=t,
         hovermode="closest",
         # Legend under the plot, clear of the x-axis title.
