@@ -22,11 +22,11 @@ from typing import Iterator
 import gradio as gr
 
 from specviz import hosting, sweeps
-from specviz.models import DEFAULT_PRESET, PRESETS, ModelError
+from specviz.models import PRESETS, ModelError
 from specviz.service import (CUSTOM_PRESET, MODEL_LOCK, InputError, check_request, default_preset,
                              describe_error, get_pair, prepare, race, ui_presets)
 from specviz.settings import GAMMA_MAX, MAX_NEW_TOKENS_MAX
-from specviz.theory import (arithmetic_cost_factor, batch_rejection_exact, expected_speedup,
+from specviz.theory import (arithmetic_cost_factor, expected_speedup,
                             expected_tokens_per_round, optimal_gamma, synthetic_pair)
 from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json
 from specviz.views import html as V

@@ -401,7 +401,7 @@ def test_load_trace_without_models_then_step(page, server, tiny_recording, shots
     step_and_check(page, server)
     page.screenshot(path=str(shots / "loaded-trace.png"), full_page=True)
     loaded = [ln for ln in server.log()[log_before:].splitlines() if re.search(r"\bLoad(ing|ed) ", ln)]
-    assert not loaded, f"loading a recording loaded models:\n" + "\n".join(loaded)
+    assert not loaded, "loading a recording loaded models:\n" + "\n".join(loaded)
     assert_no_traceback(page)
 
 

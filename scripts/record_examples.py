@@ -1,0 +1,51 @@
+"""Record the example runs shipped in assets/traces/ (shown before any model loads).
+
+    python scripts/record_examples.py            # default offline pair, on this machine
+
+Each file is a specviz recording (speculative + standard trace) exactly as the
+app exports it; the page loads the first one at start-up.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair  # noqa: E402
+from specviz.service import race  # noqa: E402
+from specviz.service import Request  # noqa: E402
+from specviz.settings import DecodeSettings  # noqa: E402
+from specviz.trace import recording_to_json  # noqa: E402
+
+EXAMPLES = {
+    "1-code-greedy": ("Write a Python function `fibonacci(n)` that returns the n-th Fibonacci number iteratively, "
+                      "with a docstring.", DecodeSettings(gamma=5, max_new_tokens=64)),
+    "2-chat-greedy": ("Explain in three sentences what a hash table is and why lookups are fast.",
+                      DecodeSettings(gamma=5, max_new_tokens=48)),
+    "3-translation-sampled": ('Translate into French: "The weather is nice today, so we are going to the park with '
+                              'the children."', DecodeSettings(gamma=4, temperature=0.7, max_new_tokens=40, seed=1)),
+    "4-slow-case": ("Invent twelve random made-up words, each with a surprising one-line definition.",
+                    DecodeSettings(gamma=8, temperature=1.2, max_new_tokens=40, seed=2)),
+}
+
+
+def main() -> None:
+    pair = load_pair(DEFAULT_PRESET)
+    out = ROOT / "assets" / "traces"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (prompt, settings) in EXAMPLES.items():
+        req = Request(pair, prompt, encode_prompt(pair, prompt), settings)
+        spec = std = None
+        for up in race(req):
+            spec, std = up.spec, up.std
+        s = spec.summary()
+        print(f"{name}: {spec.n_tokens} tokens, alpha {s['alpha']:.2f}, "
+              f"speedup {s['tokens_per_s'] / std.summary()['tokens_per_s']:.2f}x")
+        (out / f"{name}.json").write_text(recording_to_json(spec, std, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
