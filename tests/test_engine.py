@@ -259,3 +259,26 @@ def test_settings_validation():
     with pytest.raises(SettingsError, match="max new tokens"):
         DecodeSettings.checked(max_new_tokens=10**9)
     assert DecodeSettings.checked(gamma="5", variant="Decoding-UNO").variant == "uno"
+
+
+def test_a_different_drafter_plugs_in_and_stays_exact():
+    """Prompt lookup (one-hot q, no model) through the same verify/accept code."""
+    from specviz.drafters import PromptLookupDrafter
+
+    pair = make_pair(vocab=6)
+    drafter = PromptLookupDrafter(vocab_size=6)
+    assert drafter.lookup([1, 2, 3, 1, 2], 3) == [3, 1, 2]
+    prompt = [0, 1, 2, 0, 1, 2, 0, 1]
+    greedy = DecodeSettings(gamma=3, temperature=0.0, max_new_tokens=25)
+    spec = speculative_decode(pair, prompt, greedy, drafter=PromptLookupDrafter(6))
+    std = standard_decode(pair, prompt, greedy)
+    assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
+    assert spec.models["drafter"] == "prompt lookup"
+    assert spec.summary()["verified"] > 0
+    # Sampling: the first token still follows the target's p exactly.
+    p = next_dist(pair.target, prompt, Warp(1.0))
+    firsts = []
+    for seed in range(1500):
+        s = DecodeSettings(gamma=2, temperature=1.0, max_new_tokens=2, seed=seed)
+        firsts.append((speculative_decode(pair, prompt, s, drafter=PromptLookupDrafter(6)).tokens[0].id,))
+    assert_matches(firsts, {(x,): float(p[x]) for x in range(6) if p[x] > 0})
