@@ -348,6 +348,11 @@ def epsilon_sweep_ui(*args, progress=gr.Progress()):
     yield from sweep("epsilon", *args, progress=progress)
 
 
+def recorded_prompt(state):
+    tr = (state or {}).get("spec") or (state or {}).get("std")
+    return tr.prompt if tr and tr.prompt else gr.skip()
+
+
 def next_round(state, idx):
     spec = (state or {}).get("spec")
     return min(int(idx or 1) + 1, len(spec.rounds) if spec else 1)
@@ -521,16 +526,23 @@ def build() -> gr.Blocks:
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
         next_btn.click(next_round, [state, step], [step], api_visibility="private")
 
-        upload.upload(load_file, [upload], views, api_visibility="private")
+        # After a recording loads, the prompt box shows the prompt it was recorded with.
+        upload.upload(load_file, [upload], views, api_visibility="private").success(
+            recorded_prompt, [state], [prompt], api_visibility="private")
         if RECORDINGS:
-            rec.change(load_example_recording, [rec], views, api_visibility="private")
-            demo.load(load_example_recording, None, views, api_visibility="private")
+            rec.change(load_example_recording, [rec], views, api_visibility="private").success(
+                recorded_prompt, [state], [prompt], api_visibility="private")
+            demo.load(load_example_recording, None, views, api_visibility="private").success(
+                recorded_prompt, [state], [prompt], api_visibility="private")
 
         theory_in = [t_alpha, t_gamma, t_c, t_chat, state]
         theory_out = [t_note, t_speed, t_tokens, t_cost, t_thm1]
         for comp in (t_alpha, t_gamma, t_c, t_chat):
             comp.release(theory_views, theory_in, theory_out, api_visibility="private")
-        state.change(theory_views, theory_in, theory_out, api_visibility="private")
+        # A new run or recording moves the theory sliders to its measured α, γ and c, so its
+        # measured point sits on the curve drawn from its own numbers.
+        state.change(use_last_run, [state], [t_alpha, t_gamma, t_c], api_visibility="private").then(
+            theory_views, theory_in, theory_out, api_visibility="private")
         demo.load(theory_views, theory_in, theory_out, api_visibility="private")
         last_btn.click(use_last_run, [state], [t_alpha, t_gamma, t_c], api_visibility="private").then(
             theory_views, theory_in, theory_out, api_visibility="private")

@@ -23,8 +23,9 @@ import pytest
 
 from tests.server import launch_app
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
+from specviz.trace import load_recording
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements-test.txt")
+from playwright import sync_api  # noqa: E402  (requirements-test.txt; never skipped)
 
 CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -341,10 +342,15 @@ def test_theory_slider_updates_note_and_plot(page, server):
     open_app(page, server)
     page.get_by_role("tab", name="Theory").click()
     page.wait_for_selector("#sv-theory-note", state="visible")
-    wait_until(page, server, "() => /Optimal γ/.test(document.querySelector('#sv-theory-note')?.innerText)",
-               "the theory note", UI_S)
+    # The shipped recording loads at start-up and moves the sliders to its measured α, γ, c:
+    # wait for that first, so it cannot overwrite the slider move below.
+    wait_until(page, server, "() => /Optimal γ[\\s\\S]*Last run/.test(document.querySelector('#sv-theory-note')?.innerText)",
+               "the theory note with the recorded run's numbers", UI_S)
     before = page.inner_text("#sv-theory-note")
-    assert "α = 0.80" in before and "γ* = " in before, f"unexpected note: {before!r}"
+    first = sorted((ROOT / "assets" / "traces").glob("*.json"))[0]
+    recorded_alpha = load_recording(first.read_bytes())[0].summary()["alpha"]
+    assert f"α = {recorded_alpha:.2f}" in before and "γ* = " in before, \
+        f"sliders did not follow the recorded run (α = {recorded_alpha:.3f}): {before!r}"
     plot_before = page.locator("#sv-t-speed").text_content()
 
     # Drag α with the mouse: press on the handle, release a third of the way along the track.
@@ -356,12 +362,14 @@ def test_theory_slider_updates_note_and_plot(page, server):
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.33, y, steps=8)
     page.mouse.up()
-    wait_until(page, server, f"() => document.querySelector('#sv-theory-note')?.innerText !== {json.dumps(before)}",
-               "the note to follow the α slider", UI_S)
-    after = page.inner_text("#sv-theory-note")
     alpha = float(page.locator("#sv-alpha input[type=number]").input_value())
     assert alpha < 0.6, f"α did not move (it is {alpha})"
-    assert f"α = {alpha:.2f}" in after, f"the note does not show the new α {alpha:.2f}: {after!r}"
+    # (The note may also change for another reason first: the shipped recording loading at start-up
+    # adds its "Last run" line.  Wait for the new α itself.)
+    wait_until(page, server, f"() => document.querySelector('#sv-theory-note')?.innerText.includes("
+               f"{json.dumps(f'Optimal γ for α = {alpha:.2f}')})", "the note to follow the α slider", UI_S)
+    after = page.inner_text("#sv-theory-note")
+    assert after != before and f"α = {alpha:.2f}" in after, f"the note does not show the new α {alpha:.2f}: {after!r}"
     wait_until(page, server, f"() => document.querySelector('#sv-t-speed')?.textContent !== {json.dumps(plot_before)}",
                "the speedup plot to redraw for the new α", UI_S)
     assert f"α = {alpha:.3f}" in page.locator("#sv-t-speed").text_content()

@@ -81,7 +81,8 @@ def _column(name: str, css: str, trace: Trace | None, side: RaceSide, denom: int
             f'<div class="sv-race-col {css} sv-race-col--absent">'
             f'<div class="sv-race-head"><span class="sv-race-title">{esc(name)}</span>'
             f'<span class="sv-badge sv-badge--idle">not run</span></div>'
-            f'<div class="sv-text sv-text--empty">Not run yet.</div>'
+            '<div class="sv-text sv-text--empty">Not run yet: each Run decodes speculatively first, then the '
+            'standard way, one after the other so the timings are fair.</div>'
             f"{_stats(None)}</div>"
         )
     if side.error:

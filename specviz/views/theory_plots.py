@@ -19,6 +19,7 @@ from .. import theory as th
 from .plots import FONT_COLOR  # one palette for all figures
 
 TEMPLATE = "plotly_white"
+GRID_COLOR = "rgba(128, 128, 128, 0.25)"  # soft in light and dark mode
 C_THEORY = "#1f77b4"
 C_SECOND = "#7f7f7f"
 C_OPT = "#2ca02c"
@@ -83,6 +84,8 @@ def _layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) 
         margin=dict(t=(110 if "<br>" in subtitle else 90) if subtitle else 60, b=120),
         **kw,
     )
+    fig.update_xaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR)  # every subplot's axes
+    fig.update_yaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR)
     return fig
 
 
