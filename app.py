@@ -294,7 +294,8 @@ def theory_views(alpha, gamma, c, c_hat, state):
               f"{arithmetic_cost_factor(float(alpha), g, float(c_hat)):.2f}× the arithmetic of standard decoding.")
     if measured:
         note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}, γ = {measured['gamma']}, "
-                 f"measured speedup {measured['speedup'] or 0:.2f}× (the marker on the curve).")
+                 f"measured speedup {measured['speedup'] or 0:.2f}× (the marker; it includes the prompt prefill, "
+                 "which Thm 3.8 does not model).")
     return (note, TP.speedup_curves(float(alpha), float(c), 16, measured), TP.tokens_per_round_curves(float(alpha), 16),
             TP.cost_factor_curve(float(alpha), float(c_hat), 16), TP.theorem1_plot(spec))
 

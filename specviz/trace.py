@@ -277,20 +277,24 @@ class Trace:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Trace":
-        if isinstance(text, bytes):
-            if len(text) > MAX_TRACE_BYTES:
-                raise TraceError(f"trace file is too large ({len(text):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceError("trace file is not UTF-8 text") from exc
-        if len(text) > MAX_TRACE_BYTES:
-            raise TraceError(f"trace file is too large ({len(text):,} characters; the limit is {MAX_TRACE_BYTES:,})")
+        return _parse_trace(_read_json(text))
+
+
+def _read_json(data: str | bytes) -> Any:
+    """Decode an uploaded file: size limit, UTF-8 and JSON checked, each with a clear TraceError."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"file is too large ({len(data):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
         try:
-            d = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
-            raise TraceError(f"trace file is not valid JSON: {exc}") from None
-        return _parse_trace(d)
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceError("file is not UTF-8 text: expected a specviz .json trace or recording") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
+        raise TraceError(f"not valid JSON: {exc}") from None
 
 
 def theoretical_speedup(alpha: float | None, gamma: int, c: float | None) -> float | None:
@@ -492,19 +496,7 @@ def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None 
 
 def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
     """Parse an exported recording (or a bare trace) into (speculative, standard)."""
-    if isinstance(data, bytes):
-        if len(data) > MAX_TRACE_BYTES:
-            raise TraceError(f"file is too large ({len(data):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TraceError("file is not UTF-8 text: expected a specviz .json recording") from None
-    if len(data) > MAX_TRACE_BYTES:
-        raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
-        raise TraceError(f"not valid JSON: {exc}") from None
+    doc = _read_json(data)
     if isinstance(doc, dict) and doc.get("schema") == SCHEMA_NAME:
         tr = _parse_trace(doc)
         return (tr, None) if tr.kind == "speculative" else (None, tr)
