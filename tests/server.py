@@ -56,8 +56,14 @@ def launch_app(tmp_dir: Path, env: dict[str, str] | None = None, timeout: float 
             time.sleep(0.5)
         yield Server(url, proc, log_path)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate a server, killing it if it does not exit within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

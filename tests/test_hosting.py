@@ -28,7 +28,7 @@ from specviz import hosting
 from specviz.models import PRESETS, TINY_PRESET
 from specviz.service import GPU_DEFAULT_PRESET
 from specviz.trace import Trace
-from tests.server import ROOT, free_port
+from tests.server import ROOT, free_port, stop_process
 
 # ---- Hugging Face Spaces: the README's front matter -----------------------------------------
 
@@ -275,12 +275,7 @@ def test_the_app_listens_on_gradio_server_port_and_name(tmp_path):
         assert listening == {("127.0.0.1", port)}, listening  # GRADIO_SERVER_NAME: loopback only
         assert f"127.0.0.1:{port}" in log_path.read_text()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 # ---- Deta Space: the Spacefile ------------------------------------------------------------------
