@@ -110,6 +110,14 @@ def _export_file(spec: Trace | None, std: Trace | None) -> str | None:
 # ---- the run ----------------------------------------------------------------------------
 
 
+def ui_request(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p, max_new_tokens, seed,
+               variant, progress):
+    """Load the pair (with progress on the page) and validate the form: what Run and the sweeps share."""
+    pair = get_pair(preset, draft_id, target_id, progress=lambda f, m: progress(f, desc=m))
+    return prepare(pair, prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
+                   max_new_tokens=max_new_tokens, seed=seed, variant=VARIANTS.get(variant, variant))
+
+
 @hosting.gpu(duration=hosting.run_duration)
 def run(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p, max_new_tokens, seed, variant,
         request: gr.Request = None, progress=gr.Progress()):
@@ -124,9 +132,8 @@ def run(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p,
 
     try:
         yield out(status=_status("Loading models…"))
-        pair = get_pair(preset, draft_id, target_id, progress=lambda f, m: progress(f, desc=m))
-        req = prepare(pair, prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
-                      max_new_tokens=max_new_tokens, seed=seed, variant=VARIANTS.get(variant, variant))
+        req = ui_request(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p, max_new_tokens,
+                         seed, variant, progress)
     except (InputError, ModelError) as exc:
         yield out(status=_status(str(exc), "error"))
         raise gr.Error(str(exc), print_exception=False)
@@ -320,9 +327,8 @@ def sweep(kind, preset, draft_id, target_id, prompt, gamma, epsilon, temperature
           progress=gr.Progress()):
     """γ sweep or ε sweep on the loaded models, with progress; Stop cancels."""
     try:
-        pair = get_pair(preset, draft_id, target_id, progress=lambda f, m: progress(f, desc=m))
-        req = prepare(pair, prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
-                      max_new_tokens=max_new_tokens, seed=seed, variant=VARIANTS.get(variant, variant))
+        req = ui_request(preset, draft_id, target_id, prompt, gamma, epsilon, temperature, top_p, max_new_tokens,
+                         seed, variant, progress)
     except (InputError, ModelError) as exc:
         yield f"**The sweep did not start:** {exc}", gr.skip(), gr.skip()
         raise gr.Error(str(exc), print_exception=False)
