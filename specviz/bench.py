@@ -24,7 +24,7 @@ import torch
 
 from .drafters import PromptLookupDrafter
 from .engine import speculative_decode, standard_decode
-from .models import DEFAULT_PRESET, PRESETS, ModelError, encode_prompt, load_pair
+from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from .settings import DecodeSettings, SettingsError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.jsonl"
@@ -180,7 +180,7 @@ def progress(i: int, n: int, label: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default: {DEFAULT_PRESET!r}); one of: " + "; ".join(PRESETS))
+    ap.add_argument("--preset", default="default", help="model pair, by id or display name: " + preset_help())
     ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="JSONL file, one {\"prompt\": ...} per line")
     ap.add_argument("--gamma", type=int, default=5, help="draft length γ")
     ap.add_argument("--epsilon", type=float, default=0.0, help="over-acceptance ε (0 = exact)")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"no prompts of category {args.category!r}")
     try:
         quant = None if args.draft_quant == "none" else args.draft_quant
-        pair = load_pair(args.preset, dtype=args.dtype, draft_quant=quant,
+        pair = load_pair(resolve_preset(args.preset), dtype=args.dtype, draft_quant=quant,
                          progress=lambda f, m: progress(int(f * 100), 100, m))
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)

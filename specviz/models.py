@@ -75,7 +75,8 @@ class ModelError(Exception):
 
 @dataclass(frozen=True)
 class Preset:
-    name: str  # display name
+    id: str  # short id for the CLI and the API ("qwen-coder-offline")
+    name: str  # display name for the UI
     draft: str  # hub id / local path / "offline:<key>" / "tiny:draft"
     target: str
     offline: bool  # weights come from pip packages (no network needed)
@@ -137,6 +138,7 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
         Preset(
+            "qwen-coder-offline",
             DEFAULT_PRESET,
             "offline:qwen2.5-coder-0.5b",
             "offline:qwen2.5-coder-1.5b",
@@ -145,6 +147,7 @@ PRESETS: dict[str, Preset] = {
             "from pip packages and run without network; the first use converts them (about a minute).",
         ),
         Preset(
+            "qwen-coder-7b",
             "Qwen2.5-Coder 0.5B → 7B (hub, GPU)",
             "Qwen/Qwen2.5-Coder-0.5B-Instruct",
             "Qwen/Qwen2.5-Coder-7B-Instruct",
@@ -152,6 +155,7 @@ PRESETS: dict[str, Preset] = {
             "Same draft, a 14x larger target. Downloads ~16 GB from the Hugging Face hub; meant for a GPU.",
         ),
         Preset(
+            "pythia",
             "Pythia 70M → 2.8B (hub)",
             "EleutherAI/pythia-70m",
             "EleutherAI/pythia-2.8b",
@@ -159,6 +163,7 @@ PRESETS: dict[str, Preset] = {
             "The pair studied by Yin et al. (NeurIPS 2024). Base models, no chat template. Downloads ~6 GB.",
         ),
         Preset(
+            "smollm2",
             "SmolLM2 135M → 1.7B (hub)",
             "HuggingFaceTB/SmolLM2-135M-Instruct",
             "HuggingFaceTB/SmolLM2-1.7B-Instruct",
@@ -166,6 +171,7 @@ PRESETS: dict[str, Preset] = {
             "Small instruct models from Hugging Face. Downloads ~3.7 GB.",
         ),
         Preset(
+            "tiny",
             TINY_PRESET,
             "tiny:draft",
             "tiny:target",
@@ -174,6 +180,26 @@ PRESETS: dict[str, Preset] = {
         ),
     ]
 }
+
+
+
+
+def resolve_preset(name: str) -> str:
+    """A preset's display name from its display name, its short id, or "default"."""
+    key = name.strip()
+    if key in PRESETS:
+        return key
+    if key.lower() == "default":
+        return DEFAULT_PRESET
+    for p in PRESETS.values():
+        if p.id == key.lower():
+            return p.name
+    raise ModelError(f"Unknown model preset {key[:80]!r}. Choose one of: {preset_help()}.")
+
+
+def preset_help() -> str:
+    """The presets as `id` ("display name"), for --help and error messages."""
+    return "; ".join(f"{p.id} ({p.name!r})" for p in PRESETS.values()) + "; default"
 
 
 # --------------------------------------------------------------------------------------------------

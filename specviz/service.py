@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .engine import Event, speculative_stream, standard_stream
-from .models import DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair
+from .models import DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair, resolve_preset
 from .settings import DecodeSettings, SettingsError
 
 MAX_PROMPT_CHARS = 8_000
@@ -85,7 +85,7 @@ def check_model_id(name: Any) -> str:
 def get_pair(preset: Any, draft: Any = None, target: Any = None,
              progress: Callable[[float, str], None] | None = None) -> ModelPair:
     """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure."""
-    if preset is None or preset == "":
+    if preset is None or (isinstance(preset, str) and preset.strip().lower() in ("", "default")):
         preset = default_preset()
     if not isinstance(preset, str):
         raise InputError(f"The model preset must be text (a preset name), not a {type(preset).__name__}.")
@@ -93,8 +93,10 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
         if not custom_models_enabled():
             raise InputError("Custom model pairs are disabled on this server (set SPECVIZ_ALLOW_CUSTOM=1 to enable them).")
         return load_pair(draft=check_model_id(draft), target=check_model_id(target), progress=progress)
-    if preset not in PRESETS:
-        raise InputError(f"Unknown model preset {preset[:80]!r}. Choose one of: {', '.join(PRESETS)}.")
+    try:
+        preset = resolve_preset(preset)
+    except ModelError as exc:
+        raise InputError(str(exc)) from None
     return load_pair(preset, progress=progress)
 
 

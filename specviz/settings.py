@@ -11,10 +11,14 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-GAMMA_MAX = 16
+GAMMA_MAX = 16  # draft length with the constant policy
+GAMMA_MAX_DYNAMIC = 32  # maximum draft length when a dynamic policy decides when to stop
 MAX_NEW_TOKENS_MAX = 1024
 SEED_MAX = 2**63 - 1
-VARIANTS = ("opt", "uno")
+# The one map of variant labels: the UI shows the keys, everything else stores the values.
+VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "uno"}
+# How many tokens a drafter proposes per round (see specviz.policy):
+POLICIES = ("constant", "heuristic", "confidence", "adaptive")
 
 
 class SettingsError(ValueError):
@@ -28,7 +32,7 @@ def _show(value: Any) -> str:
     if isinstance(value, int):  # str() of a very long int is slow, and refused past 4300 digits
         return str(value) if value.bit_length() <= 64 else "a huge integer"
     if isinstance(value, float):
-        return f"{value:g}"
+        return repr(value)  # as given: 1.0000001 stays 1.0000001
     if isinstance(value, str):  # repr: control characters and lone surrogates come out escaped
         return repr(value[:40] + ("…" if len(value) > 40 else ""))
     return f"a {type(value).__name__}"
@@ -49,12 +53,33 @@ def _number(name: str, value: Any) -> float:
 
 
 def _integer(name: str, value: Any, lo: int, hi: int) -> int:
-    x = _number(name, value)
-    if x != int(x):
-        raise SettingsError(f"{name} must be a whole number, not {_show(value)}")
+    """A whole number in [lo, hi].  Python ints are checked as ints (never through a
+    float, which would round 2**53 + 1 and refuse 2**63 − 1); a float such as 3.0
+    from a JSON client is accepted when it is whole."""
+    if isinstance(value, bool):
+        raise SettingsError(f"{name} must be a whole number, not {value!r}")
+    if isinstance(value, str):  # "12" from a form or the CLI: parse as an int, exactly
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass  # "3.0", "abc": _number gives the message
+    if isinstance(value, int):
+        x = value
+    else:
+        f = _number(name, value)
+        if f != int(f):
+            raise SettingsError(f"{name} must be a whole number, not {_show(value)}")
+        x = int(f)
     if not lo <= x <= hi:
-        raise SettingsError(f"{name} must be between {lo} and {hi}, not {_show(x if abs(x) > 1e15 else int(x))}")
-    return int(x)
+        raise SettingsError(f"{name} must be between {lo} and {hi}, not {_show(value)}")
+    return x
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    v = value.strip().lower() if isinstance(value, str) else None
+    if v not in allowed:
+        raise SettingsError(f"{name} must be one of {', '.join(allowed)}, not {_show(value)}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,9 @@ class DecodeSettings:
     top_p: float = 1.0  # 1 = off
     max_new_tokens: int = 64
     seed: int = 0
+    drafter: str = "model"  # a name in specviz.drafters.DRAFTERS
+    policy: str = "constant"  # a name in POLICIES; γ is the maximum draft length for the dynamic ones
+    tau: float = 0.4  # the confidence policy stops drafting when q(x) of the token just drafted < τ
 
     @classmethod
     def checked(cls, **kw: Any) -> "DecodeSettings":
@@ -75,24 +103,38 @@ class DecodeSettings:
         if unknown:
             raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}")
         d = {**asdict(cls()), **{k: v for k, v in kw.items() if v is not None}}
-        gamma = _integer("γ (draft length)", d["gamma"], 1, GAMMA_MAX)
+        policy = _choice("draft-length policy", d["policy"], POLICIES)
+        gamma = _integer("γ (draft length)", d["gamma"], 1, GAMMA_MAX if policy == "constant" else GAMMA_MAX_DYNAMIC)
         eps = _number("ε (over-acceptance)", d["epsilon"])
         if not 0.0 <= eps <= 1.0:
-            raise SettingsError(f"ε (over-acceptance) must be between 0 and 1, not {eps:g}")
-        variant = d["variant"].strip().lower() if isinstance(d["variant"], str) else ""
+            raise SettingsError(f"ε (over-acceptance) must be between 0 and 1, not {_show(d['epsilon'])}")
+        variant = d["variant"].strip() if isinstance(d["variant"], str) else ""
+        variant = VARIANTS.get(variant, variant.lower())
         variant = {"decoding-opt": "opt", "decoding-uno": "uno"}.get(variant, variant)
-        if variant not in VARIANTS:
+        if variant not in VARIANTS.values():
             raise SettingsError(f"variant must be 'opt' or 'uno', not {_show(d['variant'])}")
         temp = _number("temperature", d["temperature"])
         if not 0.0 <= temp <= 5.0:
-            raise SettingsError(f"temperature must be between 0 and 5, not {temp:g}")
+            raise SettingsError(f"temperature must be between 0 and 5, not {_show(d['temperature'])}")
         top_k = _integer("top-k", d["top_k"], 0, 1_000_000)
         top_p = _number("top-p", d["top_p"])
         if not 0.0 < top_p <= 1.0:
-            raise SettingsError(f"top-p must be in (0, 1], not {top_p:g}")
+            raise SettingsError(f"top-p must be in (0, 1], not {_show(d['top_p'])}")
         max_new = _integer("max new tokens", d["max_new_tokens"], 1, MAX_NEW_TOKENS_MAX)
         seed = _integer("seed", d["seed"], 0, SEED_MAX)
-        return cls(gamma, eps, variant, temp, top_k, top_p, max_new, seed)
+        from .drafters import DRAFTERS  # lazily: the registry imports torch
+
+        drafter = _choice("drafter", d["drafter"], tuple(DRAFTERS))
+        tau = _number("τ (confidence threshold)", d["tau"])
+        if not 0.0 <= tau <= 1.0:
+            raise SettingsError(f"τ (confidence threshold) must be between 0 and 1, not {_show(d['tau'])}")
+        return cls(gamma, eps, variant, temp, top_k, top_p, max_new, seed, drafter, policy, tau)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "DecodeSettings":
+        """Settings as stored in a trace; keys older recordings lack take their defaults,
+        keys this version does not know (such as dtype) are ignored."""
+        return cls.checked(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

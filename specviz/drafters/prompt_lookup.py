@@ -12,8 +12,8 @@ from typing import Callable
 
 import torch
 
-from .engine import Proposal
-from .sampling import Warp
+from ..engine import Proposal
+from ..sampling import Warp
 
 
 class PromptLookupDrafter:
