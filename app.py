@@ -93,7 +93,7 @@ def step_views(spec: Trace | None, idx) -> tuple[str, str]:
         return "<p class='sv-muted'>Run or load a trace to step through its rounds.</p>", ""
     i = min(max(int(idx or 1), 1), len(spec.rounds)) - 1
     rnd = spec.rounds[i]
-    eps = float(spec.settings.get("epsilon", 0) or 0)
+    eps = spec.settings.epsilon
     return V.narrate_html(rnd, spec), V.round_html(rnd, spec.gamma, epsilon=eps, current=True) + V.text_html(
         [t for r in spec.rounds[: i + 1] for t in r.emitted])
 

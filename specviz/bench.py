@@ -13,6 +13,7 @@ checked here, never by timed assertions in tests.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -22,10 +23,10 @@ from typing import Any
 
 import torch
 
-from .drafters import PromptLookupDrafter
+from .drafters import DRAFTERS
 from .engine import speculative_decode, standard_decode
 from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
-from .settings import DecodeSettings, SettingsError
+from .settings import POLICIES, DecodeSettings, SettingsError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.jsonl"
 
@@ -75,15 +76,10 @@ def hf_generate(pair, ids: list[int], settings: DecodeSettings, assisted: bool) 
     return out.shape[1] - len(ids), time.perf_counter() - t0
 
 
-def make_drafter(kind: str, pair):
-    """None = the pair's draft model (the engine's default drafter)."""
-    return PromptLookupDrafter(pair.vocab_size) if kind == "prompt-lookup" else None
-
-
-def bench_prompt(pair, row, settings: DecodeSettings, compare_hf: bool, drafter: str = "model") -> dict[str, Any]:
+def bench_prompt(pair, row, settings: DecodeSettings, compare_hf: bool) -> dict[str, Any]:
     ids = encode_prompt(pair, row["prompt"], chat=bool(row.get("chat", True)))
     std = standard_decode(pair, ids, settings, prompt=row["prompt"])
-    spec = speculative_decode(pair, ids, settings, prompt=row["prompt"], drafter=make_drafter(drafter, pair))
+    spec = speculative_decode(pair, ids, settings, prompt=row["prompt"])
     s = spec.summary()
     res = {
         "name": row["name"],
@@ -193,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: bf16)")
     ap.add_argument("--draft-quant", default="auto", help="auto | int8 | none (CPU draft quantisation)")
     ap.add_argument("--category", default=None, help="only prompts of this category (code, chat, ...)")
-    ap.add_argument("--drafter", default="model", choices=["model", "prompt-lookup"],
-                    help="who drafts: the pair's draft model, or prompt-lookup n-grams (no model)")
+    ap.add_argument("--drafter", default="model", choices=list(DRAFTERS),
+                    help="who drafts: " + "; ".join(f"{k} = {label}" for k, (label, _) in DRAFTERS.items()))
+    ap.add_argument("--policy", default="constant", choices=list(POLICIES),
+                    help="draft-length policy (γ is the maximum for all but constant)")
+    ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
     ap.add_argument("--compare-hf", action="store_true", help="also time transformers' generate, plain and assisted")
     ap.add_argument("--json", type=Path, default=None, help="write all results to this JSON file")
     args = ap.parse_args(argv)
@@ -202,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = DecodeSettings.checked(gamma=args.gamma, epsilon=args.epsilon, variant=args.variant,
                                           temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+                                          max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                          drafter=args.drafter, policy=args.policy, tau=args.tau)
     except SettingsError as exc:
         ap.error(str(exc))
     rows = read_prompts(args.prompts)
@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # Warm up both loops (first calls allocate and are slower).
     warm = encode_prompt(pair, "Hello", chat=True)
-    wset = DecodeSettings(**{**settings.as_dict(), "max_new_tokens": 4})
+    wset = dataclasses.replace(settings, max_new_tokens=4)
     standard_decode(pair, warm, wset)
-    speculative_decode(pair, warm, wset, drafter=make_drafter(args.drafter, pair))
+    speculative_decode(pair, warm, wset)
     if args.compare_hf:
         hf_generate(pair, warm, wset, assisted=False)
         hf_generate(pair, warm, wset, assisted=True)
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for i, row in enumerate(rows):
         progress(i, len(rows), row["name"])
-        results.append(bench_prompt(pair, row, settings, args.compare_hf, args.drafter))
+        results.append(bench_prompt(pair, row, settings, args.compare_hf))
     progress(len(rows), len(rows), "done")
     agg = aggregate(results)
     print(format_table(results, agg))

@@ -3,12 +3,14 @@
 The speculative loop is Leviathan et al. 2023, Algorithm 1 (Chen et al. 2023),
 with Yin et al.'s (NeurIPS 2024) over-acceptance threshold ε:
 
-    draft x_1..x_γ ~ q autoregressively            (a Drafter)
+    draft x_1..x_k ~ q, k ≤ γ chosen by a policy    (a Drafter, streamed)
     p_1..p_{γ+1} = target(prefix + x_1..x_γ)         (one forward pass)
     accept x_i while u_i < b_i = min(1, (p_i(x_i) + ε) / q_i(x_i))
     first rejection: emit a correction ~ residual   (Decoding-OPT; p for UNO)
     all accepted: emit a bonus ~ p_{γ+1}
 
+Each drafted token is yielded as an event the moment it exists; the policy
+(specviz.policy) and EOS decide when to stop asking the drafter for more.
 Both models keep a KV cache holding a prefix of the emitted text; each forward
 feeds only the tokens the cache does not hold yet, and a rejection crops the
 cache back to the accepted prefix.  The engine knows nothing of the UI: it
@@ -18,135 +20,43 @@ yields events and returns a `Trace` of plain data.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import torch
-from transformers import DynamicCache
 
+from .drafters import DraftContext, Drafter, make_drafter
+from .kv import CachedLM
+from .policy import make_policy
 from .sampling import Warp, rule_stats, sample, verdicts
 from .settings import DecodeSettings
 from .trace import DraftToken, Extra, Position, Round, Token, Trace
 
 
 class Clock:
-    """Wall clock that waits for the GPU before reading, so timings are true."""
+    """Seconds since the run started, waiting for the GPU before reading so timings are true.
+
+    The engine is a generator: while a consumer holds an event (a page redraw, say)
+    the run is paused, and `hold()` keeps that time out of every later reading, so
+    the trace measures the decoding, not the page."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.t0 = self.now_abs()
+        self.t0 = self._now()
 
-    def now_abs(self) -> float:
+    def _now(self) -> float:
         if self.cuda:
             torch.cuda.synchronize()
         return time.perf_counter()
 
     def __call__(self) -> float:
-        return self.now_abs() - self.t0
+        return self._now() - self.t0
 
-
-class CachedLM:
-    """A causal LM plus a KV cache holding a prefix of a token sequence."""
-
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        self.model = model
-        self.device = device
-        self.cache = DynamicCache()
-        self.cached = 0  # number of tokens of the sequence held in the cache
-
-    def forward(self, ids: list[int], keep_logits: int = 1) -> torch.Tensor:
-        """Feed ids[cached:] and return the logits of the last `keep_logits` of them [k, V]."""
-        new = ids[self.cached :]
-        assert new, "nothing new to feed"
-        x = torch.tensor([new], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=keep_logits)
-        self.cached = len(ids)
-        return out.logits[0, -keep_logits:]
-
-    def prefill(self, ids: list[int]) -> None:
-        """Fill the cache with all but the last token (which the next forward feeds)."""
-        if len(ids) > 1:
-            self.forward(ids[:-1], keep_logits=1)
-
-    def rollback(self, n: int) -> None:
-        """Keep only the first n tokens in the cache."""
-        if self.cached > n:
-            self.cache.crop(-(self.cached - n))  # transformers 5: a negative count of tokens to drop
-            self.cached = n
-
-    def free(self) -> None:
-        self.cache = DynamicCache()
-        self.cached = 0
-
-
-# ---- drafters -------------------------------------------------------------------
-
-
-@dataclass
-class Proposal:
-    """γ (or fewer) drafted tokens with their full draft distributions q_i."""
-
-    tokens: list[int] = field(default_factory=list)
-    q: list[torch.Tensor] = field(default_factory=list)  # each [V], float32
-    forwards: int = 0
-
-
-class Drafter(Protocol):
-    """Anything that proposes draft tokens with their distributions.
-
-    A deterministic drafter (prompt-lookup n-grams, say) proposes one-hot q;
-    the acceptance rule stays exact.  The verify/accept code only sees
-    Proposals, so new drafters plug in here without touching it.
-    """
-
-    name: str
-
-    def start(self, ids: list[int]) -> None: ...
-
-    def propose(
-        self, ids: list[int], gamma: int, warp: Warp, gen: torch.Generator, on_token: Callable[[int, float], None]
-    ) -> Proposal: ...
-
-    def rollback(self, n: int) -> None: ...
-
-    def free(self) -> None: ...
-
-
-class ModelDrafter:
-    """The classic drafter: a small causal LM sampled autoregressively."""
-
-    def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft model", eos_ids=()):
-        self.lm = CachedLM(model, device)
-        self.name = name
-        self.eos_ids = set(eos_ids)
-
-    def start(self, ids: list[int]) -> None:
-        self.lm.free()
-        self.lm.prefill(ids)
-
-    def propose(self, ids, gamma, warp, gen, on_token) -> Proposal:
-        prop = Proposal()
-        seq = list(ids)
-        for _ in range(gamma):
-            q = warp(self.lm.forward(seq)[-1])
-            prop.forwards += 1
-            x = sample(q, gen, warp.greedy)
-            prop.tokens.append(x)
-            prop.q.append(q)
-            seq.append(x)
-            on_token(x, float(q[x]))
-            if x in self.eos_ids:  # a draft is truncated at EOS
-                break
-        return prop
-
-    def rollback(self, n: int) -> None:
-        self.lm.rollback(n)
-
-    def free(self) -> None:
-        self.lm.free()
-
-
-# ---- events ---------------------------------------------------------------------
+    def hold(self, event: "Event") -> Iterator["Event"]:
+        """Yield an event; the time until the consumer asks for the next one is not counted."""
+        t = time.perf_counter()
+        yield event
+        self.t0 += time.perf_counter() - t
 
 
 @dataclass
@@ -199,7 +109,7 @@ def _new_trace(kind, pair, prompt, prompt_ids, settings: DecodeSettings, drafter
         kind=kind,
         prompt=prompt,
         prompt_tokens=len(prompt_ids),
-        settings=settings.as_dict(),
+        settings=settings,
         models={
             "preset": getattr(pair, "preset", ""),
             "draft": getattr(pair, "draft_name", ""),
@@ -234,23 +144,22 @@ def speculative_stream(
     prompt: str = "",
     drafter: Drafter | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-    detail: bool = True,
 ) -> Iterator[Event]:
     """Speculative decoding as a stream of events; the last event is "done".
 
-    detail=False skips the full-vocabulary statistics (r, TV, bias), to measure
-    what tracing costs.
-    """
+    The drafter is settings.drafter built for the pair unless one is given."""
     device = pair.device
     eos = set(pair.eos_token_ids)
-    drafter = drafter or ModelDrafter(pair.draft, device, name=pair.draft_name, eos_ids=eos)
+    drafter = drafter or make_drafter(pair, settings)
+    policy = make_policy(settings)
     target = CachedLM(pair.target, device)
     warp, gen = _warp_for(settings), _generator(settings, device)
     piece, detok = _text_of(pair.tokenizer), _Detok(pair.tokenizer)
     trace = _new_trace("speculative", pair, prompt, prompt_ids, settings, drafter.name)
-    eps, gamma, budget = settings.epsilon, settings.gamma, settings.max_new_tokens
+    eps, budget = settings.epsilon, settings.max_new_tokens
     ids = list(prompt_ids)
     n_prompt = len(ids)
+    hidden = None  # the target's hidden state that produced ids[-1], for drafters that read it
     clock = Clock(device)
     try:
         with torch.inference_mode():
@@ -266,39 +175,61 @@ def speculative_stream(
                     break
                 n_gen = len(ids) - n_prompt
                 rnd = Round(index=len(trace.rounds), n_before=n_gen, t_start=clock())
-                # Never draft past the token budget: the round emits at most γ_eff + 1 tokens.
-                gamma_eff = min(gamma, budget - n_gen - 1)
+                # Never draft past the token budget: the round emits at most limit + 1 tokens.
+                room = budget - n_gen - 1
+                limit = min(policy.limit(), room)
 
-                # 1. Draft.
-                pending: list[Event] = []
-
-                def on_token(tok: int, q_x: float) -> None:
-                    t_s = time.perf_counter()
-                    rnd.draft.append(DraftToken(tok, piece(tok), q_x))
-                    pending.append(Event("draft", trace, rnd))
-                    trace.t_tracing += time.perf_counter() - t_s
-
-                prop = drafter.propose(ids, gamma_eff, warp, gen, on_token) if gamma_eff > 0 else Proposal()
-                t_drafted = clock()
-                rnd.t_draft = t_drafted - rnd.t_start
-                rnd.draft_forwards = prop.forwards
-                yield from pending
-                k = len(prop.tokens)
+                # 1. Draft, one token at a time, each shown as soon as it exists.
+                tokens: list[int] = []
+                qs: list[torch.Tensor] = []
+                confs: list[float] = []
+                rnd.draft_stop = "none"
+                if limit > 0:
+                    ctx = DraftContext(ids, limit, warp, gen, device, hidden if drafter.needs_hidden else None)
+                    steps = drafter.draft(ctx)
+                    rnd.draft_stop = "exhausted"
+                    try:
+                        for step in steps:
+                            tokens.append(step.token)
+                            qs.append(step.q)
+                            confs.append(step.confidence)
+                            rnd.draft_forwards += step.forwards
+                            t_s = time.perf_counter()
+                            rnd.draft.append(DraftToken(step.token, piece(step.token), float(step.q[step.token]),
+                                                        step.confidence))
+                            trace.t_tracing += time.perf_counter() - t_s
+                            rnd.t_draft = clock() - rnd.t_start
+                            yield from clock.hold(Event("draft", trace, rnd))
+                            # Stop on EOS for every drafter: nothing after an end of text can be emitted.
+                            if step.token in eos:
+                                why = "eos"
+                            elif len(tokens) >= limit:
+                                why = "budget" if room < policy.limit() else "limit"
+                            else:
+                                why = policy.stop(confs)  # the draft-length policy (draft side only)
+                            if why:
+                                rnd.draft_stop = why
+                                break
+                    finally:
+                        steps.close()
+                t_v0 = clock()
+                rnd.t_draft = t_v0 - rnd.t_start
+                k = len(tokens)
 
                 # 2. Verify: one target forward over the uncached suffix + the k drafts.
-                t_v0 = clock()
-                p_all = warp(target.forward(ids + prop.tokens, keep_logits=k + 1))  # p_1..p_{k+1}
-                # No drafts (the token budget left room for one token only): a plain
-                # target step, not a bonus.
+                fed = len(ids) + k - target.cached
+                out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
+                p_all = warp(out.logits)  # p_1..p_{k+1}
+                # No drafts (the budget left room for one token only, or the drafter had
+                # nothing): a plain target step, not a bonus.
                 n_acc, extra_kind, extra_dist = k, ("bonus" if k else "target"), p_all[k]
                 if k:
-                    q_all = torch.stack(prop.q)
+                    q_all = torch.stack(qs)
                     v = verdicts(p_all[:k], q_all, eps, settings.variant, detail=False)
-                    if detail:  # the explainer's statistics, timed as tracing cost
-                        t_s = time.perf_counter()
-                        v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q_all, v.b, v.fallback)
-                        trace.t_tracing += time.perf_counter() - t_s
-                    xs = torch.tensor(prop.tokens, device=device)
+                    t_s = time.perf_counter()  # the explainer's statistics, timed as tracing cost
+                    v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q_all, v.b, v.fallback)
+                    trace.t_tracing += time.perf_counter() - t_s
+                    xs = torch.tensor(tokens, device=device)
                     rows = torch.arange(k, device=device)
                     b_x = v.b[rows, xs].tolist()
                     p_x = p_all[rows, xs].tolist()
@@ -314,33 +245,38 @@ def speculative_stream(
                             n_acc, extra_kind, extra_dist = i, "correction", v.fallback[i]
                             break
 
-                accepted = prop.tokens[:n_acc]
+                accepted = tokens[:n_acc]
                 for tok in accepted:
                     rnd.emitted.append(Token(tok, detok.push(tok), "accepted"))
                 ids.extend(accepted)
-                # An accepted EOS ends the text; otherwise add the correction or bonus token.
-                if any(tok in eos for tok in accepted):
+                # An accepted EOS (drafting stops at one, so it is the last draft) ends the
+                # text; otherwise add the correction or bonus token.
+                if accepted and accepted[-1] in eos:
                     done, trace.stop_reason = True, "eos"
                 else:
                     y = sample(extra_dist, gen, warp.greedy)
                     rnd.extra = Extra(y, piece(y), extra_kind, float(p_all[n_acc][y]))
                     rnd.emitted.append(Token(y, detok.push(y), extra_kind))
                     ids.append(y)
+                    if out.hidden is not None:
+                        hidden = out.hidden[n_acc]
                     if y in eos:
                         done, trace.stop_reason = True, "eos"
 
                 # 3. Roll both caches back to the accepted prefix (the correction or
                 # bonus token is not in either cache yet; the next round feeds it).
                 keep = n_prompt + n_gen + n_acc
-                target.rollback(keep)
+                target.crop(keep)
                 drafter.rollback(keep)
                 rnd.t_end = clock()
                 rnd.t_verify = rnd.t_end - t_v0
+                policy.observe([(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], k, rnd.t_draft,
+                               rnd.draft_forwards, fed, rnd.t_verify)
                 if not done and len(ids) - n_prompt >= budget:
                     done, trace.stop_reason = True, "max_new_tokens"
                 trace.rounds.append(rnd)
                 trace.t_total = rnd.t_end
-                yield Event("round", trace, rnd)
+                yield from clock.hold(Event("round", trace, rnd))
     finally:
         # Free the KV caches whether the run finished, failed or was cancelled.
         target.free()
@@ -379,7 +315,7 @@ def standard_stream(
                     trace.stop_reason = "stopped"
                     break
                 rnd = Round(index=len(trace.rounds), n_before=len(ids) - n_prompt, t_start=clock())
-                p = warp(target.forward(ids)[-1])
+                p = warp(target.feed(ids).logits[-1])
                 y = sample(p, gen, warp.greedy)
                 rnd.extra = Extra(y, piece(y), "target", float(p[y]))
                 rnd.emitted.append(Token(y, detok.push(y), "target"))
@@ -388,7 +324,7 @@ def standard_stream(
                 rnd.t_verify = rnd.t_end - rnd.t_start
                 trace.rounds.append(rnd)
                 trace.t_total = rnd.t_end
-                yield Event("round", trace, rnd)
+                yield from clock.hold(Event("round", trace, rnd))
                 if y in eos:
                     trace.stop_reason = "eos"
                     break

@@ -57,7 +57,7 @@ def _integer(name: str, value: Any, lo: int, hi: int) -> int:
     float, which would round 2**53 + 1 and refuse 2**63 − 1); a float such as 3.0
     from a JSON client is accepted when it is whole."""
     if isinstance(value, bool):
-        raise SettingsError(f"{name} must be a whole number, not {value!r}")
+        raise SettingsError(f"{name} must be a number, not {value!r}")
     if isinstance(value, str):  # "12" from a form or the CLI: parse as an int, exactly
         try:
             value = int(value.strip())
@@ -70,9 +70,24 @@ def _integer(name: str, value: Any, lo: int, hi: int) -> int:
         if f != int(f):
             raise SettingsError(f"{name} must be a whole number, not {_show(value)}")
         x = int(f)
+    if x.bit_length() > 1024:  # beyond any float: the message cannot show it
+        raise SettingsError(f"{name} is far out of range ({_show(value)})")
     if not lo <= x <= hi:
         raise SettingsError(f"{name} must be between {lo} and {hi}, not {_show(value)}")
     return x
+
+
+def _valid(cls: Any, kw: dict[str, Any]) -> bool:
+    try:
+        cls.checked(**kw)
+        return True
+    except SettingsError:
+        return False
+
+
+def _policy_of(d: dict[str, Any]) -> dict[str, Any]:
+    """γ's range depends on the policy: check γ together with it."""
+    return {"policy": d["policy"]} if "policy" in d else {}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -134,7 +149,12 @@ class DecodeSettings:
     def from_dict(cls, d: dict[str, Any]) -> "DecodeSettings":
         """Settings as stored in a trace; keys older recordings lack take their defaults,
         keys this version does not know (such as dtype) are ignored."""
-        return cls.checked(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        try:
+            return cls.checked(**known)
+        except SettingsError as exc:  # name the stored key, as a recording's reader knows it
+            bad = next((k for k in known if not _valid(cls, {k: known[k], **_policy_of(known)})), None)
+            raise SettingsError(f"{bad}: {exc}" if bad else str(exc)) from None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,15 +7,17 @@ laptop without any model, and rendered exactly as it was recorded.
 Notation (as in Leviathan et al. 2023): p = target distribution, q = draft
 distribution.  Chen et al. and Yin et al. swap the two letters.
 
-JSON schema (``SCHEMA_VERSION`` 1)::
+JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at defaults)::
 
     {
-      "schema": "specviz.trace", "version": 1,
+      "schema": "specviz.trace", "version": 2,
       "kind": "speculative" | "standard",
       "prompt": str,                 # the user's prompt (before chat template)
       "prompt_tokens": int,          # tokens fed to the models
       "settings": {gamma, epsilon, variant ("opt"|"uno"), temperature, top_k,
-                   top_p, max_new_tokens, seed, dtype},
+                   top_p, max_new_tokens, seed, drafter, policy, tau},
+                                     # specviz.settings.DecodeSettings; gamma is the maximum
+                                     # draft length under a dynamic policy
       "models": {"preset": str, "draft": str, "target": str, "drafter": str},
       "device": str,                 # "cpu", "cuda:0 (NVIDIA H100)", ...
       "stop_reason": "eos" | "max_new_tokens" | "stopped" | "error",
@@ -30,7 +32,10 @@ JSON schema (``SCHEMA_VERSION`` 1)::
     Round = {
       "index": int,                  # 0-based
       "n_before": int,               # tokens generated before this round
-      "draft": [{"id", "text", "q"}],  # drafted tokens x_i with q_i(x_i); [] for standard decoding
+      "draft": [{"id", "text", "q", "conf"}],  # drafted tokens x_i with q_i(x_i) and the drafter's
+                                     # temperature-1 probability of x_i; [] for standard decoding
+      "draft_stop": str,             # why drafting stopped: limit, budget, confidence, cost, eos,
+                                     # exhausted (the drafter had no more), none (nothing drafted)
       "positions": [Position],       # verified positions: accepted ones, then the rejected one
       "extra": {"id", "text", "kind", "p"} | null,
                                      # kind: "correction" (sampled from the residual),
@@ -64,8 +69,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .settings import DecodeSettings, SettingsError
+
 SCHEMA_NAME = "specviz.trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
+READ_VERSIONS = (1, 2)  # version 1 recordings load with the new fields at their defaults
+DRAFT_STOPS = ("", "limit", "budget", "confidence", "cost", "eos", "exhausted", "none")
 MAX_TRACE_BYTES = 20 * 1024 * 1024  # a trace file larger than this is refused
 MAX_ROUNDS = 20_000
 
@@ -83,6 +92,7 @@ class DraftToken:
     id: int
     text: str
     q: float
+    conf: float | None = None  # the drafter's own probability of the token at temperature 1
 
 
 @dataclass
@@ -127,6 +137,7 @@ class Round:
     t_end: float = 0.0
     draft_forwards: int = 0
     target_forwards: int = 1
+    draft_stop: str = ""  # why drafting stopped: one of specviz.policy.STOP_REASONS ("" in old recordings)
 
     @property
     def n_accepted(self) -> int:
@@ -152,7 +163,7 @@ class Trace:
     kind: str  # "speculative" | "standard"
     prompt: str
     prompt_tokens: int
-    settings: dict[str, Any]
+    settings: DecodeSettings
     models: dict[str, str]
     device: str
     rounds: list[Round] = field(default_factory=list)
@@ -162,7 +173,6 @@ class Trace:
     draft_prefill: float = 0.0
     target_prefill: float = 0.0
     t_tracing: float = 0.0  # seconds spent on tracing-only work (statistics, token texts)
-    error: str | None = None
 
     # ---- derived quantities -------------------------------------------------
 
@@ -180,7 +190,7 @@ class Trace:
 
     @property
     def gamma(self) -> int:
-        return int(self.settings.get("gamma", 0) or 0)
+        return self.settings.gamma
 
     def token_times(self) -> list[tuple[float, int]]:
         """(seconds since start, tokens so far) after each round: the tokens-vs-time curve."""
@@ -379,8 +389,8 @@ def _parse_trace(d: Any) -> Trace:
         raise TraceError("not a specviz trace: the file must hold a JSON object")
     if d.get("schema") != SCHEMA_NAME:
         raise TraceError("not a specviz trace: field 'schema' must be 'specviz.trace'")
-    if d.get("version") != SCHEMA_VERSION:
-        raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads version {SCHEMA_VERSION})")
+    if d.get("version") not in READ_VERSIONS:
+        raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads versions 1 and 2)")
     kind = _req(d, "kind", str, "trace")
     if kind not in ("speculative", "standard"):
         raise TraceError(f"trace.kind: unknown kind {kind!r}")
@@ -391,9 +401,11 @@ def _parse_trace(d: Any) -> Trace:
             raise TraceError("trace.settings: values must be numbers or strings")
         if isinstance(v, float) and not math.isfinite(v):
             raise TraceError(f"trace.settings.{k}: not a finite number")
-    gamma = settings.get("gamma", 0)
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 0 <= gamma <= 64:
-        raise TraceError("trace.settings.gamma: expected an integer 0..64")
+    try:
+        typed = DecodeSettings.from_dict(settings)
+    except SettingsError as exc:
+        raise TraceError(f"trace.settings: {exc}") from None
+    gamma = typed.gamma
     for k, v in models.items():
         if not isinstance(v, str) or len(v) > 500:
             raise TraceError("trace.models: values must be short strings")
@@ -407,9 +419,13 @@ def _parse_trace(d: Any) -> Trace:
     for k, r in enumerate(rounds_in):
         w = f"rounds[{k}]"
         draft = [
-            DraftToken(_req(t, "id", int, f"{w}.draft"), _str(t, "text", f"{w}.draft"), _prob(t, "q", f"{w}.draft"))
+            DraftToken(_req(t, "id", int, f"{w}.draft"), _str(t, "text", f"{w}.draft"), _prob(t, "q", f"{w}.draft"),
+                       None if t.get("conf") is None else _prob(t, "conf", f"{w}.draft"))
             for t in _req(r, "draft", list, w)
         ]
+        draft_stop = r.get("draft_stop", "")
+        if draft_stop not in DRAFT_STOPS:
+            raise TraceError(f"{w}.draft_stop: unknown value {draft_stop!r}")
         if len(draft) > max(gamma, 0):
             raise TraceError(f"{w}.draft: more drafted tokens than gamma")
         positions = []
@@ -457,14 +473,14 @@ def _parse_trace(d: Any) -> Trace:
                 t_end=_secs(r, "t_end", w),
                 draft_forwards=_count(r, "draft_forwards", w),
                 target_forwards=_count(r, "target_forwards", w),
+                draft_stop=draft_stop,
             )
         )
-    err = d.get("error")
     return Trace(
         kind=kind,
         prompt=_str(d, "prompt", "trace", limit=200_000),
         prompt_tokens=_count(d, "prompt_tokens", "trace"),
-        settings=dict(settings),
+        settings=typed,
         models={k: str(v) for k, v in models.items()},
         device=_str(d, "device", "trace"),
         rounds=rounds,
@@ -474,7 +490,6 @@ def _parse_trace(d: Any) -> Trace:
         draft_prefill=_opt_secs(d, "draft_prefill"),
         target_prefill=_opt_secs(d, "target_prefill"),
         t_tracing=_opt_secs(d, "t_tracing"),
-        error=err if isinstance(err, str) else None,
     )
 
 
@@ -502,7 +517,7 @@ def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
         return (tr, None) if tr.kind == "speculative" else (None, tr)
     if not isinstance(doc, dict) or doc.get("schema") != RECORDING_NAME:
         raise TraceError("not a specviz recording: expected a JSON object with \"schema\": \"specviz.recording\"")
-    if doc.get("version") != SCHEMA_VERSION:
+    if doc.get("version") not in READ_VERSIONS:
         raise TraceError(f"unsupported recording version {doc.get('version')!r}")
     spec = _parse_trace(doc["speculative"]) if doc.get("speculative") is not None else None
     std = _parse_trace(doc["standard"]) if doc.get("standard") is not None else None

@@ -14,7 +14,7 @@ from gradio_client import Client
 from gradio_client.utils import Status
 
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
-from specviz.trace import Trace, load_recording
+from specviz.trace import SCHEMA_VERSION, Trace, load_recording
 from tests.server import launch_app
 
 PROMPT = "Write a Python function `square(x)` that returns x squared."
@@ -37,7 +37,7 @@ def trace_call(client: Client, **kw) -> dict:
 
 def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = True, **settings) -> tuple[Trace, Trace]:
     """Everything a client may rely on in a finished recording."""
-    assert doc["schema"] == "specviz.recording" and doc["version"] == 1
+    assert doc["schema"] == "specviz.recording" and doc["version"] == SCHEMA_VERSION == 2
     assert "partial" not in doc
     spec = Trace.from_dict(doc["speculative"])
     std = Trace.from_dict(doc["standard"]) if standard else None
@@ -54,7 +54,7 @@ def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = Tru
         assert tr.models["draft"] and tr.models["target"]
         assert tr.prompt_tokens > 0
         for key, value in settings.items():  # the settings echo exactly what was asked
-            assert tr.settings[key] == value, (kind, key, tr.settings[key], value)
+            assert getattr(tr.settings, key) == value, (kind, key, getattr(tr.settings, key), value)
         n = tr.n_tokens
         if tr.stop_reason == "max_new_tokens":
             assert n == settings["max_new_tokens"]
@@ -252,10 +252,10 @@ def test_a_failing_run_releases_the_lock(app_module, monkeypatch):
     from specviz import engine
     from specviz.service import MODEL_LOCK
 
-    def broken_forward(self, ids, keep_logits=1):
+    def broken_feed(self, ids, keep=1, hidden=False):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(engine.CachedLM, "forward", broken_forward)
+    monkeypatch.setattr(engine.CachedLM, "feed", broken_feed)
     with pytest.raises(gr.Error, match="ran out of memory"):
         list(app_module.api_trace("hello", TINY_PRESET, 2, 0.0, 0.0, 1.0, 12, 0, "opt", True))
     assert not MODEL_LOCK.locked()

@@ -263,7 +263,7 @@ def test_settings_validation():
 
 def test_a_different_drafter_plugs_in_and_stays_exact():
     """Prompt lookup (one-hot q, no model) through the same verify/accept code."""
-    from specviz.drafters import PromptLookupDrafter
+    from specviz.drafters.prompt_lookup import PromptLookupDrafter
 
     pair = make_pair(vocab=6)
     drafter = PromptLookupDrafter(vocab_size=6)

@@ -191,7 +191,7 @@ def test_defaults_when_null(server):
     """null for a setting means its default."""
     kind, doc = raw_call(server.url, gamma=None, epsilon=None, temperature=None, top_p=None, seed=None)
     assert kind == "complete", doc
-    assert Trace.from_dict(doc["speculative"]).settings["gamma"] == 5
+    assert Trace.from_dict(doc["speculative"]).settings.gamma == 5
 
 
 def test_bad_settings_fail_before_loading_models(client, server):
@@ -296,7 +296,7 @@ TRACE_CASES = [
     ("deep objects", '{"a":' * 50_000 + "1" + "}" * 50_000, "not valid JSON"),
     ("huge integer", '{"schema": "specviz.recording", "version": ' + "9" * 5000 + "}", "not valid JSON"),
     ("wrong schema", dumps({"schema": "something.else", "version": 1}), "not a specviz recording"),
-    ("version 2", None, "unsupported recording version"),
+    ("version 3", None, "unsupported recording version"),
     ("no trace", dumps({"schema": "specviz.recording", "version": 1, S: None, "standard": None}), "holds no trace"),
     ("trace is a list", ("speculative", []), "must hold a JSON object"),
     ("trace is a number", ("standard", 5), "must hold a JSON object"),
@@ -339,8 +339,8 @@ def _case_text(doc: dict, case) -> str:
     name, spec_, _ = case
     if isinstance(spec_, str):
         return spec_
-    if name == "version 2":
-        return dumps({**doc, "version": 2})
+    if name == "version 3":
+        return dumps({**doc, "version": 3})
     if name == "sides swapped":
         return dumps({**doc, S: doc["standard"], "standard": doc[S]})
     path, value = spec_

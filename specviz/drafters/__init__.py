@@ -1,7 +1,30 @@
 """The drafters: everything that proposes tokens for the target to verify.
 
-(Placeholder registry; the contract lands with the engine restructure.)
+The contract is in `base.py`.  Adding a drafter is one new module here plus one
+line in DRAFTERS (name -> (label shown on the page, "module:Class")).
 """
 
-DRAFTERS: dict[str, str] = {"model": "draft model", "prompt-lookup": "prompt lookup"}
-from .prompt_lookup import PromptLookupDrafter  # noqa: E402  (temporary, until the contract lands)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import DraftContext, Drafter, DraftStep, one_hot
+
+DRAFTERS: dict[str, tuple[str, str]] = {
+    "model": ("draft model", "draft_model:ModelDrafter"),
+    "prompt-lookup": ("prompt lookup (n-grams)", "prompt_lookup:PromptLookupDrafter"),
+}
+
+
+def drafter_class(name: str) -> type[Drafter]:
+    module, cls = DRAFTERS[name][1].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+
+
+def make_drafter(pair: Any, settings: Any) -> Drafter:
+    """The drafter named by settings.drafter, built for a loaded pair."""
+    return drafter_class(settings.drafter).for_pair(pair, settings)
+
+
+__all__ = ["DRAFTERS", "DraftContext", "DraftStep", "Drafter", "drafter_class", "make_drafter", "one_hot"]

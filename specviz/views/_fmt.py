@@ -129,12 +129,9 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
-def epsilon_of(settings: dict[str, Any] | None) -> float:
-    try:
-        eps = float((settings or {}).get("epsilon", 0.0) or 0.0)
-    except (TypeError, ValueError):
-        return 0.0
-    return eps if math.isfinite(eps) else 0.0
+def epsilon_of(settings: Any) -> float:
+    """ε of a trace's DecodeSettings (validated on load), 0 when there are none."""
+    return settings.epsilon if settings is not None else 0.0
 
 
 def plain_ratio(p: float, q: float) -> float:

@@ -51,8 +51,7 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
     n = rnd.index + 1
     emitted = len(rnd.emitted)
     gain = f"+{plural(emitted, 'token')}."
-    settings = trace.settings if trace is not None else {}
-    eps = epsilon_of(settings)
+    eps = epsilon_of(trace.settings if trace is not None else None)
     gamma = trace.gamma if trace is not None else len(rnd.draft)
     k = len(rnd.draft)
 

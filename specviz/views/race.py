@@ -47,7 +47,7 @@ def race_side(trace: Trace | None, at_time: float | None = None, running: bool =
         tps = tokens / trace.t_total
     else:
         tps = tokens / elapsed if elapsed > 0 else None
-    error = trace.error or ("the run stopped with an error" if trace.stop_reason == "error" else None)
+    error = "the run stopped with an error" if trace.stop_reason == "error" else None
     return RaceSide(
         present=True,
         finished=finished,
@@ -164,10 +164,7 @@ def race_html(
     if running_any:
         for t in (spec, std):
             if t is not None:
-                try:
-                    limits.append(int(t.settings.get("max_new_tokens") or 0))
-                except (TypeError, ValueError):
-                    pass
+                limits.append(t.settings.max_new_tokens)
     denom = max(full + limits + [1])
 
     if a.finished and b.finished and not a.error and not b.error and a.present and b.present:

@@ -252,7 +252,7 @@ def theorem1_plot(trace: Any) -> go.Figure:
         return _message(title, f"{NO_DATA}: run speculative decoding (with statistics) to see this")
 
     def build() -> go.Figure:
-        eps = _num((getattr(trace, "settings", None) or {}).get("epsilon")) or 0.0
+        eps = trace.settings.epsilon if trace is not None else 0.0
         top = max(s.cum_tv[-1], s.cum_rejections[-1], s.cum_reject_prob[-1], 1e-9) * 1.05
         fig = go.Figure()
         # The band is drawn around the rejection probability actually in force

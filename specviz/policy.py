@@ -1,0 +1,164 @@
+"""Draft-length policies: how many tokens to draft in a round.
+
+γ is the draft length of the `constant` policy and the maximum for the others.
+A policy may look only at the draft side (the drafted tokens and the draft's
+confidence in them) and at what earlier rounds measured; it never sees the
+target's distribution of the round being drafted, so the acceptance rule stays
+exact whatever it decides.
+
+- constant: always γ (Leviathan et al.).
+- heuristic: transformers' schedule: +2 after a round whose drafts were all
+  accepted, −1 otherwise (within 1…γ), starting from min(γ, 5).
+- confidence: stop after a token the draft gave probability < τ (transformers'
+  assistant_confidence_threshold; the token itself is still verified).
+- adaptive: stop when one more draft token is not worth its cost.  It keeps a
+  calibration of "acceptance given the draft's confidence" (per-bin counts with a
+  prior of acceptance = confidence), and fits the verify pass's time as
+  a + b·(tokens fed) and the draft step's time t_d from the run so far.  After
+  token i, with P_i = Π_{j≤i} â_j the chance that all i drafts are accepted, the
+  round so far expects E_i = 1 + Σ_{j≤i} P_j tokens for T_i = i·t_d + a + b(i+1)
+  seconds.  Drafting token i+1 costs t_d + b more and gains P_i·â_{i+1} expected
+  tokens (â_{i+1} estimated by â_i: confidences are correlated); draft it only if
+  that marginal rate beats the round's average rate E_i / T_i (the stopping rule
+  that maximises tokens per second, up to that estimate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .settings import DecodeSettings
+
+STOP_REASONS = {
+    "limit": "reached the draft length γ",
+    "budget": "reached the token budget",
+    "confidence": "the draft's confidence fell below τ",
+    "cost": "one more draft token was not worth its cost",
+    "eos": "drafted an end-of-text token",
+    "exhausted": "the drafter had nothing more to propose",
+    "none": "nothing drafted (a plain target step)",
+}
+
+
+class Policy:
+    name = "constant"
+
+    def __init__(self, settings: DecodeSettings):
+        self.gamma = settings.gamma
+        self.tau = settings.tau
+
+    def limit(self) -> int:
+        """The most tokens to draft this round."""
+        return self.gamma
+
+    def stop(self, confidences: list[float]) -> str | None:
+        """After each drafted token: a reason to stop drafting now, or None."""
+        return None
+
+    def observe(self, verdicts: list[tuple[float, bool]], drafted: int, t_draft: float, draft_forwards: int,
+                fed: int, t_verify: float) -> None:
+        """After each round: (confidence, accepted) of each verified draft, timings."""
+
+
+class Heuristic(Policy):
+    name = "heuristic"
+
+    def __init__(self, settings: DecodeSettings):
+        super().__init__(settings)
+        self.current = min(self.gamma, 5)
+
+    def limit(self) -> int:
+        return self.current
+
+    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify) -> None:
+        if not drafted:
+            return
+        all_ok = len(verdicts) == drafted and all(ok for _, ok in verdicts)
+        self.current = min(self.gamma, self.current + 2) if all_ok else max(1, self.current - 1)
+
+
+class Confidence(Policy):
+    name = "confidence"
+
+    def stop(self, confidences: list[float]) -> str | None:
+        return "confidence" if confidences[-1] < self.tau else None
+
+
+@dataclass
+class _Fit:
+    """Running least squares of t = a + b·n."""
+
+    n: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        self.n += 1
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.sxy += x * y
+
+    def line(self) -> tuple[float, float] | None:
+        if not self.n:
+            return None
+        mx, my = self.sx / self.n, self.sy / self.n
+        var = self.sxx / self.n - mx * mx
+        if self.n < 3 or var < 1e-9:  # one size seen so far: assume a flat cost per fed token
+            return my, 0.0
+        b = max(0.0, (self.sxy / self.n - mx * my) / var)
+        return max(my - b * mx, 1e-6), b
+
+
+class Adaptive(Policy):
+    name = "adaptive"
+
+    def __init__(self, settings: DecodeSettings):
+        super().__init__(settings)
+        self.bins = 10
+        # Prior: acceptance ≈ confidence, worth 2 observations per bin.
+        self.counts = [[2.0 * (k + 0.5) / self.bins, 2.0] for k in range(self.bins)]
+        self.verify = _Fit()
+        self.t_step: float | None = None  # mean seconds per draft forward
+        self.steps = 0
+
+    def accept_prob(self, conf: float) -> float:
+        acc, n = self.counts[min(self.bins - 1, max(0, int(conf * self.bins)))]
+        return acc / n
+
+    def stop(self, confidences: list[float]) -> str | None:
+        line = self.verify.line()
+        if line is None or self.t_step is None:  # nothing measured yet: behave like constant γ
+            return None
+        a, b = line
+        i = len(confidences)
+        probs = [self.accept_prob(c) for c in confidences]
+        p_all, expected = 1.0, 1.0
+        for p in probs:
+            p_all *= p
+            expected += p_all
+        t_so_far = i * self.t_step + a + b * (i + 1)
+        gain = p_all * probs[-1]
+        return None if gain / max(self.t_step + b, 1e-9) > expected / t_so_far else "cost"
+
+    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify) -> None:
+        for conf, ok in verdicts:
+            cell = self.counts[min(self.bins - 1, max(0, int(conf * self.bins)))]
+            cell[0] += float(ok)
+            cell[1] += 1.0
+        if draft_forwards:
+            total = (self.t_step or 0.0) * self.steps + t_draft
+            self.steps += draft_forwards
+            self.t_step = total / self.steps
+        elif self.t_step is None and drafted:
+            self.t_step = 0.0  # a drafter with no forward passes (lookup): drafting is free
+        self.verify.add(fed, t_verify)
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, Heuristic, Confidence, Adaptive)}
+
+
+def make_policy(settings: DecodeSettings) -> Policy:
+    return POLICIES[settings.policy](settings)
