@@ -20,7 +20,8 @@ exact whatever it decides.
   seconds.  Drafting token i+1 costs t_d + b more and gains P_i·â_{i+1} expected
   tokens (â_{i+1} estimated by â_i: confidences are correlated); draft it only if
   that marginal rate beats the round's average rate E_i / T_i (the stopping rule
-  that maximises tokens per second, up to that estimate).
+  that maximises tokens per second, up to that estimate).  Until a round has been
+  measured it stops like the confidence policy.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class _Fit:
         return max(my - b * mx, 1e-6), b
 
 
-class Adaptive(Policy):
+class Adaptive(Confidence):
     name = "adaptive"
 
     def __init__(self, settings: DecodeSettings):
@@ -130,8 +131,8 @@ class Adaptive(Policy):
 
     def stop(self, confidences: list[float]) -> str | None:
         line = self.verify.line()
-        if line is None or self.t_step is None:  # nothing measured yet: behave like constant γ
-            return None
+        if line is None or self.t_step is None:  # nothing measured yet: the confidence rule
+            return super().stop(confidences)
         a, b = line
         i = len(confidences)
         probs = [self.accept_prob(c) for c in confidences]
