@@ -607,12 +607,13 @@ def test_draft_lengths_plot_numbers():
     assert drafted.customdata[1] == "the draft's confidence fell below τ"  # why, on hover
     assert "stopped: %{customdata}" in drafted.hovertemplate
     gamma_line = [t for t in fig.data if t.type == "scatter"][0]
-    assert list(gamma_line.y) == [4, 4] and gamma_line.name == "γ = 4 (maximum)"
+    assert list(gamma_line.y) == [4, 4] and gamma_line.name == "γ = 4, the maximum (adaptive policy)"
     meta = fig.layout.meta
     assert meta["mean_drafted"] == pytest.approx(sum(drafted.y) / len(STOP_PLAN))
     assert meta["mean_accepted"] == pytest.approx(sum(accepted.y) / len(STOP_PLAN))
     assert meta["stops"] == {s["stop"]: 1 for s in STOP_PLAN}
-    assert "adaptive policy" in fig.layout.title.subtitle.text
+    sub = fig.layout.title.subtitle.text
+    assert f"mean drafted {meta['mean_drafted']:.2f}" in sub and sub.count(" · ") == 4  # the 3 most frequent + "…"
     assert plots.draft_lengths(make_trace()).data[-1].name == "γ = 4"  # constant: γ is the length
     for empty in (None, make_std_trace(), empty_trace()):
         assert plots.draft_lengths(empty).layout.meta == {"empty": True}
@@ -640,3 +641,17 @@ def test_theory_tab_uses_the_runs_mean_draft_length():
     assert f"mean draft length {mean:.2f}" in frame.note and "confidence policy" in frame.note
     point = [t for t in frame.speedup.data if t.name and t.name.startswith("measured")][0]
     assert list(point.x) == [pytest.approx(mean)]
+
+
+def test_theory_tab_measures_c_of_a_drafter_without_forward_passes():
+    from specviz.ui.tabs import run_c, use_last_run
+
+    model = make_trace()
+    assert run_c(model) == pytest.approx(model.summary()["c"])
+    lookup = make_trace(drafter="prompt-lookup")  # no draft forward passes: summary c is None
+    s = lookup.summary()
+    assert s["c"] is None
+    expected = sum(r.t_draft for r in lookup.rounds) / s["drafted"] / s["t_target_forward"]
+    assert run_c(lookup) == pytest.approx(expected)
+    assert use_last_run({"spec": lookup})[2] == round(min(expected, 1.0), 3)
+    assert run_c(make_std_trace()) is None and run_c(None) is None

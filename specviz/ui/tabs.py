@@ -45,13 +45,26 @@ def policy_info(policy: Any) -> str:
 # ---- theory ---------------------------------------------------------------------------------
 
 
+def run_c(spec: Any) -> float | None:
+    """The run's cost ratio c: draft forward ÷ target forward, or for a drafter with no
+    forward passes (prompt lookup) its drafting time per token ÷ target forward, which is
+    what γ·c stands for in Thm 3.8 (the drafting cost of a round in target passes)."""
+    s = spec.summary() if spec else {}
+    if s.get("c") is not None:
+        return s["c"]
+    drafted, t_target = s.get("drafted") or 0, s.get("t_target_forward")
+    if drafted and t_target:
+        return sum(r.t_draft for r in spec.rounds) / drafted / t_target
+    return None
+
+
 def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any) -> TheoryFrame:
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
     measured = None
     if spec and std:
-        s = spec.summary()
-        if s.get("alpha") is not None and s.get("c") is not None:
-            measured = {"alpha": s["alpha"], "c": s["c"], "gamma": spec.gamma, "speedup": V.race_speedup(spec, std),
+        s, c_run = spec.summary(), run_c(spec)
+        if s.get("alpha") is not None and c_run is not None:
+            measured = {"alpha": s["alpha"], "c": c_run, "gamma": spec.gamma, "speedup": V.race_speedup(spec, std),
                         "draft_len": mean_draft_length(spec)}
     alpha, c, c_hat = float(alpha), float(c), float(c_hat)
     g_opt, sp_opt = optimal_gamma(alpha, c, 64)
@@ -78,10 +91,11 @@ def use_last_run(state: Any) -> tuple[Any, Any, Any]:
     """(α, γ, c) sliders of the Theory tab moved to the last run's measurements."""
     spec = (state or {}).get("spec")
     s = spec.summary() if spec else {}
-    if s.get("alpha") is None or s.get("c") is None:
+    c = run_c(spec)
+    if s.get("alpha") is None or c is None:
         return gr.skip(), gr.skip(), gr.skip()
     g = min(spec.gamma, THEORY_GAMMA_MAX)
-    return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(s["c"], 0.0), 1.0), 3)
+    return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3)
 
 
 def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any):

@@ -166,15 +166,18 @@ def mean_draft_length(trace: Any) -> float | None:
     return sum(len(r.draft) for r in trace.rounds) / len(trace.rounds)
 
 
-def drafter_name(trace: Any, *, subject: bool = False) -> str:
+def drafter_name(trace: Any, *, subject: bool = False, short: bool = False) -> str:
     """Who drafted: "the draft model <name>" / "prompt lookup" (plain text, not escaped).
 
-    ``subject``: the short form for a sentence ("the draft model proposed …")."""
+    ``subject``: the form for a sentence ("the draft model proposed …");
+    ``short``: for a heading ("draft model")."""
     settings = getattr(trace, "settings", None)
     key = getattr(settings, "drafter", "model")
     models = getattr(trace, "models", None) or {}
     if key == "model":
         name = models.get("draft") or ""
+        if short:
+            return "draft model"
         return "the draft model" if subject or not name else f"the draft model {name}"
     return models.get("drafter") or key
 
@@ -190,8 +193,8 @@ def policy_text(settings: Any) -> str:
     return text
 
 
-def run_text(trace: Any) -> str:
+def run_text(trace: Any, *, short: bool = False) -> str:
     """What drafted and how long, for a speculative trace: "prompt lookup · constant policy, γ = 5"."""
     if trace is None or getattr(trace, "kind", None) != "speculative":
         return ""
-    return f"{drafter_name(trace)} · {policy_text(trace.settings)}"
+    return f"{drafter_name(trace, short=short)} · {policy_text(trace.settings)}"

@@ -256,7 +256,7 @@ def rounds_html(
     more = (
         f'<div class="sv-more">… {plural(hidden, "earlier round")} not shown</div>' if hidden > 0 else ""
     )
-    kind = "Standard decoding" if trace.kind == "standard" else f"Speculative · {run_text(trace)}"
+    kind = "Standard decoding" if trace.kind == "standard" else f"Speculative · {run_text(trace, short=True)}"
     if eps > 0 and trace.kind != "standard":
         kind += f" · ε = {eps:g}"
     kind += " · times: target pass" if trace.kind == "standard" else " · times: draft + verify"

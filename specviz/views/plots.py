@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from specviz.policy import STOP_REASONS
 
-from ._fmt import COLORS, DRAFT_STOP_SHORT, fsec, mean_draft_length, policy_text
+from ._fmt import COLORS, DRAFT_STOP_SHORT, fsec, mean_draft_length
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -262,7 +262,7 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
     gamma = trace.gamma
     fig.add_trace(
         go.Scatter(
-            name=f"γ = {gamma}" + ("" if trace.settings.policy == "constant" else " (maximum)"),
+            name=f"γ = {gamma}" if trace.settings.policy == "constant" else f"γ = {gamma}, the maximum ({trace.settings.policy} policy)",
             x=[0.5, len(rounds) + 0.5],
             y=[gamma, gamma],
             mode="lines",
@@ -276,15 +276,17 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
             stops[r.draft_stop] = stops.get(r.draft_stop, 0) + 1
     mean_d = mean_draft_length(trace) or 0.0
     mean_a = sum(accepted) / len(rounds)
-    sub = f"{policy_text(trace.settings)} · mean drafted {mean_d:.2f} · mean accepted {mean_a:.2f}"
+    # Two short lines: the chart shares a row with two others.
+    sub = f"mean drafted {mean_d:.2f} · mean accepted {mean_a:.2f}"
     if stops:
-        sub += "<br>stopped by " + ", ".join(
-            f"{DRAFT_STOP_SHORT.get(k, k)} ×{n}" for k, n in sorted(stops.items(), key=lambda kv: -kv[1]))
+        top = sorted(stops.items(), key=lambda kv: -kv[1])
+        sub += "<br>stopped: " + " · ".join(f"{DRAFT_STOP_SHORT.get(k, k)} {n}" for k, n in top[:3])
+        sub += " · …" if len(top) > 3 else ""
     _style(fig, title, "round", "tokens", subtitle=sub)
     fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
                       margin=dict(t=104 if stops else 84),
                       meta={"mean_drafted": mean_d, "mean_accepted": mean_a, "stops": stops})
-    fig.update_yaxes(range=[0, max(drafted + [gamma]) * 1.12 + 0.2], dtick=1 if gamma <= 12 else None)
+    fig.update_yaxes(range=[0, max(drafted + [gamma]) * 1.12 + 0.2], dtick=1 if gamma <= 8 else None)
     return fig
 
 

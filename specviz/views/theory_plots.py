@@ -144,7 +144,8 @@ def speedup_curves(
             go.Scatter(
                 x=[g_opt], y=[s_opt], mode="markers+text", name="optimal γ",
                 marker=dict(symbol="star", size=16, color=C_OPT),
-                text=[f"γ*={g_opt}: {s_opt:.2f}×"], textposition="top center",
+                text=[f"γ*={g_opt}: {s_opt:.2f}×"], cliponaxis=False,
+                textposition="top left" if g_opt > 0.8 * gmax else "top center",
                 hovertemplate="optimal γ*=%{x}<br>%{y:.3f}×<extra></extra>",
             ),
             secondary_y=False,
@@ -181,7 +182,8 @@ def speedup_curves(
         if not helps:
             sub += " — no γ helps: α ≤ c, plain decoding is faster"
         _layout(fig, title, sub, height=430)
-        fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None)
+        # A fixed range: the marker labels and the mean-draft-length line must not stretch the axis.
+        fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None, range=[0.5, gmax + 0.5])
         fig.update_yaxes(title_text="expected speedup (×)", secondary_y=False)
         fig.update_yaxes(title_text="expected tokens per round", secondary_y=True, showgrid=False)
         return fig
