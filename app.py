@@ -24,7 +24,7 @@ from specviz.settings import MAX_NEW_TOKENS_MAX, POLICIES, VARIANTS, DecodeSetti
 from specviz.ui import api, live, tabs
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, Slots, SweepFrame, TheoryFrame
-from specviz.ui.live import load_file, show_recording, status_html, step_views
+from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
 from specviz.ui.tabs import batch_view, gamma_slider, policy_info, theory_views, use_last_run
 from specviz.views import html as V
 from specviz.views import plots as P

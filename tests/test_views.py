@@ -7,8 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.settings import DecodeSettings
-from specviz.trace import DraftToken, Extra, Position, Round, Token, Trace
+from specviz.trace import Round, Token, Trace
 from specviz.views.html import (
     legend_html,
     metrics_html,
