@@ -240,8 +240,10 @@ def test_default_pair_run_animates_and_races(page, server, shots):
     set_number(page, "sv-gamma", 5)
     page.click("#sv-run")
 
-    # While it runs: rounds appear; a screenshot of the panel mid-animation.
-    wait_until(page, server, "() => document.querySelectorAll('#sv-rounds .sv-round').length >= 2",
+    # While it runs: rounds appear; a screenshot of the panel mid-animation (not of the recording
+    # shown before the run, whose rounds are already there).
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText"
+               ".startsWith('Speculative decoding') && document.querySelectorAll('#sv-rounds .sv-round').length >= 2",
                "the first rounds to appear", RUN_S)
     page.locator("#sv-legend").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "live-default-pair-animating.png"))

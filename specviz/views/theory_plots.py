@@ -162,7 +162,7 @@ def speedup_curves(
             if md is not None:
                 hover += f", mean draft length {md:.2f}"
                 fig.add_vline(x=md, line=dict(color=C_MEASURED, width=1, dash="dot"),
-                              annotation_text=f"mean draft length {md:.2f}", annotation_position="top left")
+                              annotation_text=f"mean draft length {md:.2f}", annotation_position="top right")
             hover += f"<br>speedup {ms:.3f}×"
             if ma is not None:
                 hover += f"<br>α={ma:.3f}"
