@@ -97,3 +97,43 @@ def test_the_page_wires_the_form_and_the_drafting_controls():
     run_fn = next(fn for fn in demo.fns.values() if by_id["sv-run"]._id in [t[0] for t in fn.targets])
     assert run_fn.inputs_as_dict and len(run_fn.inputs) == len(dataclasses.fields(RunForm))
     assert len(run_fn.outputs) == len(dataclasses.fields(LiveFrame))
+
+
+def test_run_streams_each_drafted_token_then_the_finished_views(monkeypatch):
+    from specviz.ui import live
+
+    monkeypatch.setattr(live, "UI_THROTTLE_S", 0.0)  # draw every event
+    frames = list(live.run(RunForm(preset=TINY_PRESET, prompt="hello there", gamma=4, max_new_tokens=10)))
+    assert frames[0].updates() == {"status": frames[0].status} and "Loading models" in frames[0].status
+    partial = [f.rounds for f in frames if f.rounds and 'sv-round--pending' in f.rounds
+               and 'data-status="slot"' in f.rounds and 'data-status="pending"' in f.rounds]
+    assert partial, "no frame showed a round with some drafts pending and some still to come"
+    legends = [f.legend for f in frames if f.legend is not SKIP]
+    assert len(legends) == 2 and 'data-drafter="model"' in legends[0]  # once when decoding starts, once at the end
+    last = frames[-1]
+    assert 'data-kind="ok"' in last.status and last.state["spec"].n_tokens == 10
+    assert set(last.updates()) == {f.name for f in dataclasses.fields(LiveFrame)}  # the finished views: everything
+
+
+def test_bad_input_stops_a_run_with_a_message_not_a_traceback():
+    import gradio as gr
+
+    from specviz.ui import live
+
+    gen = live.run(RunForm(preset=TINY_PRESET, prompt="hi", policy="sometimes"))
+    next(gen)  # "Loading models…"
+    frame = next(gen)
+    assert 'data-kind="error"' in frame.status and "draft-length policy must be one of" in frame.status
+    with pytest.raises(gr.Error):
+        next(gen)
+
+
+def test_sweeps_use_the_forms_drafter_and_policy():
+    from specviz.ui.tabs import sweep
+
+    form = RunForm(preset=TINY_PRESET, prompt="a b a b a b", max_new_tokens=4, drafter="prompt-lookup",
+                   policy="adaptive", gamma=20)
+    frames = list(sweep("gamma", form))
+    assert "(drafter prompt-lookup, adaptive policy)" in frames[-1].status
+    plot = frames[-1].gamma_plot
+    assert plot is not SKIP and frames[-1].eps_plot is SKIP and frames[-1].pareto is SKIP
