@@ -139,16 +139,17 @@ class Update:
     std: Any = None
 
 
-def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard: bool = True) -> Iterator[Update]:
+def race(req: Request, standard: bool = True) -> Iterator[Update]:
     """Speculative decoding, then standard decoding on the same prompt, seed and settings.
 
-    Run one after the other, never concurrently, so the timings are fair."""
+    Run one after the other, never concurrently, so the timings are fair.  To stop a
+    race, close the generator (Gradio's cancel does): the engine frees its caches."""
     spec = std = None
-    for ev in speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop):
+    for ev in speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt):
         spec = ev.trace
         yield Update("speculative", ev, spec, None)
     if standard and spec.stop_reason != "stopped":
-        for ev in standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop):
+        for ev in standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt):
             std = ev.trace
             yield Update("standard", ev, spec, std)
     yield Update("done", None, spec, std)

@@ -30,14 +30,16 @@ class Server:
 
 
 @contextlib.contextmanager
-def launch_app(tmp_dir: Path, env: dict[str, str] | None = None, timeout: float = 180.0) -> Iterator[Server]:
-    """Start `python app.py` on a free port; yield when it answers; stop it afterwards."""
+def launch_app(tmp_dir: Path, env: dict[str, str] | None = None, timeout: float = 180.0,
+               script: Path = ROOT / "app.py") -> Iterator[Server]:
+    """Start `python app.py` (or a test's wrapper ``script`` that launches it) on a free port;
+    yield when it answers; stop it afterwards."""
     port = free_port()
     log_path = tmp_dir / f"app-{port}.log"
     full_env = {**os.environ, "PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
                 "HF_HUB_OFFLINE": "1", "SPECVIZ_PRELOAD": "0", "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=full_env, stdout=log,
+        proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=full_env, stdout=log,
                                 stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + timeout

@@ -92,12 +92,28 @@ def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = Tru
         dict(gamma=16, epsilon=0.0, temperature=0.0, top_p=1.0, max_new_tokens=40, seed=1, variant="opt"),
         dict(gamma=5, epsilon=0.25, temperature=0.9, top_p=0.8, max_new_tokens=33, seed=7, variant="opt"),
         dict(gamma=3, epsilon=0.0, temperature=1.5, top_p=1.0, max_new_tokens=20, seed=11, variant="uno"),
+        dict(gamma=4, epsilon=0.0, temperature=0.0, top_p=1.0, max_new_tokens=16, seed=0, variant="opt",
+             drafter="prompt-lookup"),
+        dict(gamma=24, epsilon=0.0, temperature=0.0, top_p=1.0, max_new_tokens=30, seed=2, variant="opt",
+             policy="adaptive"),
+        dict(gamma=8, epsilon=0.0, temperature=1.0, top_p=1.0, max_new_tokens=20, seed=5, variant="opt",
+             policy="confidence", tau=0.6),
     ],
-    ids=["greedy", "gamma1-uno", "gamma16", "sampled-eps", "hot-uno"],
+    ids=["greedy", "gamma1-uno", "gamma16", "sampled-eps", "hot-uno", "prompt-lookup", "adaptive-gamma24",
+         "confidence"],
 )
 def test_tiny_pair(client, settings):
     doc = trace_call(client, prompt=PROMPT, preset=TINY_PRESET, standard=True, **settings)
-    check_recording(doc, prompt=PROMPT, preset=TINY_PRESET, **settings)
+    spec, _ = check_recording(doc, prompt=PROMPT, preset=TINY_PRESET, **settings)
+    drafter = settings.get("drafter", "model")
+    assert spec.models["drafter"] == ("prompt lookup" if drafter == "prompt-lookup" else spec.models["draft"])
+    stops = {r.draft_stop for r in spec.rounds}
+    if settings.get("policy", "constant") == "constant" and drafter == "model":
+        # a constant policy stops only at γ, the budget or EOS ("none": the budget left room for one token only)
+        assert stops <= {"limit", "budget", "eos", "none"}, stops
+    if settings.get("policy") == "confidence":
+        confident = [r for r in spec.rounds if r.draft_stop == "confidence"]
+        assert all(r.draft[-1].conf < settings["tau"] for r in confident)
 
 
 def test_tiny_pair_is_reproducible_and_standard_optional(client):
@@ -121,7 +137,7 @@ def test_api_is_documented(client):
     info = client.view_api(return_format="dict", print_info=False)
     params = [p["parameter_name"] for p in info["named_endpoints"]["/trace"]["parameters"]]
     assert params == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
-                      "variant", "standard"]
+                      "variant", "standard", "drafter", "policy", "tau"]
     # The UI's own events are not part of the public API.
     assert set(info["named_endpoints"]) == {"/trace"}
 
@@ -204,8 +220,9 @@ def test_server_log_is_clean(server, client):
 @pytest.fixture()
 def app_module(monkeypatch):
     import app
+    from specviz.ui import api
 
-    monkeypatch.setattr(app, "API_STREAM_S", 0.0)  # stream every update, so there is a mid-run yield
+    monkeypatch.setattr(api, "API_STREAM_S", 0.0)  # stream every update, so there is a mid-run yield
     return app
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.server import launch_app
+from specviz.drafters import DRAFTERS
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
 from specviz.trace import load_recording
 
@@ -239,8 +240,10 @@ def test_default_pair_run_animates_and_races(page, server, shots):
     set_number(page, "sv-gamma", 5)
     page.click("#sv-run")
 
-    # While it runs: rounds appear; a screenshot of the panel mid-animation.
-    wait_until(page, server, "() => document.querySelectorAll('#sv-rounds .sv-round').length >= 2",
+    # While it runs: rounds appear; a screenshot of the panel mid-animation (not of the recording
+    # shown before the run, whose rounds are already there).
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText"
+               ".startsWith('Speculative decoding') && document.querySelectorAll('#sv-rounds .sv-round').length >= 2",
                "the first rounds to appear", RUN_S)
     page.locator("#sv-legend").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "live-default-pair-animating.png"))
@@ -427,4 +430,101 @@ def test_every_tab_renders(page, server, shots, theme):
         slug = tab.lower().replace(" ", "-")
         page.screenshot(path=str(shots / f"tab-{slug}-{theme}.png"), full_page=True)
         assert_no_traceback(page)
+    assert not page.svx_errors, f"JS errors: {page.svx_errors}"
+
+
+# ---- drafters, policies and live drafting ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory):
+    """The app with a draft model slowed to 0.4 s per drafted token (tests/slow_drafter_app.py)."""
+    with launch_app(tmp_path_factory.mktemp("slow-app"), env={"SPECVIZ_SHOW_TINY": "1"},
+                    script=ROOT / "tests" / "slow_drafter_app.py") as srv:
+        yield srv
+
+
+PENDING_JS = """() => {
+    const r = document.querySelector('#sv-rounds .sv-round--pending');
+    if (!r) return null;
+    return {round: r.dataset.round, pending: r.querySelectorAll('.sv-chip.sv-pending').length,
+            slots: r.querySelectorAll('.sv-chip.sv-slot').length};
+}"""
+
+
+def test_drafts_appear_one_by_one_while_the_next_is_drafted(browser, slow_server, shots):
+    """With slow drafting, the page shows a round with some drafts (dashed, pending) and the rest still to come."""
+    ctx = browser.new_context(viewport=VIEWPORT)
+    page = ctx.new_page()
+    page.set_default_timeout(UI_S * 1000)
+    try:
+        open_app(page, slow_server)
+        pick(page, "sv-preset", TINY_PRESET)
+        set_number(page, "sv-gamma", 4)
+        open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+        set_number(page, "sv-max-new", 12)
+        page.click("#sv-run")
+        seen = []  # snapshots of the pending round: (round, pending drafts, empty slots)
+        partial = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            snap = page.evaluate(PENDING_JS)
+            if snap:
+                seen.append((snap["round"], snap["pending"], snap["slots"]))
+                if 0 < snap["pending"] < 4 and snap["slots"] == 4 - snap["pending"] and partial is None:
+                    partial = snap
+                    page.locator("#sv-legend").scroll_into_view_if_needed()
+                    page.screenshot(path=str(shots / "live-drafting-pending.png"))
+            if page.evaluate("() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')"):
+                break
+            page.wait_for_timeout(100)
+        assert partial, f"no snapshot showed a round part-drafted; pending rounds seen: {seen[:40]}"
+        # The same round was seen growing one draft at a time.
+        growth = sorted({p for r, p, _ in seen if r == partial["round"]})
+        assert len(growth) >= 2 and growth == sorted(growth), growth
+        wait_until(page, slow_server,
+                   "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
+                   "the slow run to finish", 300)
+        assert page.locator("#sv-rounds .sv-round--pending").count() == 0
+        stops = page.locator("#sv-rounds .sv-draft-stop").all_inner_texts()
+        assert stops and all(re.fullmatch(r"\d drafted · (γ reached|token budget|end of text)", s) for s in stops), stops
+        assert_no_traceback(page)
+    finally:
+        ctx.close()
+
+
+def test_prompt_lookup_with_a_dynamic_policy(page, server, shots):
+    """Choosing the prompt-lookup drafter and the confidence policy: τ shows, γ goes up to 32, the run
+    names the drafter and policy in the legend and the narration, and the draft-length chart draws."""
+    open_app(page, server)
+    pick(page, "sv-preset", TINY_PRESET)
+    pick(page, "sv-drafter", DRAFTERS["prompt-lookup"][0])
+    assert not page.locator("#sv-tau").is_visible()
+    page.locator("#sv-policy label", has_text="confidence").click()
+    page.wait_for_selector("#sv-tau", state="visible")
+    wait_until(page, server, "() => document.querySelector('#sv-gamma')?.innerText.includes('Maximum draft length')",
+               "the γ slider to become a maximum", UI_S)
+    assert page.locator("#sv-gamma input[type=range]").get_attribute("max") == "32"
+    set_number(page, "sv-gamma", 20)
+    page.fill("#sv-prompt textarea", "one two three four one two three four one two three four")
+    open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+    set_number(page, "sv-max-new", 24)
+    page.click("#sv-run")
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
+               "the prompt-lookup run to finish", 180)
+    legend = page.inner_text("#sv-legend")
+    assert "prompt lookup" in legend and "confidence policy, γ ≤ 20" in legend, legend
+    page.locator("#sv-stepper").scroll_into_view_if_needed()
+    wait_until(page, server, "() => /^Round 1\\b/.test(document.querySelector('#sv-narration')?.innerText.trim())",
+               "the narration of round 1", UI_S)
+    assert "prompt lookup" in narration(page), narration(page)
+    assert page.locator("#sv-rounds .sv-draft-stop").count() > 0
+    page.locator("#sv-legend").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "prompt-lookup-done.png"))
+    chart = page.locator("#sv-draft-lengths")
+    chart.scroll_into_view_if_needed()
+    page.wait_for_selector("#sv-draft-lengths .js-plotly-plot")
+    assert "Draft length per round" in chart.text_content()
+    chart.screenshot(path=str(shots / "draft-length-chart.png"))
+    assert_no_traceback(page)
     assert not page.svx_errors, f"JS errors: {page.svx_errors}"

@@ -30,13 +30,14 @@ from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, re
 from tests.server import launch_app
 
 PARAMS = ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed", "variant",
-          "standard"]
+          "standard", "drafter", "policy", "tau"]
 GOOD = dict(prompt="hello", preset=TINY_PRESET, gamma=3, epsilon=0.0, temperature=0.0, top_p=1.0, max_new_tokens=6,
-            seed=0, variant="opt", standard=True)
+            seed=0, variant="opt", standard=True, drafter="model", policy="constant", tau=0.4)
 # How each parameter is named in the messages.
 LABELS = {"gamma": ("γ",), "epsilon": ("ε",), "temperature": ("temperature",), "top_p": ("top-p",),
           "max_new_tokens": ("max new tokens",), "seed": ("seed",), "variant": ("variant",),
-          "standard": ("standard",), "prompt": ("prompt",), "preset": ("preset", "model pair")}
+          "standard": ("standard",), "prompt": ("prompt",), "preset": ("preset", "model pair"),
+          "drafter": ("drafter",), "policy": ("policy",), "tau": ("τ",)}
 
 
 def names(param: str, msg: str) -> bool:
@@ -136,7 +137,22 @@ BAD = [
     ("preset", "x" * 50_000, "Unknown model preset"),
     ("preset", 5, "must be text"),
     ("preset", CUSTOM_PRESET, "Custom model pairs are disabled"),
+    ("drafter", "oracle", "must be one of model, prompt-lookup"),
+    ("drafter", 3, "must be one of"),
+    ("policy", "sometimes", "must be one of constant, heuristic, confidence, adaptive"),
+    ("policy", "", "must be one of"),
+    ("tau", 1.5, "between 0 and 1"),
+    ("tau", "high", "must be a number"),
 ]
+
+
+def test_gamma_range_follows_the_policy(client):
+    """γ is the draft length (≤ 16) of the constant policy and the maximum (≤ 32) of the dynamic ones."""
+    for policy in ("heuristic", "confidence", "adaptive"):
+        with pytest.raises(AppError, match="between 1 and 32"):
+            client.predict(api_name="/trace", **{**GOOD, "gamma": 33, "policy": policy})
+    doc = client.predict(api_name="/trace", **{**GOOD, "gamma": 32, "policy": "adaptive", "standard": False})
+    assert Trace.from_dict(doc["speculative"]).settings.gamma == 32
 
 
 @pytest.mark.parametrize("param,value,words", BAD, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(BAD)])
@@ -400,14 +416,14 @@ def test_script_in_token_text_survives_as_text(doc):
 
     out = app.show_recording(spec, std, "Loaded evil.json")
     try:
-        html_parts = [x for x in out if isinstance(x, str) and x != out[-1]]
+        html_parts = [x for x in out.updates().values() if isinstance(x, str) and x != out.export]
         html = "".join(html_parts)
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
         assert "<script" not in html.lower() and "<img" not in html.lower() and "<b>draft" not in html
-        with open(out[-1], encoding="utf-8") as f:  # the export holds the text unchanged
+        with open(out.export, encoding="utf-8") as f:  # the export holds the text unchanged
             assert json.load(f)[S]["rounds"][0]["emitted"][0]["text"] == evil
     finally:
-        os.unlink(out[-1])
+        os.unlink(out.export)
 
 
 @pytest.mark.parametrize("case", TRACE_CASES[:8] + TRACE_CASES[-4:], ids=[c[0] for c in TRACE_CASES[:8] + TRACE_CASES[-4:]])
@@ -418,7 +434,7 @@ def test_the_ui_upload_reports_hostile_files(doc, case, tmp_path):
     path = tmp_path / "upload.json"
     path.write_bytes(_case_text(doc, case).encode())
     out = app.load_file(str(path))
-    assert 'data-kind="error"' in out[0] and "Could not load that file" in out[0]
+    assert 'data-kind="error"' in out.status and "Could not load that file" in out.status
 
 
 def test_the_ui_upload_refuses_a_30mb_file(tmp_path, doc):
@@ -427,7 +443,7 @@ def test_the_ui_upload_refuses_a_30mb_file(tmp_path, doc):
     path = tmp_path / "big.json"
     path.write_text(dumps(doc) + " " * (30 * 1024 * 1024))
     out = app.load_file(str(path))
-    assert 'data-kind="error"' in out[0] and "too large" in out[0]
+    assert 'data-kind="error"' in out.status and "too large" in out.status
 
 
 # ---- random mutations of a real recording ----------------------------------------------------------
@@ -506,9 +522,9 @@ def test_mutated_recordings_load_or_fail_cleanly(doc, data):
             tr.to_json()  # allow_nan=False: everything loaded is finite
     out = app.show_recording(spec, std, "Loaded")
     try:
-        assert 'data-kind="ok"' in out[0]
-        app.theory_views(0.8, 5, 0.15, 0.05, out[3])
+        assert 'data-kind="ok"' in out.status
+        app.theory_views(0.8, 5, 0.15, 0.05, out.state)
         if spec is not None and spec.rounds:
             app.step_views(spec, len(spec.rounds))
     finally:
-        os.unlink(out[-1])
+        os.unlink(out.export)

@@ -200,14 +200,16 @@ def test_gpu_wraps_on_zerogpu_with_a_duration_from_the_request(monkeypatch, fake
         fn = getattr(zapp, name)
         assert fn.__wrapped__ and inspect.isgeneratorfunction(fn)
 
-    # The duration follows the request's max_new_tokens, wherever the argument sits.
+    # The duration follows the request's max_new_tokens (the UI's functions take a RunForm).
+    from specviz.ui.form import RunForm
+
     ask = fake_spaces.durations
-    run_args = (TINY_PRESET, "", "", "a prompt", 5, 0.0, 0.0, 1.0, 500, 0, "Decoding-OPT (residual)")
-    assert ask["run"](*run_args) == 70
-    assert ask["run"](*run_args[:8], max_new_tokens=1000, seed=3) == 120
-    assert ask["run"](*run_args[:8], 12) == hosting.MIN_GPU_S
-    assert ask["sweep"]("gamma", *run_args[:8], 100, 0, "opt") == 20 + 14 * 10
-    assert ask["sweep"]("epsilon", *run_args[:8], 1024, 0, "opt") == hosting.MAX_GPU_S
+    form = RunForm(preset=TINY_PRESET, prompt="a prompt", max_new_tokens=500)
+    assert ask["run"](form) == 70
+    assert ask["run"](form=RunForm(max_new_tokens=1000, seed=3)) == 120
+    assert ask["run"](RunForm(max_new_tokens=12), "session") == hosting.MIN_GPU_S
+    assert ask["sweep"]("gamma", RunForm(max_new_tokens=100)) == 20 + 14 * 10
+    assert ask["sweep"]("epsilon", RunForm(max_new_tokens=1024)) == hosting.MAX_GPU_S
     assert ask["api_trace"]("a prompt", TINY_PRESET, 5, 0.0, 0.0, 1.0, 400) == 60
     assert ask["api_trace"]("a prompt") == hosting.run_duration(32)  # the endpoint's default
 

@@ -7,8 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.trace import DraftToken, Extra, Position, Round, Token, Trace
-from specviz.settings import DecodeSettings
+from specviz.trace import Round, Token, Trace
 from specviz.views.html import (
     legend_html,
     metrics_html,
@@ -22,154 +21,7 @@ from specviz.views.html import (
 )
 from specviz.views import plots
 
-XSS = "<script>alert(1)</script>"
-ATTR_XSS = '" onmouseover="alert(1)'
-
-WORDS = ["def", " area", "(r", "):", "\n", "    return", " 3", ".", "14", " *", " r", " *", " r", "\n",
-         "\n", "print", "(area", "(2", "))", "\n"]
-
-
-def _word(k: int) -> str:
-    return WORDS[k % len(WORDS)]
-
-
-# Default round plan for γ = 4: (accepted, extra kind, draft length)
-DEFAULT_PLAN = [
-    dict(accept=4, extra="bonus"),                      # 5 tokens, all accepted
-    dict(accept=2, extra="correction"),                 # 3 tokens: acc acc REJ disc → correction
-    dict(accept=0, extra="correction"),                 # 1 token: REJ disc disc disc → correction
-    dict(accept=3, extra="correction", xss=True),       # 4 tokens, an XSS token accepted
-    dict(accept=4, extra="bonus"),                      # 5 tokens
-    dict(accept=1, extra="correction", xss_extra=True),  # 2 tokens, XSS correction
-    dict(accept=2, extra=None, verified=2),             # 2 tokens, run ends (EOS), no extra token
-]
-
-
-def make_trace(
-    gamma: int = 4,
-    plan: list[dict] | None = None,
-    epsilon: float = 0.0,
-    stop_reason: str = "eos",
-    prompt: str = "Write a function:\n",
-    t_prefill: float = 0.3,
-) -> Trace:
-    """A speculative trace built round by round from ``plan``.
-
-    Each plan entry: accept (accepted drafts), extra ("correction" | "bonus" |
-    None), optional draft (drafted count, default γ), verified (positions
-    recorded, default accept+1 capped at draft), rescue (index of an accepted
-    position that only passes thanks to ε), xss / xss_extra (put an XSS token in
-    the accepted drafts / the extra token).
-    """
-    plan = DEFAULT_PLAN if plan is None else plan
-    rounds: list[Round] = []
-    t = t_prefill
-    n = 0
-    w = 0
-    for idx, step in enumerate(plan):
-        k = step.get("draft", gamma)
-        a = step["accept"]
-        extra_kind = step.get("extra")
-        verified = step.get("verified", min(a + 1, k) if extra_kind != "bonus" else k)
-        draft = []
-        for i in range(k):
-            text = _word(w)
-            w += 1
-            if step.get("xss") and i == 0:
-                text = XSS
-            draft.append(DraftToken(id=100 + w, text=text, q=0.6 if i < a else 0.7))
-        positions = []
-        for i in range(1, verified + 1):
-            if i <= a:
-                if step.get("rescue") == i:
-                    q, p, u = 0.6, 0.3, 0.55  # p/q = 0.5 ≤ u < b = (0.3+ε)/0.6
-                else:
-                    q, p, u = 0.6, 0.5, 0.30
-                acc = True
-            else:
-                q, p, u = 0.7, 0.2, 0.74
-                acc = False
-            b = min(1.0, (p + epsilon) / q)
-            assert (u < b) == acc, (idx, i, u, b)
-            positions.append(Position(i=i, q=q, p=p, b=b, u=u, accepted=acc, reject_prob=0.2, tv=0.15, bias=0.0))
-        emitted = [Token(id=d.id, text=d.text, origin="accepted") for d in draft[:a]]
-        extra = None
-        if extra_kind:
-            etext = XSS if step.get("xss_extra") else (" fix" if extra_kind == "correction" else " bonus!")
-            extra = Extra(id=7, text=etext, kind=extra_kind, p=0.42)
-            emitted.append(Token(id=7, text=etext, origin=extra_kind))
-        t_draft, t_verify = 0.04 * k, 0.12
-        rounds.append(
-            Round(
-                index=idx,
-                n_before=n,
-                draft=draft,
-                positions=positions,
-                extra=extra,
-                emitted=emitted,
-                t_start=t,
-                t_draft=t_draft,
-                t_verify=t_verify,
-                t_end=t + t_draft + t_verify,
-                draft_forwards=k,
-                target_forwards=1,
-            )
-        )
-        t += t_draft + t_verify
-        n += len(emitted)
-    return Trace(
-        kind="speculative",
-        prompt=prompt,
-        prompt_tokens=12,
-        settings=DecodeSettings(gamma=gamma, epsilon=epsilon, variant="opt", temperature=1.0, top_k=0, top_p=1.0,
-                                max_new_tokens=64, seed=0),
-        models=dict(preset="tiny", draft="draft-<b>small</b>", target="target-big", drafter="model"),
-        device="cpu",
-        rounds=rounds,
-        stop_reason=stop_reason,
-        t_prefill=t_prefill,
-        t_total=t,
-        draft_prefill=0.1,
-        target_prefill=0.2,
-    )
-
-
-def make_std_trace(n_tokens: int = 22, step: float = 0.11, t_prefill: float = 0.25, texts: list[str] | None = None) -> Trace:
-    rounds = []
-    t = t_prefill
-    for i in range(n_tokens):
-        text = texts[i] if texts else _word(i)
-        rounds.append(
-            Round(
-                index=i,
-                n_before=i,
-                extra=Extra(id=200 + i, text=text, kind="target", p=0.3),
-                emitted=[Token(id=200 + i, text=text, origin="target")],
-                t_start=t,
-                t_verify=step,
-                t_end=t + step,
-                draft_forwards=0,
-                target_forwards=1,
-            )
-        )
-        t += step
-    return Trace(
-        kind="standard",
-        prompt="Write a function:\n",
-        prompt_tokens=12,
-        settings=DecodeSettings(epsilon=0.0, temperature=1.0, max_new_tokens=64, seed=0),
-        models=dict(preset="tiny", target="target-big"),
-        device="cpu",
-        rounds=rounds,
-        stop_reason="max_new_tokens",
-        t_prefill=t_prefill,
-        t_total=t,
-    )
-
-
-def empty_trace(kind: str = "speculative") -> Trace:
-    return Trace(kind=kind, prompt="", prompt_tokens=0, settings=DecodeSettings(gamma=4),
-                 models={}, device="cpu")
+from tests.synthetic import ATTR_XSS, DEFAULT_PLAN, XSS, empty_trace, make_std_trace, make_trace
 
 
 class TagCollector(HTMLParser):
@@ -622,3 +474,183 @@ def test_standalone_page_has_css():
     page = standalone_page(legend_html(), title=XSS, dark=True)
     assert ".sv-chip" in page and 'class="sv-page dark"' in page
     assert "<script" not in page
+
+
+# ---- drafters and draft-length policies ---------------------------------------------------
+
+# One round per reason drafting can stop (γ = 4): (plan entry, reason).
+STOP_PLAN = [
+    dict(accept=4, extra="bonus", stop="limit"),
+    dict(accept=1, extra="correction", draft=2, stop="confidence"),
+    dict(accept=3, extra="bonus", draft=3, stop="cost"),
+    dict(accept=0, extra="correction", draft=1, stop="eos"),
+    dict(accept=2, extra="bonus", draft=2, stop="exhausted"),
+    dict(accept=0, extra="target", draft=0, stop="none"),
+    dict(accept=1, extra="bonus", draft=1, stop="budget"),
+]
+
+
+def _stop_span(h: str) -> dict | None:
+    spans = [a for t, a in parse(h).tags if t == "span" and "data-stop" in a]
+    assert len(spans) <= 1
+    return spans[0] if spans else None
+
+
+def test_each_round_shows_how_many_were_drafted_and_why_drafting_stopped():
+    from specviz.policy import STOP_REASONS
+
+    tr = make_trace(plan=STOP_PLAN, policy="adaptive", gamma=4)
+    shown = []
+    for rnd, step in zip(tr.rounds, STOP_PLAN):
+        h = round_html(rnd, tr.gamma, policy="adaptive")
+        span = _stop_span(h)
+        assert span is not None, step
+        assert span["data-stop"] == step["stop"] and int(span["data-drafted"]) == step.get("draft", 4)
+        assert span["title"] == "drafting stopped: " + STOP_REASONS[step["stop"]]  # the full reason on hover
+        text = "".join(parse(h).text)
+        shown.append(text)
+    assert "4 drafted · γ reached" in shown[0]
+    assert "2 drafted · low confidence" in shown[1]
+    assert "3 drafted · not worth it" in shown[2]
+    assert "1 drafted · end of text" in shown[3]
+    assert "nothing drafted" in shown[5] and "0 drafted" not in shown[5]
+    assert "1 drafted · token budget" in shown[6]
+    # The live panel shows the same for every round.
+    assert len([a for t, a in parse(rounds_html(tr)).tags if "data-stop" in a]) == len(STOP_PLAN)
+    # Standard decoding drafts nothing and shows no reason; an old (v1) recording has drafts but no reason.
+    assert _stop_span(round_html(make_std_trace().rounds[0], 0)) is None
+    old = make_trace(plan=[dict(accept=2, extra="correction", stop="")]).rounds[0]
+    span = _stop_span(round_html(old, 4))
+    assert span["data-stop"] == "" and "title" not in span and "4 drafted" in round_html(old, 4)
+
+
+def test_pending_round_under_a_dynamic_policy_draws_no_empty_slots():
+    tr = make_trace(gamma=8)
+    partial = Round(index=3, n_before=9, draft=tr.rounds[1].draft[:3])
+    fixed = round_html(partial, 8, pending=True, policy="constant")
+    assert statuses(fixed).count("pending") == 3 and statuses(fixed).count("slot") == 5
+    assert "drafting 3/8" in fixed
+    dynamic = round_html(partial, 8, pending=True, policy="confidence")
+    assert statuses(dynamic) == ["pending"] * 3  # γ is only the maximum: no slots to fill
+    assert "drafted 3 (≤ 8)" in dynamic
+    assert _stop_span(dynamic) is None  # the reason is known only once drafting stopped
+    # rounds_html passes the trace's policy on
+    dyn_tr = make_trace(gamma=8, policy="heuristic")
+    assert "slot" not in statuses(rounds_html(dyn_tr, pending_round=partial))
+    assert statuses(rounds_html(make_trace(gamma=8), pending_round=partial)).count("slot") == 5
+
+
+def test_panel_legend_and_narration_name_the_drafter_and_policy():
+    lookup = make_trace(plan=STOP_PLAN, drafter="prompt-lookup", policy="confidence", tau=0.6)
+    head = "".join(parse(rounds_html(lookup)).text)
+    assert "prompt lookup · confidence policy, γ ≤ 4, τ = 0.6" in head
+    legend = legend_html(lookup)
+    run = [a for t, a in parse(legend).tags if "data-drafter" in a]
+    assert run == [{"class": "sv-legend-run", "data-drafter": "prompt-lookup", "data-policy": "confidence"}]
+    assert "drafter: prompt lookup · confidence policy, γ ≤ 4, τ = 0.6" in "".join(parse(legend).text)
+    model = make_trace()
+    legend = legend_html(model)
+    assert "the draft model draft-&lt;b&gt;small&lt;/b&gt;" in legend and "<b>small" not in legend  # escaped
+    assert "constant policy, γ = 4" in legend
+    assert "data-drafter" not in legend_html(None) and "data-drafter" not in legend_html(make_std_trace())
+    meta = narrate_html(lookup.rounds[1], lookup)
+    assert "drafter: prompt lookup · confidence policy" in "".join(parse(meta).text)
+
+
+def test_legend_shows_the_epsilon_chip_only_for_runs_with_epsilon():
+    def has_eps(h):
+        return any(a.get("data-status") == "epsilon" for _, a in parse(h).tags)
+
+    assert not has_eps(legend_html()) and not has_eps(legend_html(make_trace()))
+    assert has_eps(legend_html(make_trace(epsilon=0.1)))
+
+
+def test_narration_says_why_drafting_stopped():
+    tr = make_trace(plan=STOP_PLAN, policy="confidence", tau=0.6)
+    assert "the draft model proposed 4 tokens" in narrate(tr.rounds[0], tr)
+    assert "(drafting stopped: reached the draft length γ = 4)" in narrate(tr.rounds[0], tr)
+    s = narrate(tr.rounds[1], tr)
+    assert "proposed 2 tokens" in s and "drafting stopped: the draft's confidence fell below τ = 0.6" in s
+    assert "one more draft token was not worth its cost" in narrate(tr.rounds[2], tr)
+    assert "drafted an end-of-text token" in narrate(tr.rounds[3], tr)
+    assert "checked it in one pass" in narrate(tr.rounds[3], tr)  # one draft: "it", not "them"
+    lookup = make_trace(plan=STOP_PLAN, drafter="prompt-lookup")
+    s = narrate(lookup.rounds[4], lookup)
+    assert s.startswith("Round 5: prompt lookup proposed 2 tokens") and "nothing more to propose" in s
+    s = narrate(lookup.rounds[5], lookup)
+    assert s.startswith("Round 6: prompt lookup proposed nothing (nothing drafted (a plain target step)), so the "
+                        "target ran one forward pass")
+    # while drafting under a dynamic policy, γ is a maximum
+    pend = Round(index=7, n_before=12, draft=tr.rounds[0].draft[:2])
+    assert "proposed 2 so far (at most 4; the confidence policy decides when to stop)" in narrate(pend, tr)
+    # an old recording without reasons says nothing about them
+    old = make_trace(plan=[dict(accept=2, extra="correction", stop="")])
+    assert "drafting stopped" not in narrate(old.rounds[0], old)
+
+
+def test_metrics_report_mean_draft_length():
+    tr = make_trace(plan=STOP_PLAN)
+    h = metrics_html(tr)
+    mean = sum(len(r.draft) for r in tr.rounds) / len(tr.rounds)
+    assert "Mean draft length" in h and f"{mean:.2f}" in h and "drafted ÷ rounds" in h
+
+
+def test_draft_lengths_plot_numbers():
+    tr = make_trace(plan=STOP_PLAN, policy="adaptive")
+    fig = plots.draft_lengths(tr)
+    drafted, accepted = _bar(fig, "drafted"), _bar(fig, "accepted")
+    assert list(drafted.x) == list(range(1, len(STOP_PLAN) + 1))
+    assert list(drafted.y) == [s.get("draft", 4) for s in STOP_PLAN]
+    assert list(accepted.y) == [s["accept"] for s in STOP_PLAN]
+    assert all(a <= d for a, d in zip(accepted.y, drafted.y))
+    assert drafted.customdata[1] == "the draft's confidence fell below τ"  # why, on hover
+    assert "stopped: %{customdata}" in drafted.hovertemplate
+    gamma_line = [t for t in fig.data if t.type == "scatter"][0]
+    assert list(gamma_line.y) == [4, 4] and gamma_line.name == "γ = 4, the maximum (adaptive policy)"
+    meta = fig.layout.meta
+    assert meta["mean_drafted"] == pytest.approx(sum(drafted.y) / len(STOP_PLAN))
+    assert meta["mean_accepted"] == pytest.approx(sum(accepted.y) / len(STOP_PLAN))
+    assert meta["stops"] == {s["stop"]: 1 for s in STOP_PLAN}
+    sub = fig.layout.title.subtitle.text
+    assert f"mean drafted {meta['mean_drafted']:.2f}" in sub and sub.count(" · ") == 4  # the 3 most frequent + "…"
+    assert plots.draft_lengths(make_trace()).data[-1].name == "γ = 4"  # constant: γ is the length
+    for empty in (None, make_std_trace(), empty_trace()):
+        assert plots.draft_lengths(empty).layout.meta == {"empty": True}
+
+
+def test_theory_speedup_curve_marks_the_mean_draft_length():
+    from specviz.views import theory_plots as tp
+
+    measured = dict(alpha=0.8, c=0.1, gamma=8, speedup=1.7, draft_len=3.4)
+    fig = tp.speedup_curves(0.8, 0.1, 16, measured)
+    point = [t for t in fig.data if t.name and t.name.startswith("measured")][0]
+    assert list(point.x) == [3.4] and list(point.y) == [1.7]
+    assert "mean draft length 3.40" in point.hovertemplate and "γ=8" in point.hovertemplate
+    assert [s.x0 for s in fig.layout.shapes if s.type == "line" and s.x0 == s.x1] == [3.4]
+    without = tp.speedup_curves(0.8, 0.1, 16, {**measured, "draft_len": None})
+    assert list([t for t in without.data if t.name and t.name.startswith("measured")][0].x) == [8]
+
+
+def test_theory_tab_uses_the_runs_mean_draft_length():
+    from specviz.ui.tabs import theory_views
+
+    spec = make_trace(plan=STOP_PLAN, policy="confidence")
+    mean = sum(len(r.draft) for r in spec.rounds) / len(spec.rounds)
+    frame = theory_views(0.8, 4, 0.15, 0.05, {"spec": spec, "std": make_std_trace()})
+    assert f"mean draft length {mean:.2f}" in frame.note and "confidence policy" in frame.note
+    point = [t for t in frame.speedup.data if t.name and t.name.startswith("measured")][0]
+    assert list(point.x) == [pytest.approx(mean)]
+
+
+def test_theory_tab_measures_c_of_a_drafter_without_forward_passes():
+    from specviz.ui.tabs import run_c, use_last_run
+
+    model = make_trace()
+    assert run_c(model) == pytest.approx(model.summary()["c"])
+    lookup = make_trace(drafter="prompt-lookup")  # no draft forward passes: summary c is None
+    s = lookup.summary()
+    assert s["c"] is None
+    expected = sum(r.t_draft for r in lookup.rounds) / s["drafted"] / s["t_target_forward"]
+    assert run_c(lookup) == pytest.approx(expected)
+    assert use_last_run({"spec": lookup})[2] == round(min(expected, 1.0), 3)
+    assert run_c(make_std_trace()) is None and run_c(None) is None

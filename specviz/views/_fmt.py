@@ -53,6 +53,19 @@ MEANINGS: dict[str, str] = {
 }
 
 
+# Why a round stopped drafting (Round.draft_stop), as the chip row says it; the full
+# sentence is specviz.policy.STOP_REASONS.
+DRAFT_STOP_SHORT: dict[str, str] = {
+    "limit": "γ reached",
+    "budget": "token budget",
+    "confidence": "low confidence",
+    "cost": "not worth it",
+    "eos": "end of text",
+    "exhausted": "nothing more",
+    "none": "nothing drafted",
+}
+
+
 def esc(text: Any) -> str:
     """HTML-escape anything (quotes included, so it is safe inside attributes)."""
     return _html.escape("" if text is None else str(text), quote=True)
@@ -144,3 +157,44 @@ def plain_ratio(p: float, q: float) -> float:
 def thanks_to_epsilon(p: float, q: float, u: float, accepted: bool, eps: float) -> bool:
     """True when a draft was accepted only because of the ε slack (u ≥ p/q but u < b)."""
     return bool(accepted and eps > 0 and u >= plain_ratio(p, q))
+
+
+def mean_draft_length(trace: Any) -> float | None:
+    """Draft tokens per round of a speculative trace (γ is the most a round may draft)."""
+    if trace is None or getattr(trace, "kind", None) != "speculative" or not trace.rounds:
+        return None
+    return sum(len(r.draft) for r in trace.rounds) / len(trace.rounds)
+
+
+def drafter_name(trace: Any, *, subject: bool = False, short: bool = False) -> str:
+    """Who drafted: "the draft model <name>" / "prompt lookup" (plain text, not escaped).
+
+    ``subject``: the form for a sentence ("the draft model proposed …");
+    ``short``: for a heading ("draft model")."""
+    settings = getattr(trace, "settings", None)
+    key = getattr(settings, "drafter", "model")
+    models = getattr(trace, "models", None) or {}
+    if key == "model":
+        name = models.get("draft") or ""
+        if short:
+            return "draft model"
+        return "the draft model" if subject or not name else f"the draft model {name}"
+    return models.get("drafter") or key
+
+
+def policy_text(settings: Any) -> str:
+    """"constant policy, γ = 5" / "confidence policy, γ ≤ 32, τ = 0.4" (plain text)."""
+    if settings is None:
+        return ""
+    policy = getattr(settings, "policy", "constant")
+    text = f"{policy} policy, γ = {settings.gamma}" if policy == "constant" else f"{policy} policy, γ ≤ {settings.gamma}"
+    if policy == "confidence":
+        text += f", τ = {settings.tau:g}"
+    return text
+
+
+def run_text(trace: Any, *, short: bool = False) -> str:
+    """What drafted and how long, for a speculative trace: "prompt lookup · constant policy, γ = 5"."""
+    if trace is None or getattr(trace, "kind", None) != "speculative":
+        return ""
+    return f"{drafter_name(trace, short=short)} · {policy_text(trace.settings)}"

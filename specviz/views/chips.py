@@ -16,15 +16,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specviz.policy import STOP_REASONS
+
 from ._fmt import (
+    DRAFT_STOP_SHORT,
     MEANINGS,
     epsilon_of,
+    drafter_name,
     esc,
     fnum,
     fpair,
     fsec,
     plain_ratio,
     plural,
+    policy_text,
+    run_text,
     thanks_to_epsilon,
     tok_repr,
     visible_ws,
@@ -129,19 +135,39 @@ def _slot_chip() -> str:
 # ---- one round -------------------------------------------------------------------
 
 
-def round_html(rnd: Round, gamma: int, pending: bool = False, *, epsilon: float = 0.0, current: bool = False) -> str:
+def _draft_stop_html(rnd: Round) -> str:
+    """How many tokens were drafted and why drafting stopped (full reason on hover)."""
+    stop = rnd.draft_stop
+    if not stop and not rnd.draft:  # standard decoding, or an old recording's plain round
+        return ""
+    k = len(rnd.draft)
+    short = DRAFT_STOP_SHORT.get(stop, "")
+    label = short if stop == "none" else (f"{k} drafted · {short}" if short else f"{k} drafted")
+    why = STOP_REASONS.get(stop, "")
+    title = f' title="{esc("drafting stopped: " + why)}"' if why else ""
+    return f'<span class="sv-draft-stop" data-stop="{esc(stop)}" data-drafted="{k}"{title}>{esc(label)}</span>'
+
+
+def round_html(
+    rnd: Round, gamma: int, pending: bool = False, *, epsilon: float = 0.0, current: bool = False,
+    policy: str = "constant",
+) -> str:
     """One round as a row of chips.
 
     Drafted tokens are coloured accepted / rejected / discarded (or pending while
     the target has not verified them), followed by the correction, bonus or
     (standard decoding) target token.  ``epsilon`` only changes the tooltip
     wording (b = min(1, (p+ε)/q)); ``current`` highlights the row (step mode).
+    ``policy``: with the constant policy a pending round shows γ slots to fill;
+    a dynamic policy decides when to stop, so γ is only the maximum and no
+    empty slots are drawn.
     """
     gamma = max(int(gamma or 0), 0)
+    fixed = policy == "constant"
     chips: list[str] = []
     for i, tok in enumerate(rnd.draft, start=1):
         chips.append(_draft_chip(rnd, i, tok, epsilon, pending))
-    if pending:
+    if pending and fixed:
         for _ in range(max(gamma - len(rnd.draft), 0)):
             chips.append(_slot_chip())
     extra_html = ""
@@ -152,12 +178,12 @@ def round_html(rnd: Round, gamma: int, pending: bool = False, *, epsilon: float 
     n = len(rnd.emitted)
     if pending:
         if gamma and len(rnd.draft) < gamma:
-            state = f"drafting {len(rnd.draft)}/{gamma}…"
+            state = f"drafting {len(rnd.draft)}/{gamma}…" if fixed else f"drafted {len(rnd.draft)} (≤ {gamma})…"
         else:
             state = "verifying…"
         gain = f'<span class="sv-gain sv-gain-pending">{esc(state)}</span>'
     else:
-        gain = f'<span class="sv-gain">+{esc(plural(n, "token"))}</span>'
+        gain = f'<span class="sv-gain">+{esc(plural(n, "token"))}</span>' + _draft_stop_html(rnd)
         if rnd.extra is None and rnd.draft and not pending:
             gain += '<span class="sv-round-note">stopped: no extra token</span>'
 
@@ -215,12 +241,14 @@ def rounds_html(
     shown = rounds[-max_rounds_shown:]
     hidden = len(rounds) - len(shown)
 
+    policy = getattr(trace.settings, "policy", "constant")
     rows = [
-        round_html(r, gamma, epsilon=eps, current=(upto is not None and k == len(shown) - 1 and pending_round is None))
+        round_html(r, gamma, epsilon=eps, policy=policy,
+                   current=(upto is not None and k == len(shown) - 1 and pending_round is None))
         for k, r in enumerate(shown)
     ]
     if pending_round is not None:
-        rows.append(round_html(pending_round, gamma, pending=True, epsilon=eps, current=True))
+        rows.append(round_html(pending_round, gamma, pending=True, epsilon=eps, current=True, policy=policy))
     if newest_first:
         rows.reverse()
     if not rows:
@@ -228,7 +256,7 @@ def rounds_html(
     more = (
         f'<div class="sv-more">… {plural(hidden, "earlier round")} not shown</div>' if hidden > 0 else ""
     )
-    kind = "Standard decoding" if trace.kind == "standard" else f"Speculative decoding · γ = {gamma}"
+    kind = "Standard decoding" if trace.kind == "standard" else f"Speculative · {run_text(trace, short=True)}"
     if eps > 0 and trace.kind != "standard":
         kind += f" · ε = {eps:g}"
     kind += " · times: target pass" if trace.kind == "standard" else " · times: draft + verify"
@@ -244,10 +272,11 @@ def rounds_html(
 # ---- legend ------------------------------------------------------------------------
 
 
-def legend_html(*, include_target: bool = True, include_pending: bool = True, include_epsilon: bool = False) -> str:
+def legend_html(trace: Trace | None = None, *, include_target: bool = True, include_pending: bool = True) -> str:
     """The colour legend: a sample chip and a one-line meaning per status.
 
-    ``include_epsilon`` adds the double-bordered "accepted thanks to ε" chip (for runs with ε > 0).
+    With a speculative ``trace`` it starts with what ran (drafter and draft-length
+    policy), and a run with ε > 0 adds the double-bordered "accepted thanks to ε" chip.
     """
     order = ["accepted", "rejected", "discarded", "correction", "bonus"]
     if include_pending:
@@ -261,10 +290,17 @@ def legend_html(*, include_target: bool = True, include_pending: bool = True, in
             f'<span class="sv-chip sv-{status} sv-chip--mini"><span class="sv-tok">{esc(status)}</span></span>'
             f'<span class="sv-legend-text">{esc(MEANINGS[status])}</span></div>'
         )
-    if include_epsilon:
+    if trace is not None and trace.kind == "speculative" and epsilon_of(trace.settings) > 0:
         items.append(
             '<div class="sv-legend-item" data-status="epsilon">'
             '<span class="sv-chip sv-accepted sv-eps sv-chip--mini"><span class="sv-tok">ε-accepted</span></span>'
             '<span class="sv-legend-text">accepted only thanks to the ε slack: u ≥ p/q but u &lt; b = min(1, (p+ε)/q)</span></div>'
         )
-    return f'<div class="sv-legend">{"".join(items)}</div>'
+    run = ""
+    if trace is not None and trace.kind == "speculative":
+        run = (
+            '<div class="sv-legend-run" data-drafter="{d}" data-policy="{p}">'
+            '<span class="sv-legend-k">This run</span> drafter: <b>{dn}</b> · {pt}</div>'
+        ).format(d=esc(trace.settings.drafter), p=esc(trace.settings.policy), dn=esc(drafter_name(trace)),
+                 pt=esc(policy_text(trace.settings)))
+    return f'<div class="sv-legend">{run}{"".join(items)}</div>'

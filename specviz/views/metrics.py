@@ -93,6 +93,15 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None) -> list[tuple
                 "drafted − verified = discarded after a rejection",
             )
         )
+        rounds = s.get("rounds") or 0
+        add(
+            (
+                "Acceptance",
+                "Mean draft length",
+                fnum(s.get("drafted", 0) / rounds, 2) if rounds else "—",
+                f"drafted ÷ rounds: tokens proposed per round ({g} is the most a round may draft)",
+            )
+        )
         add(("Acceptance", "Mean β", fnum(s.get("mean_beta"), 3), "1 − mean TV(p, q) = mean Σₓ min(p, q): expected acceptance per position"))
         add(("Acceptance", "Mean rejection prob. r", fnum(s.get("mean_reject_prob"), 3), "r = 1 − Σₓ q(x)·b(x), averaged over verified positions"))
         if s.get("mean_bias"):

@@ -8,7 +8,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._fmt import epsilon_of, esc, fnum, fpair, fsec, plain_ratio, plural, thanks_to_epsilon, tok_repr
+from specviz.policy import STOP_REASONS
+
+from ._fmt import (
+    drafter_name,
+    epsilon_of,
+    esc,
+    fnum,
+    fpair,
+    fsec,
+    plain_ratio,
+    plural,
+    run_text,
+    thanks_to_epsilon,
+    tok_repr,
+)
 
 if TYPE_CHECKING:
     from specviz.trace import Round, Trace
@@ -39,6 +53,17 @@ def _ratios(rnd: Round, upto: int, eps: float) -> str:
     return f" ({label} {shown})"
 
 
+def _why_drafting_stopped(rnd: Round, trace: Trace | None) -> str:
+    """"the draft's confidence fell below τ = 0.4", or "" (old recordings have no reason)."""
+    why = STOP_REASONS.get(rnd.draft_stop, "")
+    settings = trace.settings if trace is not None else None
+    if settings is not None and why.endswith("γ"):
+        why += f" = {settings.gamma}"
+    elif settings is not None and why.endswith("τ"):
+        why += f" = {settings.tau:g}"
+    return why
+
+
 def narrate(rnd: Round, trace: Trace | None) -> str:
     """A one-line, plain-language account of what happened in ``rnd``.
 
@@ -54,31 +79,43 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
     eps = epsilon_of(trace.settings if trace is not None else None)
     gamma = trace.gamma if trace is not None else len(rnd.draft)
     k = len(rnd.draft)
+    speculative = trace is not None and trace.kind == "speculative"
+    who = drafter_name(trace, subject=True) if trace is not None else "the draft"
+    stopped = _why_drafting_stopped(rnd, trace)
 
     # standard decoding (or a speculative round that drafted nothing)
     if k == 0:
         passes = "one forward pass" if rnd.target_forwards == 1 else plural(rnd.target_forwards, "forward pass", "forward passes")
+        lead = f"Round {n}: "
+        if speculative:  # say why nothing was drafted: it is a plain target step
+            lead += f"{who} proposed nothing ({stopped or 'no draft'}), so "
         if rnd.extra is not None:
             return (
-                f"Round {n}: the target ran {passes} ({fsec(rnd.t_verify)}) and sampled "
+                f"{lead}the target ran {passes} ({fsec(rnd.t_verify)}) and sampled "
                 f"{tok_repr(rnd.extra.text)} from p (p={fnum(rnd.extra.p, 2)}). {gain}"
             )
-        return f"Round {n}: the target ran {passes} ({fsec(rnd.t_verify)}); {_stop_phrase(trace, rnd)}. {gain}"
+        return f"{lead}the target ran {passes} ({fsec(rnd.t_verify)}); {_stop_phrase(trace, rnd)}. {gain}"
 
-    drafted = f"the draft proposed {plural(k, 'token')} in {fsec(rnd.t_draft)}"
+    drafted = f"{who} proposed {plural(k, 'token')} in {fsec(rnd.t_draft)}"
     # pending: drafted but not verified yet
     if not rnd.positions and rnd.extra is None and not rnd.emitted:
+        policy = getattr(trace.settings, "policy", "constant") if trace is not None else "constant"
+        if gamma and k < gamma and policy != "constant":
+            return (f"Round {n}: {who} has proposed {k} so far (at most {gamma}; the {policy} policy decides "
+                    "when to stop); the target has not checked them yet.")
         if gamma and k < gamma:
-            return f"Round {n}: the draft has proposed {k} of {gamma} tokens so far; the target has not checked them yet."
+            return f"Round {n}: {who} has proposed {k} of {gamma} tokens so far; the target has not checked them yet."
         return f"Round {n}: {drafted}; waiting for the target to check them in one pass."
+    if stopped:
+        drafted += f" (drafting stopped: {stopped})"
 
     passes = "in one pass" if rnd.target_forwards == 1 else f"in {plural(rnd.target_forwards, 'pass', 'passes')}"
     a = rnd.n_accepted
     j = rnd.rejected_at
-    parts = [f"Round {n}: {drafted}; the target checked them {passes} ({fsec(rnd.t_verify)})"]
+    parts = [f"Round {n}: {drafted}; the target checked {'it' if k == 1 else 'them'} {passes} ({fsec(rnd.t_verify)})"]
 
     if j is None and a == k:
-        parts[-1] += f" and accepted all {k}" + _ratios(rnd, a, eps)
+        parts[-1] += (" and accepted it" if k == 1 else f" and accepted all {k}") + _ratios(rnd, a, eps)
     elif a > 0:
         what = "the first one" if a == 1 else f"the first {a}"
         parts[-1] += f" and accepted {what}" + _ratios(rnd, a, eps)
@@ -135,4 +172,6 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
 
 def narrate_html(rnd: Round, trace: Trace | None) -> str:
     """:func:`narrate`, escaped and wrapped for an HTML component."""
-    return f'<div class="sv-narration">{esc(narrate(rnd, trace))}</div>'
+    meta = run_text(trace)
+    meta_html = f'<div class="sv-narration-meta">drafter: {esc(meta)}</div>' if meta else ""
+    return f'<div class="sv-narration">{esc(narrate(rnd, trace))}{meta_html}</div>'

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from ._fmt import COLORS, fsec
+from specviz.policy import STOP_REASONS
+
+from ._fmt import COLORS, DRAFT_STOP_SHORT, fsec, mean_draft_length
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -217,6 +219,77 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
     return fig
 
 
+# ---- draft length per round --------------------------------------------------------
+
+
+def draft_lengths(trace: Trace | None) -> go.Figure:
+    """Per round: tokens drafted (wide bar) and accepted (narrow bar inside it), γ dashed.
+
+    Shows what the draft-length policy did: how long it let the drafter run and how
+    much of that the target kept.  The hover says why each round stopped drafting."""
+    title = "Draft length per round: drafted vs accepted"
+    if trace is None or trace.kind != "speculative":
+        return empty_figure(title, "No data yet: run speculative decoding")
+    rounds = trace.rounds
+    if not rounds:
+        return empty_figure(title, "No data yet: no rounds")
+    xs = [r.index + 1 for r in rounds]
+    drafted = [len(r.draft) for r in rounds]
+    accepted = [r.n_accepted for r in rounds]
+    why = [STOP_REASONS.get(r.draft_stop, "not recorded") for r in rounds]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            name="drafted",
+            x=xs,
+            y=drafted,
+            width=0.8,
+            marker=dict(color=COLORS["draft_time"], opacity=0.55, line=dict(width=0)),
+            customdata=why,
+            hovertemplate="round %{x}: drafted %{y}<br>stopped: %{customdata}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            name="accepted",
+            x=xs,
+            y=accepted,
+            width=0.45,
+            marker=dict(color=COLORS["accepted"], line=dict(width=0)),
+            hovertemplate="round %{x}: accepted %{y}<extra></extra>",
+        )
+    )
+    gamma = trace.gamma
+    fig.add_trace(
+        go.Scatter(
+            name=f"γ = {gamma}" if trace.settings.policy == "constant" else f"γ = {gamma}, the maximum ({trace.settings.policy} policy)",
+            x=[0.5, len(rounds) + 0.5],
+            y=[gamma, gamma],
+            mode="lines",
+            line=dict(color=COLORS["theory"], dash="dash", width=1.5),
+            hoverinfo="skip",
+        )
+    )
+    stops: dict[str, int] = {}
+    for r in rounds:
+        if r.draft_stop:
+            stops[r.draft_stop] = stops.get(r.draft_stop, 0) + 1
+    mean_d = mean_draft_length(trace) or 0.0
+    mean_a = sum(accepted) / len(rounds)
+    # Two short lines: the chart shares a row with two others.
+    sub = f"mean drafted {mean_d:.2f} · mean accepted {mean_a:.2f}"
+    if stops:
+        top = sorted(stops.items(), key=lambda kv: -kv[1])
+        sub += "<br>stopped: " + " · ".join(f"{DRAFT_STOP_SHORT.get(k, k)} {n}" for k, n in top[:3])
+        sub += " · …" if len(top) > 3 else ""
+    _style(fig, title, "round", "tokens", subtitle=sub)
+    fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
+                      margin=dict(t=104 if stops else 84),
+                      meta={"mean_drafted": mean_d, "mean_accepted": mean_a, "stops": stops})
+    fig.update_yaxes(range=[0, max(drafted + [gamma]) * 1.12 + 0.2], dtick=1 if gamma <= 8 else None)
+    return fig
+
+
 # ---- timings -----------------------------------------------------------------------
 
 
@@ -366,6 +439,7 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
 __all__ = [
     "COLORS",
     "acceptance_by_position",
+    "draft_lengths",
     "empty_figure",
     "expected_tokens_distribution",
     "round_times",

@@ -105,8 +105,10 @@ def speedup_curves(
 ) -> go.Figure:
     """Expected speedup (Thm 3.8) and tokens per round vs γ, the optimal γ marked.
 
-    measured: the last run, dict(alpha, c, gamma, speedup) with speedup =
-    speculative tok/s ÷ standard tok/s; drawn as a point next to the curve.
+    measured: the last run, dict(alpha, c, gamma, speedup, draft_len) with speedup =
+    speculative tok/s ÷ standard tok/s; drawn as a point next to the curve at the
+    run's mean draft length ``draft_len`` (what a dynamic policy or early stops
+    really drafted; γ when absent), with a dotted line there.
     When alpha or c is None the measured run's own α and c are used.
     """
     title = "Expected speedup vs draft length γ (Leviathan et al., Thm 3.8)"
@@ -142,7 +144,8 @@ def speedup_curves(
             go.Scatter(
                 x=[g_opt], y=[s_opt], mode="markers+text", name="optimal γ",
                 marker=dict(symbol="star", size=16, color=C_OPT),
-                text=[f"γ*={g_opt}: {s_opt:.2f}×"], textposition="top center",
+                text=[f"γ*={g_opt}: {s_opt:.2f}×"], cliponaxis=False,
+                textposition="top left" if g_opt > 0.8 * gmax else "top center",
                 hovertemplate="optimal γ*=%{x}<br>%{y:.3f}×<extra></extra>",
             ),
             secondary_y=False,
@@ -152,17 +155,24 @@ def speedup_curves(
         if m and _num(m.get("gamma")) is not None and _num(m.get("speedup")) is not None:
             mg, ms = _num(m["gamma"]), _num(m["speedup"])
             ma, mc = _num(m.get("alpha")), _num(m.get("c"))
+            md = _num(m.get("draft_len"))
+            mx = md if md is not None else mg
             pred = th.expected_speedup(ma, int(mg), mc) if (ma is not None and mc is not None and mg >= 0) else None
-            hover = f"measured run<br>γ={mg:g}<br>speedup {ms:.3f}×"
+            hover = f"measured run<br>γ={mg:g}"
+            if md is not None:
+                hover += f", mean draft length {md:.2f}"
+                fig.add_vline(x=md, line=dict(color=C_MEASURED, width=1, dash="dot"),
+                              annotation_text=f"mean draft length {md:.2f}", annotation_position="top right")
+            hover += f"<br>speedup {ms:.3f}×"
             if ma is not None:
                 hover += f"<br>α={ma:.3f}"
             if mc is not None:
                 hover += f"<br>c={mc:.3f}"
             if pred is not None:
-                hover += f"<br>Thm 3.8 at this α, c: {pred:.3f}×"
+                hover += f"<br>Thm 3.8 at γ={mg:g}, this α, c: {pred:.3f}×"
             fig.add_trace(
                 go.Scatter(
-                    x=[mg], y=[ms], mode="markers", name="measured (spec ÷ standard tok/s)",
+                    x=[mx], y=[ms], mode="markers", name="measured (spec ÷ standard tok/s)",
                     marker=dict(symbol="diamond", size=13, color=C_MEASURED),
                     hovertemplate=hover + "<extra></extra>",
                 ),
@@ -172,7 +182,8 @@ def speedup_curves(
         if not helps:
             sub += " — no γ helps: α ≤ c, plain decoding is faster"
         _layout(fig, title, sub, height=430)
-        fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None)
+        # A fixed range: the marker labels and the mean-draft-length line must not stretch the axis.
+        fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None, range=[0.5, gmax + 0.5])
         fig.update_yaxes(title_text="expected speedup (×)", secondary_y=False)
         fig.update_yaxes(title_text="expected tokens per round", secondary_y=True, showgrid=False)
         return fig

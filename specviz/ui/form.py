@@ -1,0 +1,67 @@
+"""The run form: what Run, the sweeps and the /trace API send, as one typed value.
+
+The page builds a `RunForm` once per event from its components
+(``Slots(RunForm, ...).read(values)``); the API builds one from its
+parameters.  Validation is `specviz.service`'s, whatever the client sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from .. import hosting
+from ..service import Request, check_request, get_pair, prepare
+from ..settings import DecodeSettings
+
+# One line per draft-length policy (specviz.policy has the details), shown under the selector.
+POLICY_HELP = {
+    "constant": "always draft γ tokens (Leviathan et al.)",
+    "heuristic": "transformers' schedule: 2 more after a round with every draft accepted, 1 fewer otherwise (≤ γ)",
+    "confidence": "stop after a token the drafter gave a probability below τ (the token is still checked)",
+    "adaptive": "stop when one more draft token is not worth its measured cost (time vs expected acceptance)",
+}
+
+
+@dataclass(frozen=True)
+class RunForm:
+    """The raw values of the Live tab's form (or the API's parameters), not yet validated."""
+
+    preset: Any = None  # a preset name or id; "" / None: the default pair
+    draft_id: Any = ""  # custom pair only
+    target_id: Any = ""
+    prompt: Any = ""
+    gamma: Any = 5
+    epsilon: Any = 0.0
+    variant: Any = "opt"
+    temperature: Any = 0.0
+    top_p: Any = 1.0
+    max_new_tokens: Any = 32
+    seed: Any = 0
+    drafter: Any = "model"
+    policy: Any = "constant"
+    tau: Any = 0.4
+
+    def raw_settings(self) -> dict[str, Any]:
+        """The decoding settings as sent, for DecodeSettings.checked."""
+        skip = ("preset", "draft_id", "target_id", "prompt")
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+    def check(self) -> tuple[str, DecodeSettings]:
+        """The checks that need no model (InputError): run before loading one, so bad input fails fast."""
+        return check_request(self.prompt, **self.raw_settings())
+
+    def request(self, progress: Callable[[float, str], None] | None = None) -> Request:
+        """Check the form, load the pair (reporting progress) and tokenise the prompt: InputError / ModelError."""
+        self.check()
+        pair = get_pair(self.preset, self.draft_id, self.target_id, progress=progress)
+        return prepare(pair, self.prompt, **self.raw_settings())
+
+
+def form_duration(form: Any = None, **_: Any) -> int:
+    """ZeroGPU seconds for a run of this form (the handlers' first argument)."""
+    return hosting.run_duration(getattr(form, "max_new_tokens", None))
+
+
+def form_sweep_duration(kind: Any = None, form: Any = None, **_: Any) -> int:
+    return hosting.sweep_duration(max_new_tokens=getattr(form, "max_new_tokens", None))

@@ -1,0 +1,115 @@
+"""What a UI handler returns: a typed frame, turned into ``{component: value}`` by the wiring.
+
+A handler builds a frame dataclass (plain values, testable without Gradio's
+Blocks) and sets only the fields it changes; the others stay ``SKIP``.
+``Slots`` knows which component shows which field: ``slots.outputs`` is the
+event's outputs list and ``slots.write(frame)`` the dict Gradio receives, with
+the skipped fields left out (Gradio leaves an output alone when a returned
+dict omits it).  The same class reads a form: ``slots.read(values, RunForm)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Generic, Mapping, TypeVar
+
+
+class _Skip:
+    """The "leave this output alone" marker."""
+
+    _instance: "_Skip | None" = None
+
+    def __new__(cls) -> "_Skip":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "SKIP"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+SKIP: Any = _Skip()
+
+
+class Frame:
+    """Base of the output frames: the fields that are set, by name."""
+
+    def updates(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not SKIP}
+
+
+@dataclass
+class LiveFrame(Frame):
+    """The Live tab's outputs (Run, Stop, loading a recording)."""
+
+    status: Any = SKIP  # HTML of the status line
+    legend: Any = SKIP  # HTML: the colour legend and what ran (drafter, policy)
+    rounds: Any = SKIP  # HTML: the rounds panel
+    race: Any = SKIP  # HTML: the two race columns
+    state: Any = SKIP  # {"spec": Trace, "std": Trace} of the last run or recording
+    metrics: Any = SKIP
+    plot_pos: Any = SKIP  # acceptance by position
+    plot_hist: Any = SKIP  # tokens per round
+    plot_draft: Any = SKIP  # draft length vs accepted length per round
+    plot_time: Any = SKIP  # draft and verify time per round
+    plot_curve: Any = SKIP  # tokens vs time
+    plot_speed: Any = SKIP  # measured vs theoretical speedup
+    step: Any = SKIP  # the step-mode slider
+    narration: Any = SKIP
+    step_round: Any = SKIP
+    export: Any = SKIP  # the exported recording's path
+
+
+@dataclass
+class TheoryFrame(Frame):
+    note: Any = SKIP
+    speedup: Any = SKIP
+    tokens: Any = SKIP
+    cost: Any = SKIP
+    thm1: Any = SKIP
+
+
+@dataclass
+class SweepFrame(Frame):
+    status: Any = SKIP
+    gamma_plot: Any = SKIP
+    eps_plot: Any = SKIP
+    pareto: Any = SKIP
+
+
+F = TypeVar("F")
+
+
+class Slots(Generic[F]):
+    """The components that show (or fill) the fields of one frame or form class, by field name."""
+
+    def __init__(self, cls: type[F], **components: Any):
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        missing, extra = set(names) - set(components), set(components) - set(names)
+        if missing or extra:  # a wiring mistake: say which names are wrong
+            raise TypeError(f"{cls.__name__} slots: missing {sorted(missing)}, unknown {sorted(extra)}")
+        self.cls = cls
+        self.by_name = {n: components[n] for n in names}
+
+    @property
+    def outputs(self) -> list[Any]:
+        return list(self.by_name.values())
+
+    @property
+    def inputs(self) -> set[Any]:
+        """For an event whose function takes one dict {component: value} (Gradio's set inputs)."""
+        return set(self.by_name.values())
+
+    def __getitem__(self, name: str) -> Any:
+        return self.by_name[name]
+
+    def write(self, frame: Frame) -> dict[Any, Any]:
+        if not isinstance(frame, self.cls):
+            raise TypeError(f"expected a {self.cls.__name__}, got a {type(frame).__name__}")
+        return {self.by_name[k]: v for k, v in frame.updates().items()}
+
+    def read(self, values: Mapping[Any, Any]) -> F:
+        return self.cls(**{n: values.get(c) for n, c in self.by_name.items()})

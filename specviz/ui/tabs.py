@@ -1,0 +1,150 @@
+"""The Theory and Sweeps tabs' handlers, and the drafting controls' reactions."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Iterator
+
+import gradio as gr
+
+from .. import sweeps
+from ..models import ModelError
+from ..service import MODEL_LOCK, InputError, describe_error
+from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC
+from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
+from ..views import html as V
+from ..views import theory_plots as TP
+from ..views._fmt import mean_draft_length
+from .form import POLICY_HELP, RunForm
+from .frames import SweepFrame, TheoryFrame
+
+log = logging.getLogger("specviz.app")
+THEORY_GAMMA_MAX = 16  # the theory curves' γ axis, longer when a run drafted more on average
+
+
+# ---- drafting controls ------------------------------------------------------------------------
+
+
+def gamma_slider(policy: Any, gamma: Any) -> dict[str, Any]:
+    """γ is the draft length of the constant policy and the maximum for the dynamic ones."""
+    fixed = policy == "constant"
+    top = GAMMA_MAX if fixed else GAMMA_MAX_DYNAMIC
+    try:
+        value = min(max(int(gamma), 1), top)
+    except (TypeError, ValueError):
+        value = 5
+    return dict(maximum=top, value=value, label="Draft length γ" if fixed else "Maximum draft length γ",
+                info="tokens drafted per round" if fixed else "the policy stops drafting earlier when it decides to")
+
+
+def policy_info(policy: Any) -> str:
+    return POLICY_HELP.get(policy, "")
+
+
+# ---- theory ---------------------------------------------------------------------------------
+
+
+def run_c(spec: Any) -> float | None:
+    """The run's cost ratio c: draft forward ÷ target forward, or for a drafter with no
+    forward passes (prompt lookup) its drafting time per token ÷ target forward, which is
+    what γ·c stands for in Thm 3.8 (the drafting cost of a round in target passes)."""
+    s = spec.summary() if spec else {}
+    if s.get("c") is not None:
+        return s["c"]
+    drafted, t_target = s.get("drafted") or 0, s.get("t_target_forward")
+    if drafted and t_target:
+        return sum(r.t_draft for r in spec.rounds) / drafted / t_target
+    return None
+
+
+def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any) -> TheoryFrame:
+    spec, std = (state or {}).get("spec"), (state or {}).get("std")
+    measured = None
+    if spec and std:
+        s, c_run = spec.summary(), run_c(spec)
+        if s.get("alpha") is not None and c_run is not None:
+            measured = {"alpha": s["alpha"], "c": c_run, "gamma": spec.gamma, "speedup": V.race_speedup(spec, std),
+                        "draft_len": mean_draft_length(spec)}
+    alpha, c, c_hat = float(alpha), float(c), float(c_hat)
+    g_opt, sp_opt = optimal_gamma(alpha, c, 64)
+    g = max(int(gamma or 1), 1)
+    note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}: **γ\\* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
+            + ("" if sp_opt > 1 else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α).")
+            + f"  \nAt γ = {g}: {expected_tokens_per_round(alpha, g):.2f} tokens per target pass, expected "
+              f"speedup {expected_speedup(alpha, g, c):.2f}×, "
+              f"{arithmetic_cost_factor(alpha, g, c_hat):.2f}× the arithmetic of standard decoding.")
+    g_axis = THEORY_GAMMA_MAX
+    if measured:
+        dl = measured["draft_len"]
+        note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}, γ = {measured['gamma']} "
+                 f"({spec.settings.policy} policy), mean draft length {dl or 0:.2f}, measured speedup "
+                 f"{measured['speedup'] or 0:.2f}× (the marker, at the mean draft length; it includes the prompt "
+                 "prefill, which Thm 3.8 does not model).")
+        g_axis = max(g_axis, math.ceil(dl or 0), int(measured["gamma"]))
+    return TheoryFrame(note=note, speedup=TP.speedup_curves(alpha, c, g_axis, measured),
+                       tokens=TP.tokens_per_round_curves(alpha, THEORY_GAMMA_MAX),
+                       cost=TP.cost_factor_curve(alpha, c_hat, THEORY_GAMMA_MAX), thm1=TP.theorem1_plot(spec))
+
+
+def use_last_run(state: Any) -> tuple[Any, Any, Any]:
+    """(α, γ, c) sliders of the Theory tab moved to the last run's measurements."""
+    spec = (state or {}).get("spec")
+    s = spec.summary() if spec else {}
+    c = run_c(spec)
+    if s.get("alpha") is None or c is None:
+        return gr.skip(), gr.skip(), gr.skip()
+    g = min(spec.gamma, THEORY_GAMMA_MAX)
+    return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3)
+
+
+def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any):
+    # Top-k on both models leaves target tokens the draft can never propose, which is
+    # what puts a floor under the rejections as M grows (Yin et al., batch SD).
+    p, q = synthetic_pair(int(vocab), seed=int(seed), closeness=float(closeness), top_k=max(2, int(vocab) // 2))
+    return TP.batch_plot(p, q, int(m_max), 20_000, int(seed))
+
+
+# ---- sweeps ---------------------------------------------------------------------------------
+
+
+def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:
+    """γ sweep or ε sweep on the loaded models with the Live tab's form (drafter and policy
+    included), with progress; Stop cancels."""
+    report = (lambda f, m: progress(f, desc=m)) if progress else None
+    try:
+        req = form.request(progress=report)
+    except (InputError, ModelError) as exc:
+        yield SweepFrame(status=f"**The sweep did not start:** {exc}")
+        raise gr.Error(str(exc), print_exception=False)
+    results: list[dict] = []
+    gen = sweeps.gamma_sweep(req) if kind == "gamma" else sweeps.epsilon_sweep(req)
+    what = f"drafter {req.settings.drafter}, {req.settings.policy} policy"
+    try:
+        with MODEL_LOCK:
+            for frac, msg, res in gen:
+                if report:
+                    report(frac, msg)
+                if res is not None:
+                    results.append(res)
+                yield sweep_frame(kind, results, f"{msg} ({what})")
+    except Exception as exc:
+        log.exception("sweep failed")
+        yield SweepFrame(status=f"**The sweep failed:** {describe_error(exc)}")
+        raise gr.Error(describe_error(exc), print_exception=False)
+
+
+def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
+    if kind == "gamma":
+        runs = [r for r in results if r["gamma"] > 0]
+        alphas = [r["alpha"] for r in runs if r["alpha"] is not None]
+        alpha = sum(alphas) / len(alphas) if alphas else None
+        cs = [r["c"] for r in runs if r.get("c") is not None]
+        c = sum(cs) / len(cs) if cs else None
+        return SweepFrame(status=f"γ sweep: {msg}", gamma_plot=TP.gamma_sweep_plot(runs, alpha, c))
+    opt = [r for r in results if r["variant"] == "opt"]
+    tvs = [r["mean_tv"] for r in opt if r.get("mean_tv") is not None]
+    points = [{"label": f"ε={r['epsilon']:g}", "epsilon": r["epsilon"], "variant": r["variant"],
+               "reject_prob": r["reject_prob"], "bias": r["mean_bias"]} for r in results if r.get("reject_prob") is not None]
+    tv = sum(tvs) / len(tvs) if tvs else None
+    return SweepFrame(status=f"ε sweep: {msg}", eps_plot=TP.epsilon_sweep_plot(opt), pareto=TP.pareto_plot(tv, points))

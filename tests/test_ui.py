@@ -1,0 +1,139 @@
+"""The UI plumbing: the typed form, the frames and their slots, the drafting controls, the wiring."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specviz.drafters import DRAFTERS
+from specviz.models import TINY_PRESET
+from specviz.service import InputError
+from specviz.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, POLICIES, VARIANTS
+from specviz.ui.form import POLICY_HELP, RunForm
+from specviz.ui.frames import SKIP, LiveFrame, Slots
+from specviz.ui.tabs import gamma_slider
+
+
+class Comp:
+    """A stand-in component: Slots only needs hashable objects."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Comp({self.name})"
+
+
+def test_slots_read_a_form_and_write_only_the_fields_set():
+    comps = {f.name: Comp(f.name) for f in dataclasses.fields(RunForm)}
+    form_slots = Slots(RunForm, **comps)
+    assert form_slots.inputs == set(comps.values())
+    values = {c: f"value of {n}" for n, c in comps.items()}
+    form = form_slots.read(values)
+    assert isinstance(form, RunForm) and form.prompt == "value of prompt" and form.tau == "value of tau"
+
+    outs = {f.name: Comp(f.name) for f in dataclasses.fields(LiveFrame)}
+    live = Slots(LiveFrame, **outs)
+    assert live.outputs == list(outs.values())
+    assert live.write(LiveFrame(status="<b>ok</b>", rounds="")) == {outs["status"]: "<b>ok</b>", outs["rounds"]: ""}
+    assert live.write(LiveFrame()) == {}  # nothing set: every output left alone
+    assert LiveFrame().status is SKIP and not SKIP
+    with pytest.raises(TypeError, match="expected a LiveFrame"):
+        live.write(form)
+
+
+def test_slots_refuse_a_wiring_mistake():
+    names = [f.name for f in dataclasses.fields(LiveFrame)]
+    with pytest.raises(TypeError, match=r"missing \['export'\], unknown \['exprot'\]"):
+        Slots(LiveFrame, **{n if n != "export" else "exprot": Comp(n) for n in names})
+
+
+def test_run_form_validates_into_prompt_and_settings():
+    prompt, s = RunForm(prompt="  hi\r\n", gamma=24, policy="adaptive", drafter="prompt-lookup", tau="0.3",
+                        variant=list(VARIANTS)[1], max_new_tokens=8.0).check()
+    assert prompt == "  hi\n"
+    assert (s.gamma, s.policy, s.drafter, s.tau, s.variant, s.max_new_tokens) == (24, "adaptive", "prompt-lookup",
+                                                                                 0.3, "uno", 8)
+    with pytest.raises(InputError, match="between 1 and 16"):
+        RunForm(prompt="hi", gamma=24).check()  # the constant policy's γ stops at 16
+    with pytest.raises(InputError, match="drafter must be one of"):
+        RunForm(prompt="hi", drafter="oracle").check()
+    with pytest.raises(InputError, match="prompt is empty"):
+        RunForm(prompt=" ").check()
+
+
+def test_run_form_request_loads_the_pair_and_tokenises():
+    req = RunForm(preset=TINY_PRESET, prompt="hello", max_new_tokens=4).request()
+    assert req.prompt == "hello" and req.prompt_ids and req.settings.max_new_tokens == 4
+    with pytest.raises(InputError, match="Unknown model preset"):
+        RunForm(preset="no such pair", prompt="hello").request()
+
+
+def test_drafting_controls():
+    assert set(POLICY_HELP) == set(POLICIES) and all(POLICY_HELP.values())
+    fixed = gamma_slider("constant", 30)
+    assert fixed["maximum"] == GAMMA_MAX and fixed["value"] == GAMMA_MAX and fixed["label"] == "Draft length γ"
+    for policy in ("heuristic", "confidence", "adaptive"):
+        dyn = gamma_slider(policy, 30)
+        assert dyn["maximum"] == GAMMA_MAX_DYNAMIC and dyn["value"] == 30
+        assert dyn["label"] == "Maximum draft length γ"
+    assert gamma_slider("constant", None)["value"] == 5
+
+
+def test_the_page_wires_the_form_and_the_drafting_controls():
+    import app
+
+    demo = app.build()
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    drafter = by_id["sv-drafter"]
+    assert [value for _, value in drafter.choices] == list(DRAFTERS)  # built from the registry
+    assert [label for label, _ in drafter.choices] == [label for label, _ in DRAFTERS.values()]
+    assert [value for _, value in by_id["sv-policy"].choices] == list(POLICIES)
+    assert [value for _, value in by_id["sv-variant"].choices] == list(VARIANTS.values())
+    assert by_id["sv-tau"].visible is False  # shown for the confidence policy only
+    assert by_id["sv-gamma"].maximum == GAMMA_MAX
+    # Run takes the whole form as one {component: value} dict.
+    run_fn = next(fn for fn in demo.fns.values() if by_id["sv-run"]._id in [t[0] for t in fn.targets])
+    assert run_fn.inputs_as_dict and len(run_fn.inputs) == len(dataclasses.fields(RunForm))
+    assert len(run_fn.outputs) == len(dataclasses.fields(LiveFrame))
+
+
+def test_run_streams_each_drafted_token_then_the_finished_views(monkeypatch):
+    from specviz.ui import live
+
+    monkeypatch.setattr(live, "UI_THROTTLE_S", 0.0)  # draw every event
+    frames = list(live.run(RunForm(preset=TINY_PRESET, prompt="hello there", gamma=4, max_new_tokens=10)))
+    assert frames[0].updates() == {"status": frames[0].status} and "Loading models" in frames[0].status
+    partial = [f.rounds for f in frames if f.rounds and 'sv-round--pending' in f.rounds
+               and 'data-status="slot"' in f.rounds and 'data-status="pending"' in f.rounds]
+    assert partial, "no frame showed a round with some drafts pending and some still to come"
+    legends = [f.legend for f in frames if f.legend is not SKIP]
+    assert len(legends) == 2 and 'data-drafter="model"' in legends[0]  # once when decoding starts, once at the end
+    last = frames[-1]
+    assert 'data-kind="ok"' in last.status and last.state["spec"].n_tokens == 10
+    assert set(last.updates()) == {f.name for f in dataclasses.fields(LiveFrame)}  # the finished views: everything
+
+
+def test_bad_input_stops_a_run_with_a_message_not_a_traceback():
+    import gradio as gr
+
+    from specviz.ui import live
+
+    gen = live.run(RunForm(preset=TINY_PRESET, prompt="hi", policy="sometimes"))
+    next(gen)  # "Loading models…"
+    frame = next(gen)
+    assert 'data-kind="error"' in frame.status and "draft-length policy must be one of" in frame.status
+    with pytest.raises(gr.Error):
+        next(gen)
+
+
+def test_sweeps_use_the_forms_drafter_and_policy():
+    from specviz.ui.tabs import sweep
+
+    form = RunForm(preset=TINY_PRESET, prompt="a b a b a b", max_new_tokens=4, drafter="prompt-lookup",
+                   policy="adaptive", gamma=20)
+    frames = list(sweep("gamma", form))
+    assert "(drafter prompt-lookup, adaptive policy)" in frames[-1].status
+    plot = frames[-1].gamma_plot
+    assert plot is not SKIP and frames[-1].eps_plot is SKIP and frames[-1].pareto is SKIP
