@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from specviz import theory as th
+from specviz.settings import DecodeSettings
 from specviz.trace import Position, Round, Token, Trace, theoretical_speedup
 from specviz.views import theory_plots as tp
 
@@ -199,7 +200,7 @@ def make_trace(epsilon=0.0) -> Trace:
               emitted=[Token(3, "c", "accepted"), Token(4, "d", "accepted"), Token(5, "e", "bonus")]),
         Round(2, 5, positions=[_pos(1, 0.5, False, r=0.4)], emitted=[Token(6, "f", "correction")]),
     ]
-    return Trace("speculative", "hi", 1, {"gamma": 2, "epsilon": epsilon}, {}, "cpu", rounds=rounds, t_total=1.0)
+    return Trace("speculative", "hi", 1, DecodeSettings(gamma=2, epsilon=epsilon), {}, "cpu", rounds=rounds, t_total=1.0)
 
 
 def test_running_tv_vs_rejections_on_trace():
@@ -210,7 +211,7 @@ def test_running_tv_vs_rejections_on_trace():
     assert cum_tv[-1] == pytest.approx(make_trace().summary()["sum_tv"])
     assert cum_rej[-1] == make_trace().summary()["rejections"]
     assert th.running_tv_vs_rejections(None) == ([], [], [])
-    std = Trace("standard", "hi", 1, {}, {}, "cpu", rounds=[Round(0, 0, emitted=[Token(1, "a", "target")])])
+    std = Trace("standard", "hi", 1, DecodeSettings(), {}, "cpu", rounds=[Round(0, 0, emitted=[Token(1, "a", "target")])])
     assert th.running_tv_vs_rejections(std) == ([], [], [])
 
 
@@ -389,7 +390,7 @@ def test_theorem1_plot():
     fig = tp.theorem1_plot(make_trace(epsilon=0.1))
     assert by_name(fig, "Σ r (expected at this ε)")
     assert is_message(tp.theorem1_plot(None))
-    assert is_message(tp.theorem1_plot(Trace("speculative", "", 0, {}, {}, "cpu")))
+    assert is_message(tp.theorem1_plot(Trace("speculative", "", 0, DecodeSettings(), {}, "cpu")))
     assert is_message(tp.theorem1_plot("not a trace"))
 
 

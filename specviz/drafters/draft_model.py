@@ -34,7 +34,7 @@ class ModelDrafter(Drafter):
             x = sample(q, ctx.gen, ctx.warp.greedy)
             # The draft's confidence in its token at temperature 1 (as transformers'
             # assistant_confidence_threshold reads it): meaningful in greedy mode too.
-            conf = float(torch.softmax(logits.float(), -1)[x]) if ctx.warp.greedy else float(q[x])
+            conf = float(torch.softmax(logits.float(), -1)[x])
             seq.append(x)
             yield DraftStep(x, q, conf)
 
