@@ -14,9 +14,7 @@ checked here, never by timed assertions in tests.
 
 --compare-hf times transformers' `generate` three ways with the very same model
 objects: plain (hf_plain); assisted with specviz's constant γ (hf_same); assisted
-with transformers' own defaults (hf_default).  transformers reads the draft length
-from the *assistant's* generation_config (AssistedCandidateGenerator), not from
-generate() arguments, so hf_same sets it there for the call and restores it.
+with transformers' own defaults (hf_default); see specviz.bench_hf.
 """
 
 from __future__ import annotations
@@ -26,29 +24,22 @@ import dataclasses
 import json
 import statistics
 import sys
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import transformers
+from transformers.utils import is_sklearn_available
 from tqdm import tqdm
-from transformers import GenerationConfig
 
+from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
 from .drafters import DRAFTERS
 from .engine import speculative_decode, standard_decode
 from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from .settings import POLICIES, DecodeSettings, SettingsError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.jsonl"
-HF_CONFIGS = {
-    "hf_plain": "transformers generate, no assistant",
-    "hf_same": "transformers assisted generate, specviz's constant γ (no confidence stop)",
-    "hf_default": "transformers assisted generate, its own defaults",
-}
-ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 BF16_NOTE = ("bf16/fp16 divergences are rounding: the verify pass computes several positions in one matmul, whose "
              "low-precision sums differ in the last bits from one-token steps and flip near-ties; fp32 should match")
 
@@ -127,71 +118,13 @@ def run_trace(trace) -> Run:
     return run
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def hf_default_assistant(model) -> dict[str, Any]:
-    """The draft-length settings transformers will use for this assistant: its generation_config's
-    values, transformers' global defaults where unset (as AssistedCandidateGenerator fills them)."""
-    defaults = GenerationConfig._get_default_generation_params()
-    cfg = model.generation_config
-    return {k: getattr(cfg, k) if getattr(cfg, k) is not None else defaults[k] for k in ASSISTANT_KEYS}
-
-
-@contextmanager
-def assistant_settings(model, **values: Any) -> Iterator[None]:
-    """Set fields of the assistant's generation_config for one generate call, then restore them:
-    the draft model object is shared with specviz's own runs."""
-    cfg = model.generation_config
-    saved = {k: getattr(cfg, k) for k in values}
-    try:
-        for k, v in values.items():
-            setattr(cfg, k, v)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(cfg, k, v)
-
-
-def hf_same_values(settings: DecodeSettings) -> dict[str, Any]:
-    # Threshold 0 turns the confidence stop off (transformers adds ConfidenceCriteria only when > 0).
-    return {"num_assistant_tokens": settings.gamma, "num_assistant_tokens_schedule": "constant",
-            "assistant_confidence_threshold": 0.0}
-
-
-def hf_generate(pair, ids: list[int], settings: DecodeSettings, mode: str) -> Run:
-    """transformers' generate: mode hf_plain, hf_same or hf_default (see HF_CONFIGS)."""
-    x = torch.tensor([ids], device=pair.device)
-    kw: dict[str, Any] = dict(max_new_tokens=settings.max_new_tokens, min_new_tokens=0,
-                              eos_token_id=list(pair.eos_token_ids), pad_token_id=pair.eos_token_ids[0],
-                              attention_mask=torch.ones_like(x), repetition_penalty=1.0)
-    if settings.temperature > 0:  # the same warp as specviz: temperature, then top-k, then top-p
-        kw.update(do_sample=True, temperature=settings.temperature, top_p=settings.top_p,
-                  top_k=settings.top_k or None)
-    else:
-        kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    if mode != "hf_plain":
-        kw["assistant_model"] = pair.draft
-    values = hf_same_values(settings) if mode == "hf_same" else {}
-    torch.manual_seed(settings.seed)
-    with assistant_settings(pair.draft, **values), torch.inference_mode():
-        _sync(pair.device)
-        t0 = time.perf_counter()
-        out = pair.target.generate(x, **kw)
-        _sync(pair.device)
-        seconds = time.perf_counter() - t0
-    new = out[0, len(ids):].tolist()  # only the new tokens count
-    return Run(tokens=len(new), seconds=seconds, decode_seconds=seconds, ids=new)
-
-
 def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSettings], prompt: str = "") -> Run:
     base = next(iter(settings.values()))
     if config == "standard":
         return run_trace(standard_decode(pair, ids, base, prompt=prompt))
     if config in HF_CONFIGS:
-        return hf_generate(pair, ids, base, config)
+        new, seconds = hf_generate(pair, ids, base, config)
+        return Run(tokens=len(new), seconds=seconds, decode_seconds=seconds, ids=new)
     return run_trace(speculative_decode(pair, ids, settings[config.removeprefix("spec-")], prompt=prompt))
 
 
@@ -310,21 +243,12 @@ def bench_prompt(pair, row, configs: list[str], settings: dict[str, DecodeSettin
 
 
 def run_json(r: Run) -> dict[str, Any]:
-    d = {"tokens": r.tokens, "seconds": r.seconds, "tok_s": _rate(r.tokens, r.seconds),
-         "decode_tok_s": _rate(r.tokens, r.decode_seconds)}
+    d: dict[str, Any] = {"tokens": r.tokens, "seconds": r.seconds, "tok_s": _rate(r.tokens, r.seconds)}
+    if r.steps or r.rounds:  # specviz's runs time the prefill apart
+        d["decode_tok_s"] = _rate(r.tokens, r.decode_seconds)
     if r.rounds:
         d["draft_stops"] = r.stops
     return d
-
-
-def to_jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, dict):
-        return {k: to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_jsonable(v) for v in obj]
-    return obj
 
 
 # ---- tables -----------------------------------------------------------------------
@@ -341,6 +265,8 @@ def _num(v: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
 def _greedy(m: dict[str, Any]) -> str:
     if "greedy_equal" not in m:
         return "-"
+    if "greedy_equal_prompts" in m:  # an aggregate: on how many prompts the text matched
+        return "yes" if m["greedy_equal"] else f"{m['greedy_equal_prompts']}"
     return "yes" if m["greedy_equal"] else f"no@{m['first_diff']}"
 
 
@@ -353,6 +279,7 @@ SPEC_COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
     ("speedup", lambda m: _num(m["speedup"], suffix="x")),
     ("decode", lambda m: _num(m["decode_speedup"].median, suffix="x")),
     ("theory", lambda m: _num(m["theory"], suffix="x")),
+    ("w/ verify", lambda m: _num(m["theory_with_verify"], suffix="x")),
     ("alpha", lambda m: _num(m["alpha"])),
     ("γ̄", lambda m: _num(m["mean_draft_length"])),
     ("c", lambda m: _num(m["c"].median, "{:.3f}")),
@@ -361,10 +288,21 @@ SPEC_COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
 ]
 
 
+LEGEND = [
+    "decode: speedup with the prompt prefill left out; theory: Thm 3.8 from alpha, the mean draft length run (γ̄) "
+    "and c; w/ verify: the same with the measured verify cost",
+    "c: draft forward / standard one-token step; verify+: the verify pass's extra time over that step; "
+    "values: median [min-max] over the repeats; ALL = total tokens / total time",
+]
+
+
 def table(rows: list[tuple[str, list[str]]], headers: list[str]) -> str:
     widths = [max(len(h), *(len(cells[i]) for _, cells in rows)) for i, h in enumerate(headers)]
     name_w = max(6, *(len(name) for name, _ in rows))
-    line = lambda name, cells: "  ".join([name.ljust(name_w)] + [c.rjust(w) for c, w in zip(cells, widths)])  # noqa: E731
+
+    def line(name: str, cells: list[str]) -> str:
+        return "  ".join([name.ljust(name_w)] + [c.rjust(w) for c, w in zip(cells, widths)])
+
     out = [line("", headers), "-" * len(line("", headers))]
     out += [line(name, cells) for name, cells in rows]
     return "\n".join(out)
@@ -422,11 +360,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration per prompt (median reported)")
     ap.add_argument("--compare-hf", action="store_true",
-                    help="also time transformers' generate: plain, assisted with the same γ, assisted with its defaults")
+                    help="also time transformers' generate: plain, assisted with the same γ, assisted with its "
+                    "defaults (assisted runs use the draft model whatever --drafter says)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: torch's choice; on a shared machine contended threads "
+                    "slow small models many times over)")
     ap.add_argument("--json", type=Path, default=None, help="write everything to this JSON file")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be at least 1")
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     try:
         args.settings = {p: DecodeSettings.checked(
@@ -444,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     settings: dict[str, DecodeSettings] = args.settings
     base = next(iter(settings.values()))
     rows = read_prompts(args.prompts)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.category:
         rows = [r for r in rows if r.get("category") == args.category]
         if not rows:
@@ -487,16 +433,17 @@ def main(argv: list[str] | None = None) -> int:
             all_runs.append(runs)
     # Aggregate: per repeat, every configuration's runs summed over the prompts.
     merged = {cfg: [merge([runs[cfg][rep] for runs in all_runs]) for rep in range(args.repeats)] for cfg in configs}
-    for cfg in configs:  # the token ids, in prompt order, for the greedy comparison
-        for rep in range(args.repeats):
-            merged[cfg][rep].ids = [t for runs in all_runs for t in runs[cfg][rep].ids]
-    agg = summarise(merged, greedy)
+    agg = summarise(merged, False)
+    if greedy:  # the text matches when it matches on every prompt
+        for cfg in configs[1:]:
+            equal = [p["configs"][cfg]["greedy_equal"] for p in prompts]
+            agg[cfg].update(greedy_equal=all(equal), greedy_equal_prompts=f"{sum(equal)}/{len(equal)}")
 
     if len(args.policies) == 1:
         print(prompt_table(prompts, agg, f"spec-{args.policies[0]}", [h for h in HF_CONFIGS if h in configs]))
     else:
         print(policy_table(agg, args.policies))
-    for line in baseline_lines(agg):
+    for line in baseline_lines(agg) + LEGEND:
         print(line)
     if greedy and dtype in ("bfloat16", "float16") and not all(
             agg[c].get("greedy_equal", True) for c in configs):
@@ -510,11 +457,12 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "transformers": transformers.__version__,
             "threads": torch.get_num_threads(),
             "hf": {"same": hf_same_values(base), "default": hf_default_assistant(pair.draft),
+                   "default_threshold_retuned": is_sklearn_available(),  # see specviz.bench_hf
                    "descriptions": HF_CONFIGS} if args.compare_hf else None,
             "greedy_note": BF16_NOTE if greedy and dtype in ("bfloat16", "float16") else None,
             "prompts": prompts, "aggregate": agg,
         }
-        args.json.write_text(json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False))
+        args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False, default=dataclasses.asdict))
     return 0
 
 

@@ -20,7 +20,7 @@ from specviz.engine import speculative_decode, speculative_stream, standard_deco
 from specviz.policy import STOP_REASONS, Adaptive, Confidence, Heuristic, make_policy
 from specviz.sampling import Warp
 from specviz.settings import POLICIES, DecodeSettings
-from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
+from tests.test_engine import PROMPT, assert_matches, make_pair
 
 VOCAB, GAMMA, FIRST = 6, 3, 3
 TAU = 0.25  # between the quartiles of this pair's draft confidences: stops mid-round often, not always
