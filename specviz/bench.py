@@ -1,13 +1,20 @@
 """Benchmark CLI: specviz's speculative loop vs standard decoding (and transformers).
 
     python -m specviz.bench --prompts assets/prompts.jsonl --gamma 5 --compare-hf --json out.json
+    python -m specviz.bench --policy all --repeats 5          # one row per draft-length policy
 
-Per prompt and in aggregate: standard tok/s, speculative tok/s, transformers'
-assisted and plain `generate` tok/s, speedup, α, mean accepted length, c, the
-theoretical speedup from the run's own α and c (compared with the decode-phase
-speedup, prefill excluded, since Thm 3.8 models the decoding loop), tracing
-overhead, and whether the greedy speculative text equals the standard greedy text.  Speed goals are
+Every configuration runs --repeats times per prompt, in an order that rotates
+between repeats (so drift on a busy machine favours none); tables show the median
+with the [min-max] spread, and aggregates are total tokens / total time.  Beside
+the speedups: α, the mean draft length actually run (γ̄), c = draft forward time /
+standard one-token step time, the verify pass's extra cost over that step, and
+Thm 3.8's speedup from α, γ̄ and c, to compare with the decode-phase speedup
+(prefill excluded: the formula models the decoding loop).  Speed goals are
 checked here, never by timed assertions in tests.
+
+--compare-hf times transformers' `generate` three ways with the very same model
+objects: plain (hf_plain); assisted with specviz's constant γ (hf_same); assisted
+with transformers' own defaults (hf_default); see specviz.bench_hf.
 """
 
 from __future__ import annotations
@@ -17,18 +24,24 @@ import dataclasses
 import json
 import statistics
 import sys
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+import transformers
+from transformers.utils import is_sklearn_available
+from tqdm import tqdm
 
+from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
 from .drafters import DRAFTERS
 from .engine import speculative_decode, standard_decode
 from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from .settings import POLICIES, DecodeSettings, SettingsError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.jsonl"
+BF16_NOTE = ("bf16/fp16 divergences are rounding: the verify pass computes several positions in one matmul, whose "
+             "low-precision sums differ in the last bits from one-token steps and flip near-ties; fp32 should match")
 
 
 def read_prompts(path: Path) -> list[dict[str, Any]]:
@@ -50,135 +63,286 @@ def read_prompts(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+# ---- one timed run ----------------------------------------------------------------
 
 
-def hf_generate(pair, ids: list[int], settings: DecodeSettings, assisted: bool) -> tuple[int, float]:
-    """transformers' generate, plain or assisted with the very same draft model object."""
-    x = torch.tensor([ids], device=pair.device)
-    kw: dict[str, Any] = dict(max_new_tokens=settings.max_new_tokens, eos_token_id=pair.eos_token_ids,
-                              pad_token_id=pair.eos_token_ids[0], attention_mask=torch.ones_like(x))
-    if settings.temperature > 0:
-        kw.update(do_sample=True, temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k or None)
-    else:
-        kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    if assisted:
-        kw.update(assistant_model=pair.draft, num_assistant_tokens=settings.gamma,
-                  num_assistant_tokens_schedule="constant")
-    torch.manual_seed(settings.seed)
-    _sync(pair.device)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = pair.target.generate(x, **kw)
-    _sync(pair.device)
-    return out.shape[1] - len(ids), time.perf_counter() - t0
+@dataclass
+class Run:
+    """One timed run of one configuration; the sums add up over prompts (see `merge`)."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    decode_seconds: float = 0.0  # prefill excluded (transformers runs: the whole call)
+    steps: int = 0  # standard: one-token decode steps, and their total time
+    step_seconds: float = 0.0
+    rounds: int = 0  # speculative: rounds, drafted / verified / accepted tokens, timings
+    drafted: int = 0
+    verified: int = 0
+    accepted: int = 0
+    draft_forwards: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    tracing_seconds: float = 0.0
+    stops: dict[str, int] = field(default_factory=dict)  # why drafting stopped, per round
+    ids: list[int] = field(default_factory=list)
 
 
-def bench_prompt(pair, row, settings: DecodeSettings, compare_hf: bool) -> dict[str, Any]:
-    ids = encode_prompt(pair, row["prompt"], chat=bool(row.get("chat", True)))
-    std = standard_decode(pair, ids, settings, prompt=row["prompt"])
-    spec = speculative_decode(pair, ids, settings, prompt=row["prompt"])
-    s = spec.summary()
-    res = {
-        "name": row["name"],
-        "category": row.get("category", ""),
-        "prompt_tokens": len(ids),
-        "tokens_standard": std.n_tokens,
-        "tokens_speculative": spec.n_tokens,
-        "standard_tok_s": std.summary()["tokens_per_s"],
-        "speculative_tok_s": s["tokens_per_s"],
-        "alpha": s["alpha"],
-        "mean_accepted_length": s["mean_accepted_length"],
-        "c": s["c"],
-        "theoretical_speedup": s["theoretical_speedup"],
-        "tracing_overhead": s["tracing_overhead"],
-        "greedy_equal": ([t.id for t in spec.tokens] == [t.id for t in std.tokens]) if settings.temperature == 0 else None,
+def merge(runs: list[Run]) -> Run:
+    """Sum runs (one per prompt): total tokens / total time is then the aggregate rate."""
+    out = Run()
+    for r in runs:
+        for f in dataclasses.fields(Run):
+            if f.name == "stops":
+                for k, v in r.stops.items():
+                    out.stops[k] = out.stops.get(k, 0) + v
+            elif f.name != "ids":
+                setattr(out, f.name, getattr(out, f.name) + getattr(r, f.name))
+    return out
+
+
+def run_trace(trace) -> Run:
+    run = Run(tokens=trace.n_tokens, seconds=trace.t_total, decode_seconds=trace.t_total - trace.t_prefill,
+              tracing_seconds=trace.t_tracing, ids=[t.id for t in trace.tokens])
+    if trace.kind == "standard":
+        run.steps, run.step_seconds = len(trace.rounds), sum(r.t_verify for r in trace.rounds)
+        return run
+    for r in trace.rounds:
+        run.rounds += 1
+        run.drafted += len(r.draft)
+        run.verified += len(r.positions)
+        run.accepted += r.n_accepted
+        run.draft_forwards += r.draft_forwards
+        run.draft_seconds += r.t_draft
+        run.verify_seconds += r.t_verify
+        run.stops[r.draft_stop] = run.stops.get(r.draft_stop, 0) + 1
+    return run
+
+
+def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSettings], prompt: str = "") -> Run:
+    base = next(iter(settings.values()))
+    if config == "standard":
+        return run_trace(standard_decode(pair, ids, base, prompt=prompt))
+    if config in HF_CONFIGS:
+        new, seconds = hf_generate(pair, ids, base, config)
+        return Run(tokens=len(new), seconds=seconds, decode_seconds=seconds, ids=new)
+    return run_trace(speculative_decode(pair, ids, settings[config.removeprefix("spec-")], prompt=prompt))
+
+
+# ---- statistics -------------------------------------------------------------------
+
+
+@dataclass
+class Spread:
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Spread | None":
+        return cls(statistics.median(values), min(values), max(values)) if values else None
+
+
+def _rate(n: float, t: float) -> float:
+    return n / t if t > 0 else 0.0
+
+
+def thm38(alpha: float | None, gamma: float, c: float | None, verify: float = 1.0) -> float | None:
+    """Leviathan et al. Thm 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1)), with γ the mean draft length run.
+    verify: the verify pass's cost in standard steps (the theorem assumes 1)."""
+    if alpha is None or c is None or gamma <= 0:
+        return None
+    tokens = gamma + 1.0 if alpha >= 1.0 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens / (gamma * c + verify)
+
+
+def first_diff(a: list[int], b: list[int]) -> int | None:
+    """0-based position of the first differing token, or None when equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def metrics(runs: list[Run], std: list[Run], hf_plain: list[Run] | None, greedy: bool) -> dict[str, Any]:
+    """One configuration's numbers from its repeats, each paired with the standard run of the same repeat."""
+    out: dict[str, Any] = {
+        "tokens": runs[0].tokens,
+        "tok_s": Spread.of([_rate(r.tokens, r.seconds) for r in runs]),
+        "speedup": Spread.of([_rate(r.tokens, r.seconds) / _rate(s.tokens, s.seconds) for r, s in zip(runs, std)]),
     }
-    res["speedup"] = res["speculative_tok_s"] / res["standard_tok_s"]
-    # Thm 3.8 models the decoding loop, not the prompt prefill (which the draft adds
-    # to): compare it with the speedup of the decode phase alone.
-    res["decode_speedup"] = s["decode_tokens_per_s"] / std.summary()["decode_tokens_per_s"]
-    res["prefill_s"] = {"standard": std.t_prefill, "speculative": spec.t_prefill}
-    if compare_hf:
-        n, t = hf_generate(pair, ids, settings, assisted=False)
-        res["hf_plain_tok_s"] = n / t
-        n, t = hf_generate(pair, ids, settings, assisted=True)
-        res["hf_assisted_tok_s"] = n / t
-        res["hf_speedup"] = res["hf_assisted_tok_s"] / res["hf_plain_tok_s"]
-    return res
+    if hf_plain is not None:  # transformers' assisted generate against its own plain generate
+        out["speedup_vs_hf_plain"] = Spread.of([_rate(r.tokens, r.seconds) / _rate(h.tokens, h.seconds)
+                                                for r, h in zip(runs, hf_plain)])
+    if greedy:
+        diffs = [first_diff(r.ids, s.ids) for r, s in zip(runs, std)]
+        out["greedy_equal"] = all(d is None for d in diffs)
+        out["first_diff"] = next((d for d in diffs if d is not None), None)
+    if not runs[0].rounds:  # not a speculative run
+        return out
+    tot = merge(runs)
+    alpha = tot.accepted / tot.verified if tot.verified else None
+    gbar = tot.drafted / tot.rounds
+    # c: draft cost per forward (per drafted token for a drafter without forwards) over the
+    # standard run's mean one-token decode step, both from the same repeat.
+    c, verify = [], []
+    for r, s in zip(runs, std):
+        step = s.step_seconds / s.steps
+        per = r.draft_seconds / (r.draft_forwards or r.drafted) if (r.draft_forwards or r.drafted) else 0.0
+        c.append(per / step)
+        verify.append(r.verify_seconds / r.rounds / step - 1)
+    c_med, v_med = statistics.median(c), statistics.median(verify)
+    out.update(
+        decode_tok_s=Spread.of([_rate(r.tokens, r.decode_seconds) for r in runs]),
+        decode_speedup=Spread.of([_rate(r.tokens, r.decode_seconds) / _rate(s.tokens, s.decode_seconds)
+                                  for r, s in zip(runs, std)]),
+        alpha=alpha,
+        mean_draft_length=gbar,
+        mean_accepted_length=1 + tot.accepted / tot.rounds,
+        c=Spread.of(c),
+        verify_extra=Spread.of(verify),
+        theory=thm38(alpha, gbar, c_med),
+        theory_with_verify=thm38(alpha, gbar, c_med, 1 + v_med),
+        draft_stops=dict(sorted(tot.stops.items(), key=lambda kv: -kv[1])),
+        tracing_overhead=tot.tracing_seconds / tot.seconds if tot.seconds else None,
+    )
+    return out
 
 
-def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Throughput over all prompts (total tokens / total time), means of the ratios."""
-    agg: dict[str, Any] = {"name": "ALL", "category": ""}
-    for key in ("standard_tok_s", "speculative_tok_s", "hf_plain_tok_s", "hf_assisted_tok_s"):
-        vals = [r[key] for r in results if r.get(key)]
-        if vals:  # harmonic mean = total tokens / total time for equal token counts
-            agg[key] = statistics.harmonic_mean(vals)
-    for key in ("alpha", "mean_accepted_length", "c", "theoretical_speedup", "decode_speedup", "tracing_overhead"):
-        vals = [r[key] for r in results if r.get(key) is not None]
-        agg[key] = statistics.fmean(vals) if vals else None
-    agg["speedup"] = agg["speculative_tok_s"] / agg["standard_tok_s"]
-    if "hf_assisted_tok_s" in agg:
-        agg["hf_speedup"] = agg["hf_assisted_tok_s"] / agg["hf_plain_tok_s"]
-    eq = [r["greedy_equal"] for r in results if r["greedy_equal"] is not None]
-    agg["greedy_equal"] = all(eq) if eq else None
-    return agg
+def summarise(runs: dict[str, list[Run]], greedy: bool) -> dict[str, dict[str, Any]]:
+    std, plain = runs["standard"], runs.get("hf_plain")
+    return {cfg: metrics(rs, std, plain if cfg in ("hf_same", "hf_default") else None,
+                         greedy and cfg != "standard")
+            for cfg, rs in runs.items()}
 
 
-COLUMNS = [
-    ("name", "prompt", "{:<22.22}"),
-    ("standard_tok_s", "std tok/s", "{:>9.2f}"),
-    ("speculative_tok_s", "spec tok/s", "{:>10.2f}"),
-    ("speedup", "speedup", "{:>7.2f}x"),
-    ("hf_plain_tok_s", "HF tok/s", "{:>8.2f}"),
-    ("hf_assisted_tok_s", "HF asst", "{:>7.2f}"),
-    ("hf_speedup", "HF spdup", "{:>7.2f}x"),
-    ("alpha", "alpha", "{:>5.2f}"),
-    ("mean_accepted_length", "MAL", "{:>5.2f}"),
-    ("c", "c", "{:>5.3f}"),
-    ("decode_speedup", "decode", "{:>6.2f}x"),
-    ("theoretical_speedup", "theory", "{:>6.2f}x"),
-    ("tracing_overhead", "trace%", "{:>6.1%}"),
-    ("greedy_equal", "greedy=", "{!s:>7}"),
+# ---- the benchmark ----------------------------------------------------------------
+
+
+def configurations(policies: list[str], compare_hf: bool) -> list[str]:
+    return ["standard"] + [f"spec-{p}" for p in policies] + (list(HF_CONFIGS) if compare_hf else [])
+
+
+def rotated(configs: list[str], repeat: int) -> list[str]:
+    k = repeat % len(configs)
+    return configs[k:] + configs[:k]
+
+
+def bench_prompt(pair, row, configs: list[str], settings: dict[str, DecodeSettings], repeats: int,
+                 done: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, list[Run]]]:
+    ids = encode_prompt(pair, row["prompt"], chat=bool(row.get("chat", True)))
+    runs: dict[str, list[Run]] = {c: [] for c in configs}
+    orders = []
+    for rep in range(repeats):
+        order = rotated(configs, rep)
+        orders.append(order)
+        for cfg in order:
+            runs[cfg].append(run_config(pair, cfg, ids, settings, prompt=row["prompt"]))
+            done(f"{row['name'][:24]} · {cfg}")
+    res = {"name": row["name"], "category": row.get("category", ""), "prompt_tokens": len(ids), "orders": orders}
+    return res, runs
+
+
+def run_json(r: Run) -> dict[str, Any]:
+    d: dict[str, Any] = {"tokens": r.tokens, "seconds": r.seconds, "tok_s": _rate(r.tokens, r.seconds)}
+    if r.steps or r.rounds:  # specviz's runs time the prefill apart
+        d["decode_tok_s"] = _rate(r.tokens, r.decode_seconds)
+    if r.rounds:
+        d["draft_stops"] = r.stops
+    return d
+
+
+# ---- tables -----------------------------------------------------------------------
+
+
+def _num(v: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, Spread):
+        return f"{fmt.format(v.median)}{suffix} [{fmt.format(v.min)}-{fmt.format(v.max)}]"
+    return fmt.format(v) + suffix
+
+
+def _greedy(m: dict[str, Any]) -> str:
+    if "greedy_equal" not in m:
+        return "-"
+    if "greedy_equal_prompts" in m:  # an aggregate: on how many prompts the text matched
+        return "yes" if m["greedy_equal"] else f"{m['greedy_equal_prompts']}"
+    return "yes" if m["greedy_equal"] else f"no@{m['first_diff']}"
+
+
+def _stops(m: dict[str, Any]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in m.get("draft_stops", {}).items())
+
+
+SPEC_COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
+    ("spec tok/s", lambda m: _num(m["tok_s"])),
+    ("speedup", lambda m: _num(m["speedup"], suffix="x")),
+    ("decode", lambda m: _num(m["decode_speedup"].median, suffix="x")),
+    ("theory", lambda m: _num(m["theory"], suffix="x")),
+    ("w/ verify", lambda m: _num(m["theory_with_verify"], suffix="x")),
+    ("alpha", lambda m: _num(m["alpha"])),
+    ("γ̄", lambda m: _num(m["mean_draft_length"])),
+    ("c", lambda m: _num(m["c"].median, "{:.3f}")),
+    ("verify+", lambda m: _num(m["verify_extra"].median, "{:+.0%}")),
+    ("greedy=", _greedy),
 ]
 
 
-def format_table(results: list[dict[str, Any]], agg: dict[str, Any]) -> str:
-    cols = [c for c in COLUMNS if any(c[0] in r for r in results)]
-
-    def cell(r, key, fmt):
-        width = len(fmt.format(0 if "f" in fmt or "%" in fmt else "")) if key != "name" else 22
-        v = r.get(key)
-        if v is None:
-            return "-".rjust(width)
-        return fmt.format(v)
-
-    head = " ".join(h.rjust(len(cell(results[0], k, f))) if k != "name" else h.ljust(22) for k, h, f in cols)
-    lines = [head, "-" * len(head)]
-    for r in results + [agg]:
-        if r is agg:
-            lines.append("-" * len(head))
-        lines.append(" ".join(cell(r, k, f) for k, _, f in cols))
-    return "\n".join(lines)
+LEGEND = [
+    "decode: speedup with the prompt prefill left out; theory: Thm 3.8 from alpha, the mean draft length run (γ̄) "
+    "and c; w/ verify: the same with the measured verify cost",
+    "c: draft forward / standard one-token step; verify+: the verify pass's extra time over that step; "
+    "values: median [min-max] over the repeats; ALL = total tokens / total time",
+]
 
 
-def progress(i: int, n: int, label: str) -> None:
-    width = 30
-    done = int(width * i / n)
-    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:40]:<40}")
-    sys.stderr.flush()
-    if i == n:
-        sys.stderr.write("\n")
+def table(rows: list[tuple[str, list[str]]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(cells[i]) for _, cells in rows)) for i, h in enumerate(headers)]
+    name_w = max(6, *(len(name) for name, _ in rows))
+
+    def line(name: str, cells: list[str]) -> str:
+        return "  ".join([name.ljust(name_w)] + [c.rjust(w) for c, w in zip(cells, widths)])
+
+    out = [line("", headers), "-" * len(line("", headers))]
+    out += [line(name, cells) for name, cells in rows]
+    return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def prompt_table(prompts: list[dict[str, Any]], agg: dict[str, Any], spec: str, hf: list[str]) -> str:
+    headers = ["std tok/s"] + [h for h, _ in SPEC_COLUMNS] + [f"{h} tok/s (x std)" for h in hf]
+    rows = []
+    for name, m in [(p["name"][:24], p["configs"]) for p in prompts] + [("ALL", agg)]:
+        cells = [_num(m["standard"]["tok_s"])] + [f(m[spec]) for _, f in SPEC_COLUMNS]
+        cells += [f"{_num(m[h]['tok_s'])} ({_num(m[h]['speedup'].median, suffix='x')})" for h in hf]
+        rows.append((name, cells))
+    return table(rows, headers)
+
+
+def policy_table(agg: dict[str, Any], policies: list[str]) -> str:
+    headers = [h for h, _ in SPEC_COLUMNS] + ["MAL", "draft stops"]
+    rows = [(p, [f(agg[f"spec-{p}"]) for _, f in SPEC_COLUMNS]
+             + [_num(agg[f"spec-{p}"]["mean_accepted_length"]), _stops(agg[f"spec-{p}"])]) for p in policies]
+    return table(rows, headers)
+
+
+def baseline_lines(agg: dict[str, Any]) -> list[str]:
+    out = [f"standard (specviz): {_num(agg['standard']['tok_s'])} tok/s"]
+    for h in HF_CONFIGS:
+        if h in agg:
+            vs = f", {_num(agg[h]['speedup_vs_hf_plain'], suffix='x')} vs hf_plain" if h != "hf_plain" else ""
+            out.append(f"{h}: {_num(agg[h]['tok_s'])} tok/s, {_num(agg[h]['speedup'], suffix='x')} vs standard{vs}"
+                       + (f", greedy= {_greedy(agg[h])}" if "greedy_equal" in agg[h] else ""))
+    return out
+
+
+# ---- command line -----------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", help="model pair, by id or display name: " + preset_help())
     ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="JSONL file, one {\"prompt\": ...} per line")
-    ap.add_argument("--gamma", type=int, default=5, help="draft length γ")
+    ap.add_argument("--gamma", type=int, default=5, help="draft length γ (the maximum for dynamic policies)")
     ap.add_argument("--epsilon", type=float, default=0.0, help="over-acceptance ε (0 = exact)")
     ap.add_argument("--variant", default="opt", choices=["opt", "uno"])
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -191,57 +355,114 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--category", default=None, help="only prompts of this category (code, chat, ...)")
     ap.add_argument("--drafter", default="model", choices=list(DRAFTERS),
                     help="who drafts: " + "; ".join(f"{k} = {label}" for k, (label, _) in DRAFTERS.items()))
-    ap.add_argument("--policy", default="constant", choices=list(POLICIES),
-                    help="draft-length policy (γ is the maximum for all but constant)")
+    ap.add_argument("--policy", default="constant", choices=list(POLICIES) + ["all"],
+                    help="draft-length policy; 'all' runs every policy and prints one row per policy")
     ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
-    ap.add_argument("--compare-hf", action="store_true", help="also time transformers' generate, plain and assisted")
-    ap.add_argument("--json", type=Path, default=None, help="write all results to this JSON file")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration per prompt (median reported)")
+    ap.add_argument("--compare-hf", action="store_true",
+                    help="also time transformers' generate: plain, assisted with the same γ, assisted with its "
+                    "defaults (assisted runs use the draft model whatever --drafter says)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: torch's choice; on a shared machine contended threads "
+                    "slow small models many times over)")
+    ap.add_argument("--json", type=Path, default=None, help="write everything to this JSON file")
     args = ap.parse_args(argv)
-
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be at least 1")
+    policies = list(POLICIES) if args.policy == "all" else [args.policy]
     try:
-        settings = DecodeSettings.checked(gamma=args.gamma, epsilon=args.epsilon, variant=args.variant,
-                                          temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                          max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                          drafter=args.drafter, policy=args.policy, tau=args.tau)
+        args.settings = {p: DecodeSettings.checked(
+            gamma=args.gamma, epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
+            top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
+            drafter=args.drafter, policy=p, tau=args.tau) for p in policies}
     except SettingsError as exc:
         ap.error(str(exc))
+    args.policies = policies
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings: dict[str, DecodeSettings] = args.settings
+    base = next(iter(settings.values()))
     rows = read_prompts(args.prompts)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.category:
         rows = [r for r in rows if r.get("category") == args.category]
         if not rows:
-            ap.error(f"no prompts of category {args.category!r}")
+            print(f"error: no prompts of category {args.category!r}", file=sys.stderr)
+            return 2
     try:
-        quant = None if args.draft_quant == "none" else args.draft_quant
-        pair = load_pair(resolve_preset(args.preset), dtype=args.dtype, draft_quant=quant,
-                         progress=lambda f, m: progress(int(f * 100), 100, m))
+        with tqdm(total=100, desc="loading", file=sys.stderr, leave=False) as bar:
+            def loading(frac: float, msg: str) -> None:
+                bar.n = int(100 * frac)
+                bar.set_postfix_str(msg[:50])
+
+            pair = load_pair(resolve_preset(args.preset), dtype=args.dtype,
+                             draft_quant=None if args.draft_quant == "none" else args.draft_quant, progress=loading)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{pair.draft_name} -> {pair.target_name} on {pair.device_label()}, {str(pair.dtype).replace('torch.', '')}, "
-          f"draft quant: {pair.draft_quant or 'none'}; γ={settings.gamma} ε={settings.epsilon} T={settings.temperature} "
-          f"max_new_tokens={settings.max_new_tokens}", file=sys.stderr)
+    dtype = str(pair.dtype).replace("torch.", "")
+    greedy = base.temperature == 0
+    print(f"{pair.draft_name} -> {pair.target_name} on {pair.device_label()}, {dtype}, draft quant: "
+          f"{pair.draft_quant or 'none'}; γ={base.gamma} ε={base.epsilon} T={base.temperature} "
+          f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)
 
-    # Warm up both loops (first calls allocate and are slower).
-    warm = encode_prompt(pair, "Hello", chat=True)
-    wset = dataclasses.replace(settings, max_new_tokens=4)
-    standard_decode(pair, warm, wset)
-    speculative_decode(pair, warm, wset)
-    if args.compare_hf:
-        hf_generate(pair, warm, wset, assisted=False)
-        hf_generate(pair, warm, wset, assisted=True)
+    configs = configurations(args.policies, args.compare_hf)
+    # Warm up every configuration once (first calls allocate and are slower).
+    warm_ids = encode_prompt(pair, "Hello", chat=True)
+    warm = {k: dataclasses.replace(s, max_new_tokens=4) for k, s in settings.items()}
+    for cfg in configs:
+        run_config(pair, cfg, warm_ids, warm)
 
-    results = []
-    for i, row in enumerate(rows):
-        progress(i, len(rows), row["name"])
-        results.append(bench_prompt(pair, row, settings, args.compare_hf))
-    progress(len(rows), len(rows), "done")
-    agg = aggregate(results)
-    print(format_table(results, agg))
+    prompts, all_runs = [], []
+    with tqdm(total=len(rows) * args.repeats * len(configs), desc="bench", unit="run", file=sys.stderr) as bar:
+        def done(label: str) -> None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+        for row in rows:
+            res, runs = bench_prompt(pair, row, configs, settings, args.repeats, done)
+            res["configs"] = summarise(runs, greedy)
+            res["runs"] = {cfg: [run_json(r) for r in rs] for cfg, rs in runs.items()}
+            prompts.append(res)
+            all_runs.append(runs)
+    # Aggregate: per repeat, every configuration's runs summed over the prompts.
+    merged = {cfg: [merge([runs[cfg][rep] for runs in all_runs]) for rep in range(args.repeats)] for cfg in configs}
+    agg = summarise(merged, False)
+    if greedy:  # the text matches when it matches on every prompt
+        for cfg in configs[1:]:
+            equal = [p["configs"][cfg]["greedy_equal"] for p in prompts]
+            agg[cfg].update(greedy_equal=all(equal), greedy_equal_prompts=f"{sum(equal)}/{len(equal)}")
+
+    if len(args.policies) == 1:
+        print(prompt_table(prompts, agg, f"spec-{args.policies[0]}", [h for h in HF_CONFIGS if h in configs]))
+    else:
+        print(policy_table(agg, args.policies))
+    for line in baseline_lines(agg) + LEGEND:
+        print(line)
+    if greedy and dtype in ("bfloat16", "float16") and not all(
+            agg[c].get("greedy_equal", True) for c in configs):
+        print(f"note: {BF16_NOTE}")
     if args.json:
-        args.json.write_text(json.dumps({
-            "settings": settings.as_dict(), "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
-            "device": pair.device_label(), "dtype": str(pair.dtype), "draft_quant": pair.draft_quant,
-            "results": results, "aggregate": agg}, indent=2))
+        doc = {
+            "schema": "specviz.bench", "version": 2,
+            "settings": base.as_dict(), "policies": args.policies, "repeats": args.repeats, "configs": configs,
+            "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
+            "device": pair.device_label(), "dtype": dtype, "draft_quant": pair.draft_quant,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(),
+            "hf": {"same": hf_same_values(base), "default": hf_default_assistant(pair.draft),
+                   "default_threshold_retuned": is_sklearn_available(),  # see specviz.bench_hf
+                   "descriptions": HF_CONFIGS} if args.compare_hf else None,
+            "greedy_note": BF16_NOTE if greedy and dtype in ("bfloat16", "float16") else None,
+            "prompts": prompts, "aggregate": agg,
+        }
+        args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False, default=dataclasses.asdict))
     return 0
 
 

@@ -1,0 +1,197 @@
+"""The bench CLI, run in-process on the tiny pair: every configuration, sane numbers, honest transformers settings."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from specviz import bench, bench_hf
+from specviz.policy import STOP_REASONS
+from specviz.settings import POLICIES
+
+GAMMA, MAX_NEW = 2, 12
+PROMPTS = [
+    {"name": "code", "category": "code", "prompt": "def add(a, b):"},
+    {"name": "chat", "category": "chat", "prompt": "hello there, how are you?"},
+]
+
+
+def spreads(obj, path=""):
+    """Every {median, min, max} in a JSON tree."""
+    if isinstance(obj, dict):
+        if set(obj) == {"median", "min", "max"}:
+            yield path, obj
+        for k, v in obj.items():
+            yield from spreads(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from spreads(v, f"{path}[{i}]")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # The tiny models are far faster on one thread than on two contended ones (a shared CI box).
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Record the pair the bench loads, and the assistant's draft-length settings each time
+    transformers' assisted generation asks the draft model for candidates."""
+    seen: dict = {"pair": None, "draft_calls": []}
+    load = bench.load_pair
+
+    def load_and_keep(*a, **kw):
+        seen["pair"] = load(*a, **kw)
+        return seen["pair"]
+
+    monkeypatch.setattr(bench, "load_pair", load_and_keep)
+    from transformers.generation.utils import GenerationMixin
+
+    generate = GenerationMixin.generate
+
+    def spying_generate(self, *a, **kw):
+        pair = seen["pair"]
+        if pair is not None and self is pair.draft:  # a candidate call inside assisted generation
+            cfg = self.generation_config
+            values = {k: getattr(cfg, k) for k in bench_hf.ASSISTANT_KEYS}
+            seen["draft_calls"].append((values, kw.get("max_new_tokens")))
+        return generate(self, *a, **kw)
+
+    monkeypatch.setattr(GenerationMixin, "generate", spying_generate)
+    return seen
+
+
+def test_bench_runs_every_configuration_with_sane_numbers(prompts_file, tmp_path, spy, capsys):
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", str(GAMMA),
+                     "--max-new-tokens", str(MAX_NEW), "--repeats", "2", "--compare-hf", "--policy", "all",
+                     "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    configs = ["standard"] + [f"spec-{p}" for p in POLICIES] + ["hf_plain", "hf_same", "hf_default"]
+    assert doc["configs"] == configs and doc["repeats"] == 2 and doc["policies"] == list(POLICIES)
+    assert set(doc["aggregate"]) == set(configs)
+
+    for p in doc["prompts"]:
+        assert set(p["configs"]) == set(configs) and set(p["runs"]) == set(configs)
+        # The order rotates between repeats, so no configuration always runs first.
+        assert p["orders"][0] == configs and p["orders"][1] == configs[1:] + configs[:1]
+        for cfg in configs:
+            runs = p["runs"][cfg]
+            assert len(runs) == 2
+            for r in runs:
+                assert 1 <= r["tokens"] <= MAX_NEW and r["seconds"] > 0
+                assert r["tok_s"] == pytest.approx(r["tokens"] / r["seconds"])
+            m = p["configs"][cfg]
+            assert m["tok_s"]["median"] == pytest.approx(statistics.median(r["tok_s"] for r in runs))
+            # Greedy, fp32: every way of decoding gives the standard text token for token.
+            if cfg != "standard":
+                assert m["greedy_equal"] is True and m["first_diff"] is None
+        for policy in POLICIES:
+            m = p["configs"][f"spec-{policy}"]
+            assert 0 <= m["alpha"] <= 1 and 0 < m["mean_draft_length"] <= GAMMA
+            assert m["c"]["median"] > 0 and m["theory"] > 0 and m["verify_extra"]["median"] > -1
+            assert set(m["draft_stops"]) <= set(STOP_REASONS)
+            # One stop reason per round, summed over the repeats.
+            assert sum(m["draft_stops"].values()) == sum(sum(r["draft_stops"].values())
+                                                         for r in p["runs"][f"spec-{policy}"])
+    for path, s in spreads(doc):
+        assert s["min"] <= s["median"] <= s["max"], path
+
+    # Aggregates are total tokens / total time, per repeat, then the median over repeats.
+    agg = doc["aggregate"]
+    for cfg in configs:
+        per_repeat = [sum(p["runs"][cfg][rep]["tokens"] for p in doc["prompts"])
+                      / sum(p["runs"][cfg][rep]["seconds"] for p in doc["prompts"]) for rep in range(2)]
+        assert agg[cfg]["tok_s"]["median"] == pytest.approx(statistics.median(per_repeat))
+    assert agg["spec-constant"]["mean_draft_length"] <= GAMMA
+    assert set(agg["spec-adaptive"]["draft_stops"]) <= set(STOP_REASONS)
+
+    # hf_same really used γ: transformers read it from the assistant's generation_config, which
+    # the bench set for the call and restored afterwards; hf_default ran transformers' defaults.
+    pair = spy["pair"]
+    assert {k: getattr(pair.draft.generation_config, k) for k in bench_hf.ASSISTANT_KEYS} == dict.fromkeys(
+        bench_hf.ASSISTANT_KEYS)  # the tiny draft sets none of them, and still sets none
+    same = {"num_assistant_tokens": GAMMA, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0}
+    assert doc["hf"]["same"] == same
+    assert doc["hf"]["default"] == {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
+                                    "assistant_confidence_threshold": 0.4}
+    calls = spy["draft_calls"]
+    same_calls = [n for cfg, n in calls if cfg == same]
+    default_calls = [n for cfg, n in calls if cfg == dict.fromkeys(bench_hf.ASSISTANT_KEYS)]
+    assert same_calls and default_calls and len(same_calls) + len(default_calls) == len(calls)
+    assert all(n <= GAMMA for n in same_calls)  # at most γ candidates per round
+    assert max(default_calls) > GAMMA  # transformers' own 20, cut by the tokens left
+
+    # The readable table: one row per policy, then the baselines.
+    text = capsys.readouterr().out
+    rows = [line.split()[0] for line in text.splitlines() if line.split()]
+    assert all(p in rows for p in POLICIES)
+    assert "hf_same:" in rows and "hf_default:" in rows and "hf_plain:" in rows
+
+
+def test_bench_single_policy_sampling_prints_one_row_per_prompt(prompts_file, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "3", "--max-new-tokens", "8",
+                     "--repeats", "1", "--temperature", "1", "--top-k", "5", "--top-p", "0.9", "--compare-hf",
+                     "--category", "chat", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert [p["name"] for p in doc["prompts"]] == ["chat"]
+    assert doc["configs"] == ["standard", "spec-constant", "hf_plain", "hf_same", "hf_default"]
+    for cfg, m in doc["prompts"][0]["configs"].items():
+        assert "greedy_equal" not in m  # only greedy output has one right answer
+        assert 1 <= m["tokens"] <= 8
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("chat") and lines[3].startswith("ALL")
+
+
+def test_bad_arguments_are_refused_with_a_message(prompts_file, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "0"])
+    assert "γ" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--preset", "tiny", "--repeats", "0"])
+    assert bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--category", "poetry"]) == 2
+    assert "no prompts of category" in capsys.readouterr().err
+
+
+def test_assistant_settings_are_restored_even_when_generate_fails():
+    from transformers import GenerationConfig
+
+    class Model:
+        generation_config = GenerationConfig(num_assistant_tokens=7)
+
+    m = Model()
+    with pytest.raises(RuntimeError), bench_hf.assistant_settings(m, num_assistant_tokens=3,
+                                                                assistant_confidence_threshold=0.0):
+        assert m.generation_config.num_assistant_tokens == 3
+        raise RuntimeError("generate failed")
+    assert m.generation_config.num_assistant_tokens == 7
+    assert m.generation_config.assistant_confidence_threshold is None
+
+
+def test_theory_and_divergence_helpers():
+    assert bench.thm38(0.0, 4, 0.1) == pytest.approx(1 / 1.4)  # nothing accepted: one token per round
+    assert bench.thm38(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
+    assert bench.thm38(0.5, 2.5, 0.2) == pytest.approx((1 - 0.5**3.5) / 0.5 / 1.5)  # a mean draft length
+    assert bench.thm38(0.5, 2, 0.2, verify=1.5) == pytest.approx(1.75 / 1.9)
+    assert bench.thm38(None, 3, 0.1) is None
+    assert bench.first_diff([1, 2, 3], [1, 2, 3]) is None
+    assert bench.first_diff([1, 2, 3], [1, 5, 3]) == 1
+    assert bench.first_diff([1, 2], [1, 2, 3]) == 2
