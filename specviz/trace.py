@@ -207,8 +207,10 @@ class Trace:
             rejection in a round are never verified, so they do not count).
         mean_accepted_length: 1 + accepted / rounds (vLLM's definition; counts
             the correction or bonus token).
-        c: mean draft forward time / mean target forward time, both measured
-            in this run (prefill excluded).
+        c: mean draft forward time / mean target forward time (verify passes),
+            both measured in this run (prefill excluded); the bench divides by the
+            standard run's one-token step instead, as Thm 3.8 assumes.
+        mean_draft_length: tokens drafted per round, over rounds that drafted.
         theoretical_speedup: (1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et
             al. Theorem 3.8, from this run's own α and c.
         """
@@ -242,6 +244,8 @@ class Trace:
         draft_fwd = sum(r.t_draft for r in rounds) / draft_fwd_n if draft_fwd_n else None
         c = draft_fwd / target_fwd if (draft_fwd is not None and target_fwd) else None
         gamma = self.gamma
+        drafting = [len(r.draft) for r in rounds if r.draft]
+        mean_draft = sum(drafting) / len(drafting) if drafting else None
         per_pos = []
         for i in range(1, gamma + 1):
             tested = [r.positions[i - 1] for r in rounds if len(r.positions) >= i]
@@ -266,7 +270,11 @@ class Trace:
             sum_tv=sum(p.tv for p in verified),
             mean_reject_prob=(sum(p.reject_prob for p in verified) / len(verified)) if verified else None,
             mean_bias=(sum(p.bias for p in verified) / len(verified)) if verified else None,
-            theoretical_speedup=theoretical_speedup(alpha, gamma, c),
+            mean_draft_length=mean_draft,
+            # Thm 3.8 at the draft length actually run: γ for the constant policy, the mean
+            # draft length of the rounds that drafted for the dynamic ones.
+            theoretical_speedup=theoretical_speedup(
+                alpha, gamma if self.settings.policy == "constant" else (mean_draft or 0.0), c),
         )
         return out
 
@@ -307,8 +315,8 @@ def _read_json(data: str | bytes) -> Any:
         raise TraceError(f"not valid JSON: {exc}") from None
 
 
-def theoretical_speedup(alpha: float | None, gamma: int, c: float | None) -> float | None:
-    """Leviathan et al. Thm 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1))."""
+def theoretical_speedup(alpha: float | None, gamma: float, c: float | None) -> float | None:
+    """Leviathan et al. Thm 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1)); γ may be a mean draft length."""
     if alpha is None or c is None or gamma < 1:
         return None
     if alpha >= 1.0:
