@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="constant", choices=list(POLICIES),
                     help="draft-length policy (γ is the maximum for all but constant)")
     ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
+    ap.add_argument("--branches", type=int, default=None, help="tree drafter: M branches (i.i.d. drafts or top-k)")
+    ap.add_argument("--tree-nodes", type=int, default=None, help="tree drafter: node budget per tree")
     ap.add_argument("--compare-hf", action="store_true", help="also time transformers' generate, plain and assisted")
     ap.add_argument("--json", type=Path, default=None, help="write all results to this JSON file")
     args = ap.parse_args(argv)
@@ -202,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = DecodeSettings.checked(gamma=args.gamma, epsilon=args.epsilon, variant=args.variant,
                                           temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                                           max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                          drafter=args.drafter, policy=args.policy, tau=args.tau)
+                                          drafter=args.drafter, policy=args.policy, tau=args.tau,
+                                          branches=args.branches, tree_nodes=args.tree_nodes)
     except SettingsError as exc:
         ap.error(str(exc))
     rows = read_prompts(args.prompts)

@@ -68,3 +68,52 @@ def epsilon_sweep(req: Request, epsilons=EPSILONS) -> Iterator[tuple[float, str,
                    "reject_prob": s["mean_reject_prob"], "mean_tv": (s["sum_tv"] / s["verified"]) if s["verified"] else None,
                    "first_divergence": first_divergence(base, ids), "edit_distance": edit_distance(base, ids)}
             yield k / len(eps), f"ε = {e:g} ({variant.upper()}): α = {s['alpha'] or 0:.2f}", res
+
+
+TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def tree_verify_times(pair: Any, prompt_ids: list[int], sizes=TREE_SIZES, repeats: int = 3,
+                      branching: int = 2) -> list[dict[str, Any]]:
+    """The target's verify time against the number of tree nodes: for each size, the median
+    of `repeats` tree-masked forward passes over the prompt's last token plus a tree of that
+    many nodes (node i's parent is (i − 1) // branching: a full tree, as wide as it is deep
+    allows), on a cache holding the rest of the prompt.  A later Sweeps plot reads these rows."""
+    import statistics
+    import time
+
+    import torch
+
+    from .kv import CachedLM
+
+    lm = CachedLM(pair.target, pair.device)
+    rows = []
+    try:
+        with torch.inference_mode():
+            lm.prefill(prompt_ids)
+            for n in sizes:
+                parents = [-1 if i < branching else (i - branching) // branching for i in range(n)]
+                tokens = [prompt_ids[i % len(prompt_ids)] for i in range(n)]
+                times = []
+                for _ in range(repeats):
+                    if pair.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    lm.feed_tree(prompt_ids, tokens, parents)
+                    if pair.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    times.append(time.perf_counter() - t0)
+                    lm.crop(len(prompt_ids) - 1)  # drop the tree and the last prompt token again
+                depth = max((1 + _depth(parents, i) for i in range(n)), default=0)
+                rows.append({"nodes": n, "depth": depth, "t_verify": statistics.median(times),
+                             "t_min": min(times), "repeats": repeats})
+    finally:
+        lm.free()
+    return rows
+
+
+def _depth(parents: list[int], i: int) -> int:
+    d = 0
+    while parents[i] >= 0:
+        i, d = parents[i], d + 1
+    return d
