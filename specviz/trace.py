@@ -15,7 +15,8 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
       "prompt": str,                 # the user's prompt (before chat template)
       "prompt_tokens": int,          # tokens fed to the models
       "settings": {gamma, epsilon, variant ("opt"|"uno"), temperature, top_k,
-                   top_p, max_new_tokens, seed, drafter, policy, tau},
+                   top_p, max_new_tokens, seed, drafter, policy, tau,
+                   branches, tree_nodes, tree_mode},  # the last three: the tree drafter only
                                      # specviz.settings.DecodeSettings; gamma is the maximum
                                      # draft length under a dynamic policy
       "models": {"preset": str, "draft": str, "target": str, "drafter": str},
