@@ -358,6 +358,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--policy", default="constant", choices=list(POLICIES) + ["all"],
                     help="draft-length policy; 'all' runs every policy and prints one row per policy")
     ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
+    ap.add_argument("--branches", type=int, default=None, help="tree drafter: M branches (i.i.d. drafts or top-k)")
+    ap.add_argument("--tree-nodes", type=int, default=None, help="tree drafter: node budget per tree")
+    ap.add_argument("--tree-mode", default=None, choices=["iid", "best-first"],
+                    help="tree drafter: i.i.d. batch drafts, or a best-first top-k tree (default)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration per prompt (median reported)")
     ap.add_argument("--compare-hf", action="store_true",
                     help="also time transformers' generate: plain, assisted with the same γ, assisted with its "
@@ -376,7 +380,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.settings = {p: DecodeSettings.checked(
             gamma=args.gamma, epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
             top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
-            drafter=args.drafter, policy=p, tau=args.tau) for p in policies}
+            drafter=args.drafter, policy=p, tau=args.tau, branches=args.branches, tree_nodes=args.tree_nodes,
+            tree_mode=args.tree_mode) for p in policies}
     except SettingsError as exc:
         ap.error(str(exc))
     args.policies = policies

@@ -31,6 +31,7 @@ from .policy import make_policy
 from .sampling import Warp, rule_stats, sample, verdicts
 from .settings import DecodeSettings
 from .trace import DraftToken, Extra, Position, Round, Token, Trace
+from .tree_round import TreeRun
 
 
 class Clock:
@@ -133,6 +134,17 @@ def _generator(settings: DecodeSettings, device: torch.device) -> torch.Generato
     return gen
 
 
+def _relay(steps: Iterator[None], clock: Clock, trace: Trace, rnd: Round) -> Iterator[Event]:
+    """A round's progress ticks as "draft" events (consumer time kept off the clock); returns
+    what the round returned."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+        yield from clock.hold(Event("draft", trace, rnd))
+
+
 # ---- speculative decoding ---------------------------------------------------------
 
 
@@ -161,6 +173,9 @@ def speculative_stream(
     n_prompt = len(ids)
     hidden = None  # the target's hidden state that produced ids[-1], for drafters that read it
     clock = Clock(device)
+    # A tree drafter's rounds draft, verify and roll back in specviz.tree_round.
+    tree = TreeRun(drafter, target, ids, warp, gen, device, eos, piece, detok, clock, settings.tree_mode) \
+        if getattr(drafter, "is_tree", False) else None
     try:
         with torch.inference_mode():
             drafter.start(ids)
@@ -178,6 +193,15 @@ def speculative_stream(
                 # Never draft past the token budget: the round emits at most limit + 1 tokens.
                 room = budget - n_gen - 1
                 limit = min(policy.limit(), room)
+                if tree is not None:
+                    if (yield from _relay(tree.round(rnd, limit, settings.gamma), clock, trace, rnd)):
+                        done, trace.stop_reason = True, "eos"
+                    if not done and len(ids) - n_prompt >= budget:
+                        done, trace.stop_reason = True, "max_new_tokens"
+                    trace.rounds.append(rnd)
+                    trace.t_total = rnd.t_end
+                    yield from clock.hold(Event("round", trace, rnd))
+                    continue
 
                 # 1. Draft, one token at a time, each shown as soon as it exists.
                 tokens: list[int] = []

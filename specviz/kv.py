@@ -4,6 +4,16 @@ Both the target (verify passes) and the draft model (draft steps) keep a cache
 holding a prefix of the sequence being decoded.  Each call feeds only the tokens
 the cache does not hold yet; after a rejection the cache is cropped back to the
 accepted prefix, so no token is ever recomputed.
+
+Token trees (specviz.tree): `feed_tree` appends tree nodes after the linear
+prefix, each attending to the prefix, its ancestors and itself through a 4D
+additive float mask [1, 1, Q, P+Q] (0 = may attend, the dtype's minimum
+elsewhere) with position_ids = P + depth − 1.  transformers 5 passes a 4D mask
+through unchanged (masking_utils._preprocess_mask_arguments) and both the eager
+and the sdpa attention add a float mask to the scores (a bool mask would be
+added as 0/1 by eager attention, hence the float form); flash attention ignores
+custom masks and is refused.  `keep_path` then index-selects the accepted
+path's slots in every cache layer, so the cache is a plain prefix again.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ class CachedLM:
         self.device = device
         self.cache = DynamicCache()
         self.cached = 0
+        self.tree_parents: list[int] = []  # tree nodes after the prefix, in cache order (-1 = the prefix's end)
+        self.tree_depths: list[int] = []
 
     def feed(self, ids: list[int], keep: int = 1, hidden: bool = False) -> Fed:
         """Feed ids[cached:]; return the outputs of the last `keep` positions.
@@ -39,6 +51,7 @@ class CachedLM:
         head reads them); it is off by default because it costs memory traffic."""
         new = ids[self.cached :]
         assert new, "nothing new to feed"
+        assert not self.tree_parents, "the cache holds a tree: keep_path first"
         x = torch.tensor([new], dtype=torch.long, device=self.device)
         out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
                          output_hidden_states=hidden)
@@ -51,8 +64,68 @@ class CachedLM:
         if len(ids) > 1:
             self.feed(ids[:-1])
 
+    def feed_tree(self, ids: list[int], tokens: list[int], parents: list[int]) -> Fed:
+        """Feed ids[cached:] (causally) and then tree nodes under the end of ids.
+
+        parents[i] indexes the tree nodes in this cache (those of earlier feed_tree
+        calls since the last keep_path, then these), -1 for a child of ids[-1].
+        Returns logits for ids[-1] if it was not cached yet, then one row per new node."""
+        suffix = ids[self.cached :]
+        if self.tree_parents:
+            assert not suffix, "the prefix must be complete before the tree grows"
+        base, first = len(ids), len(self.tree_parents)
+        for par in parents:
+            assert -1 <= par < len(self.tree_parents), "a node's parent must be fed before it"
+            self.tree_parents.append(par)
+            self.tree_depths.append(1 if par < 0 else self.tree_depths[par] + 1)
+        past = self.cached + first  # slots already in the cache
+        q = len(suffix) + len(tokens)
+        dtype = self.model.get_input_embeddings().weight.dtype
+        if getattr(self.model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+            raise RuntimeError("token trees need eager or sdpa attention (a 4D float mask)")
+        mask = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype, device=self.device)
+        mask[:, : self.cached] = 0.0  # the cached prefix is visible to every new token
+        s = len(suffix)
+        causal = torch.ones(s, s, dtype=torch.bool, device=self.device).tril()
+        mask[:s, self.cached : self.cached + s].masked_fill_(causal, 0.0)
+        rows, cols = [], []
+        for k in range(len(tokens)):
+            node = first + k
+            while node >= 0:  # itself and its ancestors
+                rows.append(s + k)
+                cols.append(self.cached + s + node)
+                node = self.tree_parents[node]
+        if tokens:
+            mask[s:, self.cached : self.cached + s] = 0.0  # the uncached part of the prefix
+            mask[rows, cols] = 0.0
+        pos = list(range(self.cached, base)) + [base - 1 + self.tree_depths[first + k] for k in range(len(tokens))]
+        out = self.model(input_ids=torch.tensor([suffix + tokens], dtype=torch.long, device=self.device),
+                         attention_mask=mask[None, None],
+                         position_ids=torch.tensor([pos], dtype=torch.long, device=self.device),
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=len(tokens) + (1 if s else 0))
+        self.cached = base
+        return Fed(out.logits[0])
+
+    def keep_path(self, nodes: list[int]) -> None:
+        """Keep the prefix and the given tree nodes (a root-to-node path, in order) in
+        every cache layer; the cache then holds prefix + path as plain tokens."""
+        slots = list(range(self.cached)) + [self.cached + n for n in nodes]
+        total = self.cached + len(self.tree_parents)
+        if len(slots) < total:
+            idx = torch.tensor(slots, dtype=torch.long, device=self.device)
+            for layer in self.cache.layers:
+                if getattr(layer, "is_sliding", False):
+                    raise RuntimeError("token trees need a full (not sliding-window) KV cache")
+                if layer.is_initialized and layer.keys.numel():
+                    layer.keys = layer.keys.index_select(-2, idx)
+                    layer.values = layer.values.index_select(-2, idx)
+        self.cached = len(slots)
+        self.tree_parents, self.tree_depths = [], []
+
     def crop(self, n: int) -> None:
         """Keep only the first n tokens in the cache."""
+        if self.tree_parents:  # drop the tree first: then the cache is a plain prefix
+            self.keep_path([])
         if self.cached > n:
             self.cache.crop(-(self.cached - n))  # transformers 5: a negative count of tokens to drop
             self.cached = n
@@ -60,3 +133,4 @@ class CachedLM:
     def free(self) -> None:
         self.cache = DynamicCache()
         self.cached = 0
+        self.tree_parents, self.tree_depths = [], []

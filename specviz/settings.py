@@ -19,6 +19,11 @@ SEED_MAX = 2**63 - 1
 VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "uno"}
 # How many tokens a drafter proposes per round (see specviz.policy):
 POLICIES = ("constant", "heuristic", "confidence", "adaptive")
+# How the tree drafter grows its tree (specviz.drafters.tree): M i.i.d. draft sequences merged into a
+# prefix tree (Yin et al.'s batch drafts, SpecInfer), or EAGLE-2's best-first tree of top-k children.
+TREE_MODES = ("iid", "best-first")
+BRANCHES_MAX = 8
+TREE_NODES_MAX = 64
 
 
 class SettingsError(ValueError):
@@ -110,6 +115,10 @@ class DecodeSettings:
     drafter: str = "model"  # a name in specviz.drafters.DRAFTERS
     policy: str = "constant"  # a name in POLICIES; γ is the maximum draft length for the dynamic ones
     tau: float = 0.4  # the confidence policy stops drafting when q(x) of the token just drafted < τ
+    # The tree drafter only (chain drafters ignore these); γ is the tree's depth:
+    branches: int = 2  # M: i.i.d. draft sequences ("iid"), or children per expanded node and nodes expanded per depth ("best-first")
+    tree_nodes: int = 16  # node budget: the most draft tokens in one tree
+    tree_mode: str = "best-first"  # one of TREE_MODES
 
     @classmethod
     def checked(cls, **kw: Any) -> "DecodeSettings":
@@ -143,7 +152,23 @@ class DecodeSettings:
         tau = _number("τ (confidence threshold)", d["tau"])
         if not 0.0 <= tau <= 1.0:
             raise SettingsError(f"τ (confidence threshold) must be between 0 and 1, not {_show(d['tau'])}")
-        return cls(gamma, eps, variant, temp, top_k, top_p, max_new, seed, drafter, policy, tau)
+        branches = _integer("branches (M)", d["branches"], 1, BRANCHES_MAX)
+        tree_nodes = _integer("tree nodes (node budget)", d["tree_nodes"], 1, TREE_NODES_MAX)
+        tree_mode = _choice("tree mode", d["tree_mode"], TREE_MODES)
+        if drafter == "tree":
+            # The tree's multi-candidate rule is exact only: ε's over-acceptance, UNO's corrections
+            # from p and the dynamic draft lengths are defined for a chain of drafts.
+            if eps != 0.0:
+                raise SettingsError("ε (over-acceptance) applies to chain drafting only: the tree drafter "
+                                    "verifies exactly, so set ε to 0")
+            if variant != "opt":
+                raise SettingsError("the tree drafter samples corrections from the residual (Decoding-OPT); "
+                                    "Decoding-UNO applies to chain drafting only")
+            if policy != "constant":
+                raise SettingsError("the tree drafter grows a tree of depth γ: use the constant draft-length "
+                                    "policy (the dynamic policies apply to chain drafting only)")
+        return cls(gamma, eps, variant, temp, top_k, top_p, max_new, seed, drafter, policy, tau, branches,
+                   tree_nodes, tree_mode)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DecodeSettings":

@@ -68,3 +68,63 @@ def epsilon_sweep(req: Request, epsilons=EPSILONS) -> Iterator[tuple[float, str,
                    "reject_prob": s["mean_reject_prob"], "mean_tv": (s["sum_tv"] / s["verified"]) if s["verified"] else None,
                    "first_divergence": first_divergence(base, ids), "edit_distance": edit_distance(base, ids)}
             yield k / len(eps), f"ε = {e:g} ({variant.upper()}): α = {s['alpha'] or 0:.2f}", res
+
+
+TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def tree_verify_times(pair: Any, prompt_ids: list[int], sizes=TREE_SIZES, repeats: int = 3,
+                      branching: int = 2) -> list[dict[str, Any]]:
+    """The target's verify time against the number of tree nodes: for each size, the median
+    of `repeats` tree-masked forward passes over the prompt's last token plus a tree of that
+    many nodes (node i's parent is (i − 1) // branching: a full tree, as wide as it is deep
+    allows), on a cache holding the rest of the prompt, next to the same number of tokens fed as
+    a plain causal chain ("t_chain": what the tree mask costs).  A later Sweeps plot reads these rows."""
+    import statistics
+
+    import torch
+
+    from .kv import CachedLM
+
+    lm = CachedLM(pair.target, pair.device)
+    rows = []
+    try:
+        with torch.inference_mode():
+            lm.prefill(prompt_ids)
+            for n in sizes:
+                parents = [-1 if i < branching else (i - branching) // branching for i in range(n)]
+                tokens = [prompt_ids[i % len(prompt_ids)] for i in range(n)]
+                times, chain = [], []
+                for _ in range(repeats):
+                    times.append(_timed(pair.device, lambda: lm.feed_tree(prompt_ids, tokens, parents)))
+                    lm.crop(len(prompt_ids) - 1)  # drop the tree and the last prompt token again
+                    # The same number of tokens as a plain causal chain: what the tree mask costs.
+                    chain.append(_timed(pair.device, lambda: lm.feed(prompt_ids + tokens, keep=n + 1)))
+                    lm.crop(len(prompt_ids) - 1)
+                depth = max((1 + _depth(parents, i) for i in range(n)), default=0)
+                rows.append({"nodes": n, "depth": depth, "t_verify": statistics.median(times),
+                             "t_chain": statistics.median(chain), "repeats": repeats})
+    finally:
+        lm.free()
+    return rows
+
+
+def _timed(device: Any, fn: Any) -> float:
+    import time
+
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def _depth(parents: list[int], i: int) -> int:
+    d = 0
+    while parents[i] >= 0:
+        i, d = parents[i], d + 1
+    return d

@@ -15,7 +15,8 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
       "prompt": str,                 # the user's prompt (before chat template)
       "prompt_tokens": int,          # tokens fed to the models
       "settings": {gamma, epsilon, variant ("opt"|"uno"), temperature, top_k,
-                   top_p, max_new_tokens, seed, drafter, policy, tau},
+                   top_p, max_new_tokens, seed, drafter, policy, tau,
+                   branches, tree_nodes, tree_mode},  # the last three: the tree drafter only
                                      # specviz.settings.DecodeSettings; gamma is the maximum
                                      # draft length under a dynamic policy
       "models": {"preset": str, "draft": str, "target": str, "drafter": str},
@@ -44,8 +45,29 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
       "emitted": [{"id", "text", "origin"}],  # origin: "accepted" | "correction" | "bonus" | "target"
       "t_start", "t_draft", "t_verify", "t_end": float,  # seconds; t_start/t_end since run start
       "draft_forwards": int,         # draft-model forward passes in this round
-      "target_forwards": int         # target forward passes in this round (1)
+      "target_forwards": int,        # target forward passes in this round (1)
+      "tree": RoundTree              # only in rounds of the tree drafter (absent otherwise)
     }
+
+    RoundTree = {                    # a token tree verified in one target pass (specviz.tree)
+      "mode": "iid" | "best-first",  # i.i.d. draft sequences (q_j = q) or top-k children (q_j one-hot)
+      "nodes": [{"id", "text", "parent", "depth", "q", "conf", "draws"}],
+                                     # creation order, parents first; parent -1 = the last emitted
+                                     # token; q: q(x) at the parent; draws: i.i.d. draws on this node
+      "visits": [{"node", "reject_prob", "tv", "tries": [{"node", "q", "r", "b", "u", "accepted"}]}],
+                                     # the rule at each node of the accepted path (node -1 = root),
+                                     # children in the order tried: q = q_j(x), r = r(x) before the
+                                     # try, b = min(1, r/q), u the uniform draw; reject_prob =
+                                     # P(every child tried there is rejected), tv = TV(p, q) there
+      "path": [int],                 # the accepted nodes, root to deepest
+      "fed": int,                    # tokens the verify pass fed (the uncached suffix + all nodes)
+      "t_forward": float             # seconds of the target's tree forward pass alone
+    }
+
+    A tree round also fills the chain fields, so every metric reads it unchanged:
+    "draft" and "positions" hold the accepted path (one position per visited node,
+    from the accepted try, or the last try where every child was rejected) and
+    "emitted" the path's tokens and the correction or bonus.
 
     Position = {
       "i": int,                      # 1-based position in the round
@@ -70,6 +92,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .settings import DecodeSettings, SettingsError
+from .trace_tree import RoundTree, parse_tree
 
 SCHEMA_NAME = "specviz.trace"
 SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
@@ -138,6 +161,12 @@ class Round:
     draft_forwards: int = 0
     target_forwards: int = 1
     draft_stop: str = ""  # why drafting stopped: one of specviz.policy.STOP_REASONS ("" in old recordings)
+    tree: RoundTree | None = None  # the token tree of a tree-drafter round (None for a chain round)
+
+    @property
+    def tree_size(self) -> int:
+        """Draft tokens the target verified in this round's tree (0 for a chain round)."""
+        return len(self.tree.nodes) if self.tree is not None else 0
 
     @property
     def n_accepted(self) -> int:
@@ -283,6 +312,9 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **d}
+        for r in d["rounds"]:  # chain rounds stay exactly as they were: no "tree" key
+            if r.get("tree") is None:
+                r.pop("tree", None)
         d["summary"] = _finite(self.summary())
         return d
 
@@ -392,6 +424,13 @@ def _str(d: Any, key: str, where: str, limit: int = 1000) -> str:
     return val
 
 
+def _tree(t: Any, gamma: int, where: str) -> RoundTree:
+    try:
+        return parse_tree(t, gamma)
+    except ValueError as exc:
+        raise TraceError(f"{where}.{exc}") from None
+
+
 def _parse_trace(d: Any) -> Trace:
     if not isinstance(d, dict):
         raise TraceError("not a specviz trace: the file must hold a JSON object")
@@ -482,6 +521,7 @@ def _parse_trace(d: Any) -> Trace:
                 draft_forwards=_count(r, "draft_forwards", w),
                 target_forwards=_count(r, "target_forwards", w),
                 draft_stop=draft_stop,
+                tree=_tree(r["tree"], gamma, w) if r.get("tree") is not None else None,
             )
         )
     return Trace(

@@ -1,0 +1,186 @@
+"""The tree drafter: the draft model grows a tree of continuations, verified in one target pass.
+
+Two ways to grow it (settings.tree_mode; γ is the depth, settings.tree_nodes the node budget):
+
+- "iid": M = settings.branches draft sequences of length up to γ, each token
+  sampled from q (Yin et al.'s batch drafts), merged into a prefix tree:
+  sequences that drew the same tokens share nodes, and every draw counts as a
+  try of its own in the rule (specviz.tree).  How many sequences continue at a
+  depth is decided before drawing there (the node budget caps it), never from
+  the tokens drawn, so the draws at each node stay i.i.d. from q — which the
+  rule's exactness needs.  In greedy mode every draw is the argmax, so the tree
+  is a chain.
+- "best-first" (EAGLE-2's dynamic tree): each expanded node gets its top-k
+  children (k = branches) by the draft's probability, the k new nodes with the
+  highest cumulative draft probability are expanded at the next depth, and at
+  the end the `tree_nodes` nodes with the highest cumulative probability are
+  kept (an ancestor always scores at least as high as its descendants, so that
+  is a tree).  The children are deterministic: the rule uses one-hot q_j.
+
+Each depth level is one draft forward over all the nodes being expanded, with a
+tree attention mask (specviz.kv.CachedLM.feed_tree).  After the verdict the
+draft cache keeps the accepted path only (`keep_path`).  The engine drives this
+drafter through `grow` (one yield per depth, so the page can show the tree
+growing) instead of the chain contract's `draft`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import torch
+
+from ..kv import CachedLM
+from ..sampling import sample
+from ..tree import ROOT, DraftTree
+from .base import DraftContext, Drafter, DraftStep
+
+
+class TreeDrafter(Drafter):
+    is_tree = True  # the engine runs a tree round (specviz.tree_round) for this drafter
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, mode: str = "best-first", branches: int = 2,
+                 max_nodes: int = 16, name: str = "draft model"):
+        if mode not in ("iid", "best-first"):
+            raise ValueError(f"unknown tree mode {mode!r}")
+        self.lm = CachedLM(model, device)
+        self.mode, self.branches, self.max_nodes = mode, int(branches), int(max_nodes)
+        label = f"{self.branches} i.i.d. drafts" if mode == "iid" else f"best-first, top-{self.branches}"
+        self.name = f"{name} · tree ({label}, ≤{self.max_nodes} nodes)"
+        self.fed: dict[int, int] = {}  # tree node -> its index among the tree nodes in the draft cache
+
+    @classmethod
+    def for_pair(cls, pair: Any, settings: Any) -> "TreeDrafter":
+        return cls(pair.draft, pair.device, settings.tree_mode, settings.branches, settings.tree_nodes,
+                   name=pair.draft_name)
+
+    def start(self, ids: list[int]) -> None:
+        self.lm.free()
+        self.lm.prefill(ids)
+
+    def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
+        raise NotImplementedError("the tree drafter grows a tree: the engine calls grow()")
+
+    # ---- growing the tree ------------------------------------------------------------
+
+    def _expand(self, ids: list[int], tree: DraftTree, nodes: list[int], warp: Any) -> dict[int, torch.Tensor]:
+        """One draft forward over `nodes` (ROOT alone: the prefix); their raw logits.
+        Stores each node's warped distribution in tree.dist."""
+        if nodes == [ROOT]:
+            logits = self.lm.feed(ids).logits[-1:]
+        else:
+            parents = [self.fed[tree.parents[n]] if tree.parents[n] != ROOT else -1 for n in nodes]
+            start = len(self.lm.tree_parents)
+            logits = self.lm.feed_tree(ids, [tree.tokens[n] for n in nodes], parents).logits
+            for k, n in enumerate(nodes):
+                self.fed[n] = start + k
+        tree.forwards += 1
+        out = {}
+        for n, row in zip(nodes, logits):
+            tree.dist[n] = warp(row)
+            out[n] = row
+        return out
+
+    def grow(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+        """Yield the tree after each depth level; the last one is final (≤ ctx.max_tokens deep)."""
+        self.fed = {}
+        grow = self._grow_iid if self.mode == "iid" else self._grow_best_first
+        yield from grow(ctx, eos)
+
+    def _grow_iid(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+        tree = DraftTree("iid")
+        raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
+        alive = [ROOT] * self.branches  # where each sequence stands
+        for depth in range(1, ctx.max_tokens + 1):
+            # Each draw may add a node: cap the sequences that go on before drawing,
+            # by their index only (the draws at a node must stay i.i.d. from q).
+            alive = alive[: max(self.max_nodes - len(tree), 0)]
+            if not alive:
+                break
+            new_alive = []
+            for node in dict.fromkeys(alive):  # distinct nodes, in sequence order
+                count = alive.count(node)
+                q = tree.dist[node]
+                if ctx.warp.greedy:
+                    xs = [sample(q, ctx.gen, True)] * count
+                else:
+                    xs = torch.multinomial(q, count, replacement=True, generator=ctx.gen).tolist()
+                conf = torch.softmax(raw[node].float(), -1) if ctx.warp.greedy else q
+                for x in xs:
+                    child = tree.child(node, x)
+                    if child is None:
+                        child = tree.add(x, node, float(q[x]), float(conf[x]))
+                    tree.draws[child] += 1
+                    tree.tries.setdefault(node, []).append(child)
+                    new_alive.append((node, child))
+            # Keep sequence order: sequences at the same node drew in order.
+            order = {n: [c for p, c in new_alive if p == n] for n in dict.fromkeys(alive)}
+            alive = [order[n].pop(0) for n in alive]
+            alive = [n for n in alive if tree.tokens[n] not in eos]  # nothing follows an end of text
+            yield tree
+            if depth == ctx.max_tokens or not alive:
+                break
+            raw = self._expand(ctx.ids, tree, list(dict.fromkeys(alive)), ctx.warp)
+
+    def _grow_best_first(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+        tree = DraftTree("det")
+        k = self.branches
+        raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
+        score = {ROOT: 0.0}  # log of the cumulative draft probability
+        frontier = [ROOT]
+        for depth in range(1, ctx.max_tokens + 1):
+            new = []
+            for node in frontier:
+                # Rank children by the draft's warped q (the temperature-1 one in greedy
+                # mode, where q is one-hot); a token with q = 0 is never worth a node.
+                rank = torch.softmax(raw[node].float(), -1) if ctx.warp.greedy else tree.dist[node]
+                probs, toks = torch.topk(rank, min(k, rank.numel()))
+                conf = torch.softmax(raw[node].float(), -1)
+                for pr, x in zip(probs.tolist(), toks.tolist()):
+                    if pr <= 0:
+                        break
+                    child = tree.add(x, node, float(tree.dist[node][x]), float(conf[x]))
+                    tree.draws[child] = 1
+                    tree.tries.setdefault(node, []).append(child)
+                    score[child] = score[node] + math.log(pr)
+                    new.append(child)
+            if not new:
+                break
+            yield tree
+            if depth == ctx.max_tokens:
+                break
+            expand = sorted((n for n in new if tree.tokens[n] not in eos), key=lambda n: (-score[n], n))[:k]
+            # Nothing deeper can enter the final tree once the budget is full of nodes that
+            # all score higher than the best candidate (descendants never score higher).
+            kept = sorted(score[n] for n in range(len(tree)))[-self.max_nodes :]
+            if not expand or (len(tree) >= self.max_nodes and score[expand[0]] <= kept[0]):
+                break
+            raw = self._expand(ctx.ids, tree, expand, ctx.warp)
+            frontier = expand
+        if len(tree) > self.max_nodes:
+            keep = sorted(range(len(tree)), key=lambda n: (-score[n], n))[: self.max_nodes]
+            renum = {old: new for new, old in enumerate(sorted(keep))}
+            tree = tree.subtree(keep)
+            self.fed = {renum[n]: slot for n, slot in self.fed.items() if n in renum}
+            yield tree
+
+    # ---- after the verdict -------------------------------------------------------------
+
+    def keep_path(self, path: list[int]) -> None:
+        """Keep the prefix and the accepted path's nodes that were fed (a prefix of the path:
+        a node is fed only to expand it, and its ancestors were expanded before it)."""
+        fed = []
+        for n in path:
+            if n not in self.fed:
+                break
+            fed.append(self.fed[n])
+        self.lm.keep_path(fed)
+        self.fed = {}
+
+    def rollback(self, n: int) -> None:
+        self.lm.crop(n)
+
+    def free(self) -> None:
+        self.lm.free()
+        self.fed = {}

@@ -1,0 +1,123 @@
+"""One round of tree speculative decoding, for the engine's loop (specviz.engine).
+
+draft a tree (TreeDrafter.grow, one yield per depth) → one target forward over
+the uncached suffix and every node (tree mask) → the multi-candidate rule
+(specviz.tree.verify) → both caches keep the accepted path only.
+
+The round is recorded twice: `Round.tree` holds the whole tree and the rule at
+each visited node; the chain fields hold the accepted path as if it had been a
+chain (draft = the path, plus the last child tried where all were rejected;
+one Position per visited node; emitted = the path's tokens and the correction
+or bonus with the usual origins), so the race and every metric read a tree run
+unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .drafters import DraftContext
+from .sampling import Warp, sample
+from .trace import DraftToken, Extra, Position, Round, Token
+from .trace_tree import RoundTree, TreeNode, TreeTry, TreeVisit
+from .tree import ROOT, DraftTree, TreeVerdict, verify
+
+
+def _nodes(tree: DraftTree, piece: Callable[[int], str]) -> list[TreeNode]:
+    depth: list[int] = []
+    for par in tree.parents:
+        depth.append(1 if par == ROOT else depth[par] + 1)
+    return [TreeNode(tok, piece(tok), par, d, min(q, 1.0), min(c, 1.0), n)
+            for tok, par, d, q, c, n in zip(tree.tokens, tree.parents, depth, tree.q_tok, tree.conf, tree.draws)]
+
+
+class TreeRun:
+    """The state a tree round needs; `ids` is the engine's own list (extended in place)."""
+
+    def __init__(self, drafter: Any, target: Any, ids: list[int], warp: Warp, gen: torch.Generator,
+                 device: torch.device, eos: set[int], piece: Callable[[int], str], detok: Any,
+                 clock: Callable[[], float], mode: str):
+        self.drafter, self.target, self.ids = drafter, target, ids
+        self.warp, self.gen, self.device, self.eos = warp, gen, device, eos
+        self.piece, self.detok, self.clock = piece, detok, clock
+        self.mode = mode  # settings.tree_mode, as the trace names it
+
+    def round(self, rnd: Round, limit: int, gamma: int) -> Iterator[None]:
+        """Draft, verify, emit and roll back; yields after each drafted depth.  Returns
+        True when the text ended (an end-of-text token was emitted)."""
+        ids, clock, piece = self.ids, self.clock, self.piece
+        tree = None
+        rnd.draft_stop = "none"
+        if limit > 0:
+            ctx = DraftContext(ids, limit, self.warp, self.gen, self.device)
+            for tree in self.drafter.grow(ctx, self.eos):
+                # While drafting, the chain fields show the tree's main line.
+                rnd.draft = [DraftToken(tree.tokens[n], piece(tree.tokens[n]), min(tree.q_tok[n], 1.0),
+                                        min(tree.conf[n], 1.0)) for n in tree.first_line()]
+                rnd.tree = RoundTree(self.mode, _nodes(tree, piece))
+                rnd.draft_forwards = tree.forwards
+                rnd.t_draft = clock() - rnd.t_start
+                yield
+            depth = max((rnd.tree.nodes[-1].depth if rnd.tree and rnd.tree.nodes else 0), 0)
+            rnd.draft_stop = ("budget" if limit < gamma else "limit") if depth >= limit else "exhausted"
+        t_v0 = clock()
+        rnd.t_draft = t_v0 - rnd.t_start
+        if tree is None or not len(tree):  # nothing drafted: a plain target step
+            rnd.tree = None
+            rnd.draft = []
+            p = self.warp(self.target.feed(ids).logits[-1])
+            y = sample(p, self.gen, self.warp.greedy)
+            rnd.extra = Extra(y, piece(y), "target", float(p[y]))
+            rnd.emitted.append(Token(y, self.detok.push(y), "target"))
+            keep = len(ids)
+            ids.append(y)
+            self.target.crop(keep)
+            self.drafter.rollback(keep)
+            rnd.t_end = clock()
+            rnd.t_verify = rnd.t_end - t_v0
+            return y in self.eos
+
+        fed = len(ids) - self.target.cached + len(tree)
+        out = self.target.feed_tree(ids, tree.tokens, tree.parents)
+        p = self.warp(out.logits)  # row 0: after the prefix; row i + 1: after node i
+        t_forward = clock() - t_v0
+        v = verify(tree, p, self.gen, self.warp.greedy, self.eos)
+        self._record(rnd, tree, p, v, fed, t_forward)
+        base = len(ids)
+        for n in v.path:
+            tok = tree.tokens[n]
+            rnd.emitted.append(Token(tok, self.detok.push(tok), "accepted"))
+            ids.append(tok)
+        done = v.extra is None  # the path ended in an end of text
+        if v.extra is not None:
+            y = v.extra
+            rnd.extra = Extra(y, piece(y), v.extra_kind, float(p[v.extra_node + 1][y]))
+            rnd.emitted.append(Token(y, self.detok.push(y), v.extra_kind))
+            ids.append(y)
+            done = y in self.eos
+        # Both caches keep the prefix and the accepted path (the extra token is fed next round).
+        self.target.keep_path(v.path)
+        self.drafter.keep_path(v.path)
+        assert self.target.cached == base + len(v.path)
+        rnd.t_end = clock()
+        rnd.t_verify = rnd.t_end - t_v0
+        return done
+
+    def _record(self, rnd: Round, tree: DraftTree, p: torch.Tensor, v: TreeVerdict, fed: int,
+                t_forward: float) -> None:
+        piece = self.piece
+        visits = [TreeVisit(vis.node, min(max(vis.reject_prob, 0.0), 1.0), vis.tv,
+                            [TreeTry(t.node, min(t.q, 1.0), min(t.r, 1.0), t.b, t.u, t.accepted) for t in vis.tries])
+                  for vis in v.visits]
+        rnd.tree = RoundTree(self.mode, _nodes(tree, piece), visits, list(v.path), fed, t_forward)
+        # The chain view of the round: one position per visited node.
+        rnd.draft, rnd.positions = [], []
+        for i, vis in enumerate(v.visits, 1):
+            t = vis.tries[-1]  # the accepted try, or the last one rejected
+            tok = tree.tokens[t.node]
+            rnd.draft.append(DraftToken(tok, piece(tok), min(tree.q_tok[t.node], 1.0), min(tree.conf[t.node], 1.0)))
+            p_x = float(p[vis.node + 1][tok])
+            rnd.positions.append(Position(i, min(t.q, 1.0), min(p_x, 1.0), t.b, t.u, t.accepted,
+                                          min(max(vis.reject_prob, 0.0), 1.0), vis.tv, 0.0))
