@@ -305,9 +305,9 @@ def preload_default() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    demo = build()
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
-        preload_default()
+        preload_default()  # first: loading overlaps building the UI and starting the server
+    demo = build()
     host, port = hosting.server_address()
     demo.launch(server_name=host, server_port=port,
                 css=V.load_css(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])

@@ -19,6 +19,7 @@ yields events and returns a `Trace` of plain data.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -27,6 +28,7 @@ import torch
 
 from .drafters import DraftContext, Drafter, make_drafter
 from .kv import CachedLM
+from .models.tokens import Detokenizer, token_text
 from .policy import make_policy
 from .sampling import Warp, rule_stats, sample, verdicts
 from .settings import DecodeSettings
@@ -71,38 +73,6 @@ class Event:
     kind: str
     trace: Trace
     round: Round | None = None
-
-
-def _text_of(tokenizer: Any) -> Callable[[int], str]:
-    def piece(tok: int) -> str:
-        try:
-            return tokenizer.decode([tok], skip_special_tokens=False)
-        except Exception:  # a token the tokenizer cannot render: show its id
-            return f"<{tok}>"
-
-    return piece
-
-
-class _Detok:
-    """Incremental detokenisation of the emitted text, so the pieces of multi-byte
-    characters split over several tokens join into the right string."""
-
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.text = ""
-
-    def push(self, tok: int) -> str:
-        self.ids.append(tok)
-        full = self.tokenizer.decode(self.ids, skip_special_tokens=False)
-        if full.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next token
-            return ""
-        if full.startswith(self.text):
-            piece = full[len(self.text) :]
-        else:  # the tokenizer re-spaced earlier text; fall back to the token alone
-            piece = self.tokenizer.decode([tok], skip_special_tokens=False)
-        self.text = full
-        return piece
 
 
 def _new_trace(kind, pair, prompt, prompt_ids, settings: DecodeSettings, drafter_name: str) -> Trace:
@@ -166,7 +136,8 @@ def speculative_stream(
     policy = make_policy(settings)
     target = CachedLM(pair.target, device)
     warp, gen = _warp_for(settings), _generator(settings, device)
-    piece, detok = _text_of(pair.tokenizer), _Detok(pair.tokenizer)
+    detok = Detokenizer(pair.tokenizer)
+    piece = functools.partial(token_text, pair.tokenizer)
     trace = _new_trace("speculative", pair, prompt, prompt_ids, settings, drafter.name)
     eps, budget = settings.epsilon, settings.max_new_tokens
     ids = list(prompt_ids)
@@ -325,7 +296,8 @@ def standard_stream(
     eos = set(pair.eos_token_ids)
     target = CachedLM(pair.target, device)
     warp, gen = _warp_for(settings), _generator(settings, device)
-    piece, detok = _text_of(pair.tokenizer), _Detok(pair.tokenizer)
+    detok = Detokenizer(pair.tokenizer)
+    piece = functools.partial(token_text, pair.tokenizer)
     trace = _new_trace("standard", pair, prompt, prompt_ids, settings, "")
     ids = list(prompt_ids)
     n_prompt = len(ids)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .engine import Event, speculative_stream, standard_stream
-from .models import DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair, resolve_preset
+from .models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
+                     resolve_preset, short_error)
 from .settings import DecodeSettings, SettingsError
 
 MAX_PROMPT_CHARS = 8_000
@@ -162,5 +163,4 @@ def describe_error(exc: BaseException) -> str:
     name = type(exc).__name__
     if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError):
         return "The run ran out of memory. Try fewer new tokens or a smaller model pair; the server is fine."
-    msg = " ".join(str(exc).split())[:300]
-    return f"The run failed ({name}: {msg}). The server is fine; try again or change the settings."
+    return f"The run failed ({name}: {short_error(exc, 300)}). The server is fine; try again or change the settings."

@@ -98,7 +98,7 @@ def tiny_recording(tmp_path_factory) -> Path:
     from specviz import engine
     from specviz.models import encode_prompt
     from specviz.settings import DecodeSettings
-    from specviz.tiny import build_tiny_pair
+    from specviz.models.tiny import build_tiny_pair
     from specviz.trace import recording_to_json
 
     pair = build_tiny_pair()

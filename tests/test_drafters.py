@@ -16,7 +16,7 @@ from specviz.drafters.prompt_lookup import PromptLookupDrafter
 from specviz.engine import speculative_decode, speculative_stream, standard_decode
 from specviz.sampling import Warp
 from specviz.settings import DecodeSettings
-from specviz.tiny import build_tiny_pair
+from specviz.models.tiny import build_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 

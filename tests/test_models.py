@@ -3,6 +3,7 @@ real offline default pair (slow the first time: it converts the pip-packaged GGU
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -23,14 +24,19 @@ from specviz.models import (
     TINY_PRESET,
     ModelError,
     ModelPair,
+    Detokenizer,
     OfflinePack,
     clear_cache,
-    decode_token,
     encode_prompt,
-    installed_offline,
     load_pair,
+    preset_help,
+    resolve_preset,
+    token_text,
 )
-from specviz.tiny import build_tiny_pair, build_tokenizer
+from specviz.models import convert, int8, loading, packs
+from specviz.models.pair import resolve_device, resolve_dtype
+from specviz.models.tiny import build_tiny_pair, build_tokenizer
+from specviz.models.tokens import _byte_decoder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +96,7 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool =
     """A real (tiny) Qwen2 GGUF with Q8_0 matrices and a byte-level BPE vocabulary, via gguf-py."""
     import gguf
 
-    bd = models._byte_decoder()
+    bd = _byte_decoder()
     tokens = sorted(bd, key=lambda c: bd[c]) + ["de", "def", "Ġf", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab, heads, kv, ffn = len(tokens), 2, 1, 64
     rng = np.random.default_rng(seed)
@@ -175,16 +181,52 @@ def test_presets_offline_default_first():
 
 
 def test_never_trusts_remote_code():
-    for path in (REPO / "specviz" / "models.py", REPO / "specviz" / "tiny.py"):
+    paths = sorted((REPO / "specviz" / "models").glob("*.py"))
+    assert len(paths) >= 9
+    for path in paths:
         text = path.read_text()
         assert "trust_remote_code=True" not in text.replace(" ", "")
 
 
-def test_installed_offline():
-    assert installed_offline(DEFAULT_PRESET)  # the pip packages are installed in this environment
-    assert installed_offline(TINY_PRESET)
-    assert not installed_offline("Pythia 70M → 2.8B (hub)")
-    assert not installed_offline("no such preset")
+def test_resolve_preset_ids_names_and_default():
+    assert resolve_preset("default") == resolve_preset(" Default ") == DEFAULT_PRESET
+    ids = [p.id for p in PRESETS.values()]
+    assert len(set(ids)) == len(ids)  # ids are unique
+    for name, p in PRESETS.items():
+        assert resolve_preset(p.id) == name
+        assert resolve_preset(p.id.upper()) == name
+        assert resolve_preset(name) == name
+        assert resolve_preset(f"  {name} ") == name
+    for unknown in ("nope", "", "tiny-random", "qwen"):
+        with pytest.raises(ModelError) as err:
+            resolve_preset(unknown)
+        msg = str(err.value)
+        assert "Unknown model preset" in msg and "default" in msg
+        assert all(i in msg for i in ids)
+    assert all(p.id in preset_help() and p.name in preset_help() for p in PRESETS.values())
+
+
+def test_package_imports_without_cycles():
+    """Each module of the package imports first in a fresh interpreter (an import cycle breaks
+    whichever module happens to be imported first, so every entry point is tried)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib, sys\n"
+        "import specviz.models.tiny\n"
+        "import specviz.models\n"
+        "assert specviz.models.tiny.build_tiny_pair\n"
+        "for name in ['tiny', 'loading', 'int8', 'convert', 'packs', 'tokens', 'presets', 'pair', '']:\n"
+        "    for mod in [m for m in sys.modules if m == 'specviz' or m.startswith('specviz.')]:\n"
+        "        del sys.modules[mod]\n"
+        "    importlib.import_module('specviz.models' + ('.' + name if name else ''))\n"
+        "from specviz.models import load_pair, ModelPair, PRESETS, DEFAULT_PRESET, TINY_PRESET, ModelError\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert not (REPO / "specviz" / "tiny.py").exists() and not (REPO / "specviz" / "models.py").exists()
 
 
 @pytest.mark.parametrize(
@@ -232,19 +274,19 @@ def test_hub_model_offline_error(cache):
     ],
 )
 def test_load_error_messages(monkeypatch, exc, offline, words):
-    monkeypatch.setattr(models, "_hub_offline", lambda: offline)
-    err = models._load_error("org/model", "org/model", exc)
+    monkeypatch.setattr(loading, "_hub_offline", lambda: offline)
+    err = loading._load_error("org/model", "org/model", exc)
     assert isinstance(err, ModelError) and words in str(err) and str(err).startswith("Could not load org/model")
 
 
 def test_dtype_and_device_resolution():
     cpu = torch.device("cpu")
-    assert models._resolve_dtype(None, cpu) == torch.bfloat16
-    assert models._resolve_dtype("float32", cpu) == torch.float32
-    assert models._resolve_dtype("bfloat16", cpu) == torch.bfloat16
-    assert models._resolve_dtype("float16", cpu) == torch.float16
-    assert models._resolve_device("cpu") == cpu
-    assert models._resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_dtype(None, cpu) == torch.bfloat16
+    assert resolve_dtype("float32", cpu) == torch.float32
+    assert resolve_dtype("bfloat16", cpu) == torch.bfloat16
+    assert resolve_dtype("float16", cpu) == torch.float16
+    assert resolve_device("cpu") == cpu
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -305,7 +347,7 @@ def test_tiny_tokenizer_and_prompt():
     assert plain == tok.encode("hi", add_special_tokens=False)
     assert chat[0] == tok.convert_tokens_to_ids("<user>") and chat[-1] == tok.convert_tokens_to_ids("<assistant>")
     assert pair.eos_token_ids[0] in chat  # the template closes the user turn with <eos>
-    assert [decode_token(tok, i) for i in plain] == ["h", "i"]
+    assert [token_text(tok, i) for i in plain] == ["h", "i"]
     with pytest.raises(ValueError):
         build_tokenizer(4)
 
@@ -333,12 +375,20 @@ def test_load_pair_tiny_is_cached_and_shared():
     assert load_pair(TINY_PRESET) is not a
 
 
-def test_decode_token_never_raises():
+def test_token_text_never_raises():
     tok = build_tokenizer(32)
-    assert decode_token(tok, tok.eos_token_id) == "<eos>"
-    assert decode_token(tok, 10_000) == "<10000>"
-    assert isinstance(decode_token(tok, -1), str)
-    assert decode_token(None, 5) == "<5>"
+    assert token_text(tok, tok.eos_token_id) == "<eos>"
+    assert token_text(tok, 10_000) == "<10000>"
+    assert isinstance(token_text(tok, -1), str)
+    assert token_text(None, 5) == "<5>"
+
+
+def test_detokenizer_joins_the_emitted_text():
+    tok = build_tokenizer(32)
+    ids = tok.encode("ab c", add_special_tokens=False)
+    detok = Detokenizer(tok)
+    assert "".join(detok.push(i) for i in ids) == "ab c" == detok.text
+    assert [token_text(tok, i) for i in ids] == ["a", "b", " ", "c"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -349,7 +399,7 @@ def test_decode_token_never_raises():
 def test_reassemble_streams_and_verifies(tmp_path, monkeypatch):
     data = os.urandom(10_000)
     pack = make_pack(tmp_path, monkeypatch, data, n_parts=4)
-    monkeypatch.setattr(models, "_CHUNK", 333)  # force many chunks per part
+    monkeypatch.setattr(packs, "_CHUNK", 333)  # force many chunks per part
     reads = []
     real_open = open
 
@@ -373,7 +423,7 @@ def test_reassemble_streams_and_verifies(tmp_path, monkeypatch):
 
     monkeypatch.setattr("builtins.open", spy_open)
     seen = []
-    dest = models._reassemble(pack, tmp_path / "out" / "model.gguf", lambda f, m: seen.append(f))
+    dest = packs.reassemble(pack, tmp_path / "out" / "model.gguf", lambda f, m: seen.append(f))
     monkeypatch.undo()
     assert dest.read_bytes() == data
     assert reads and max(reads) == 333 and len(reads) >= 10_000 // 333  # chunked, never the whole file
@@ -389,15 +439,14 @@ def test_reassemble_missing_package(tmp_path, monkeypatch, cache):
     pack = dataclasses.replace(pack, packages=packages)
     monkeypatch.setitem(models.OFFLINE_PACKS, pack.key, pack)
     with pytest.raises(ModelError) as err:
-        models._reassemble(pack, tmp_path / "x.gguf")
+        packs.reassemble(pack, tmp_path / "x.gguf")
     msg = str(err.value)
     assert "fake-missing-part2" in msg and "pip install 'fake-missing-part2==1.0'" in msg
     assert pack.packages[0][0] not in msg  # only the missing one is named
     assert "Traceback" not in msg
     assert not (tmp_path / "x.gguf").exists()
-    # The same message through the public API, and installed_offline() says False.
-    monkeypatch.setitem(PRESETS, "fake", models.Preset("fake", pack.ref, pack.ref, True, "test"))
-    assert not installed_offline("fake")
+    # The same message through the public API.
+    monkeypatch.setitem(PRESETS, "fake", models.Preset("fake", "fake", pack.ref, pack.ref, True, "test"))
     with pytest.raises(ModelError, match="fake-missing-part2"):
         load_pair("fake")
 
@@ -406,7 +455,7 @@ def test_reassemble_missing_part_file(tmp_path, monkeypatch):
     pack = make_pack(tmp_path, monkeypatch, os.urandom(3000))
     part_file(pack, 3).unlink()
     with pytest.raises(ModelError, match=pack.packages[2][0]):
-        models._reassemble(pack, tmp_path / "x.gguf")
+        packs.reassemble(pack, tmp_path / "x.gguf")
 
 
 def test_reassemble_corrupt_part(tmp_path, monkeypatch):
@@ -416,7 +465,7 @@ def test_reassemble_corrupt_part(tmp_path, monkeypatch):
     raw[5] ^= 0xFF
     p.write_bytes(bytes(raw))
     with pytest.raises(ModelError) as err:
-        models._reassemble(pack, tmp_path / "x.gguf")
+        packs.reassemble(pack, tmp_path / "x.gguf")
     assert "corrupt" in str(err.value) and "sha256" in str(err.value) and "--force-reinstall" in str(err.value)
     assert not (tmp_path / "x.gguf").exists() and not list(tmp_path.glob("*.partial"))
 
@@ -428,7 +477,7 @@ def test_reassemble_wrong_size(tmp_path, monkeypatch, delta):
     raw = p.read_bytes()
     p.write_bytes(raw[:delta] if delta < 0 else raw + b"x" * delta)
     with pytest.raises(ModelError, match="instead of 3,000"):
-        models._reassemble(pack, tmp_path / "x.gguf")
+        packs.reassemble(pack, tmp_path / "x.gguf")
     assert not list(tmp_path.glob("x.gguf*"))
 
 
@@ -452,7 +501,7 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
 
     # the cache: complete, bf16, tokenizer + generation config, no leftovers (.gguf deleted)
     for pack in (draft, target):
-        d = models._pack_dir(pack)
+        d = convert.pack_dir(pack)
         assert (d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file()
         marker = json.loads((d / "specviz.json").read_text())
         assert marker["dtype"] == "bfloat16" and marker["gguf_sha256"] == pack.sha256
@@ -471,7 +520,7 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
 
     # the cached weights compute what the GGUF computes (both bf16)
     ids = torch.tensor([prompt])
-    d_src = models._pack_dir(draft)
+    d_src = convert.pack_dir(draft)
     gguf_dir = tmp_path / "direct"
     gguf_dir.mkdir()
     (gguf_dir / "m.gguf").write_bytes(b"".join(part_file(draft, i).read_bytes() for i in (1, 2, 3)))
@@ -483,7 +532,7 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
     # shared in-process cache; a later process-level load reuses the disk cache (no conversion)
     assert load_pair(draft=draft.ref, target=target.ref, draft_quant=None) is pair
     clear_cache()
-    monkeypatch.setattr(models, "_convert_pack", lambda *a, **k: pytest.fail("converted twice"))
+    monkeypatch.setattr(convert, "_convert_pack", lambda *a, **k: pytest.fail("converted twice"))
     again = load_pair(draft=draft.ref, target=target.ref, draft_quant=None)
     assert again is not pair and again.vocab_size == 262
 
@@ -494,24 +543,24 @@ def test_conversion_failure_leaves_no_cache(tmp_path, monkeypatch, cache):
     def boom(model):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(models, "_plain_copy", boom)
+    monkeypatch.setattr(convert, "_plain_copy", boom)
     with pytest.raises(ModelError) as err:
-        models._ensure_offline(pack, None)
+        convert.ensure_offline(pack, None)
     assert "disk on fire" in str(err.value) and pack.display in str(err.value)
-    assert not models._pack_dir(pack).exists()
+    assert not convert.pack_dir(pack).exists()
     assert not list((cache / "tmp").iterdir())
 
 
 def test_corrupt_cache_marker_is_rebuilt(tmp_path, monkeypatch, cache):
     pack = gguf_pack(tmp_path, monkeypatch)
-    d = models._ensure_offline(pack, None)
+    d = convert.ensure_offline(pack, None)
     (d / "specviz.json").write_text("{broken")
-    assert not models._cache_valid(d, pack)
-    assert models._ensure_offline(pack, None) == d and models._cache_valid(d, pack)
+    assert not convert.cache_valid(d, pack)
+    assert convert.ensure_offline(pack, None) == d and convert.cache_valid(d, pack)
 
 
 def test_int8_draft(tmp_path, monkeypatch, cache):
-    if not models._int8_available():
+    if not int8.int8_available():
         pytest.skip("this torch has no dynamic int8 kernels")
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
     ref = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, dtype="float32")
@@ -531,40 +580,136 @@ def test_int8_draft(tmp_path, monkeypatch, cache):
     ([100.0, 95.0], True, "int8", False),   # busy machine: the timing means nothing; int8, re-measure later
 ])
 def test_int8_auto_decision(tmp_path, monkeypatch, cache, timings, starved, expect, recorded):
-    if not models._int8_available():
+    if not int8.int8_available():
         pytest.skip("this torch has no dynamic int8 kernels")
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
-    monkeypatch.setattr(models, "_decode_step_ms", lambda ms, vocab, **kw: list(timings)[: len(ms)])
-    monkeypatch.setattr(models, "_starved", lambda cpu, wall: starved)
-    monkeypatch.setattr(models, "_machine_busy", lambda: False)
+    monkeypatch.setattr(int8, "decode_step_ms", lambda ms, vocab, **kw: list(timings)[: len(ms)])
+    monkeypatch.setattr(int8, "starved", lambda cpu, wall: starved)
+    monkeypatch.setattr(int8, "machine_busy", lambda: False)
     auto = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
     assert auto.draft_quant == expect
-    known = models._known_int8_decision(draft.ref, torch.bfloat16)
+    known = int8.known_int8_decision(draft.ref, torch.bfloat16)
     assert known == ((expect == "int8") if recorded else None)
     if recorded:  # the next load follows the recorded decision without measuring
         clear_cache()
-        monkeypatch.setattr(models, "_decode_step_ms", lambda *a: pytest.fail("measured twice"))
+        monkeypatch.setattr(int8, "decode_step_ms", lambda *a: pytest.fail("measured twice"))
         assert load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16").draft_quant == expect
 
 
 def test_int8_auto_on_busy_machine_skips_measuring(tmp_path, monkeypatch, cache):
-    if not models._int8_available():
+    if not int8.int8_available():
         pytest.skip("this torch has no dynamic int8 kernels")
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
-    monkeypatch.setattr(models, "_machine_busy", lambda: True)
-    monkeypatch.setattr(models, "_decode_step_ms", lambda *a, **k: pytest.fail("measured on a busy machine"))
+    monkeypatch.setattr(int8, "machine_busy", lambda: True)
+    monkeypatch.setattr(int8, "decode_step_ms", lambda *a, **k: pytest.fail("measured on a busy machine"))
     pair = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
-    assert pair.draft_quant == "int8" and models._known_int8_decision(draft.ref, torch.bfloat16) is None
+    assert pair.draft_quant == "int8" and int8.known_int8_decision(draft.ref, torch.bfloat16) is None
+
+
+def _linear_state(model: torch.nn.Module) -> dict:
+    """name -> (int8 values, scale, bias) of every dynamic int8 linear."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+    out = {}
+    for name, m in model.named_modules():
+        if isinstance(m, DynamicQuantizedLinear):
+            w, b = m._weight_bias()
+            out[name] = (w.int_repr(), w.q_scale(), b)
+    return out
+
+
+def test_int8_weight_cache_round_trip(tmp_path, monkeypatch):
+    """An int8 draft built from the cache file is the freshly quantized one: same int8 weights,
+    scales and biases, bit-identical logits; and building it quantizes nothing."""
+    if not int8.int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    pair = build_tiny_pair(vocab_size=40, seed=5)
+    path = int8.cache_file(tmp_path, torch.float32)
+    fresh = int8.quantize_int8(copy.deepcopy(pair.draft), path)
+    assert path.is_file() and not list(tmp_path.glob(".*.tmp"))
+    cached = int8.load_int8_cache(path)
+    linears = {n for n, m in pair.draft.named_modules() if type(m) is torch.nn.Linear}
+    assert cached is not None and set(cached.modules) == linears
+
+    monkeypatch.setattr(int8, "_int8_weight", lambda *a: pytest.fail("quantized although cached"))
+    loaded = int8.quantize_int8(copy.deepcopy(pair.draft), path, cached)
+    assert not any(type(m) is torch.nn.Linear for m in loaded.modules())
+    a, b = _linear_state(fresh), _linear_state(loaded)
+    assert a.keys() == b.keys() == linears
+    for name in a:
+        assert torch.equal(a[name][0], b[name][0]) and a[name][1] == b[name][1]
+        assert (a[name][2] is None) == (b[name][2] is None)
+        assert a[name][2] is None or torch.equal(a[name][2], b[name][2])
+    ids = torch.tensor([encode_prompt(pair, "the quick brown fox")])
+    with torch.no_grad():
+        assert torch.equal(fresh(ids).logits, loaded(ids).logits)
+        assert fresh(ids).logits.dtype == torch.float32
+
+
+def test_int8_weight_cache_staleness(tmp_path, monkeypatch):
+    if not int8.int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    pair = build_tiny_pair()
+    path = int8.cache_file(tmp_path, torch.float32)
+    assert int8.load_int8_cache(path) is None  # missing
+    int8.quantize_int8(copy.deepcopy(pair.draft), path)
+    assert int8.load_int8_cache(path) is not None
+    with monkeypatch.context() as m:
+        m.setattr(int8, "INT8_FORMAT", int8.INT8_FORMAT + 1)
+        assert int8.load_int8_cache(path) is None
+    with monkeypatch.context() as m:
+        m.setattr(int8, "CACHE_FORMAT", int8.CACHE_FORMAT + 1)
+        assert int8.load_int8_cache(path) is None
+    with monkeypatch.context() as m:
+        m.setattr(torch, "__version__", "0.0.1")
+        assert int8.load_int8_cache(path) is None
+    (tmp_path / "model.safetensors").write_bytes(b"a newer checkpoint")  # the source changed
+    assert int8.load_int8_cache(path) is None
+    int8.quantize_int8(copy.deepcopy(pair.draft), path)  # rebuilt for the new source
+    assert int8.load_int8_cache(path) is not None
+    path.write_bytes(path.read_bytes()[:1000])  # truncated
+    assert int8.load_int8_cache(path) is None
+
+    # a cache of another model (other shapes) is not used, and is replaced
+    other = build_tiny_pair(hidden=32)
+    int8.quantize_int8(copy.deepcopy(other.draft), path)
+    wrong = int8.load_int8_cache(path)
+    model = int8.quantize_int8(copy.deepcopy(pair.draft), path, wrong)
+    ids = torch.tensor([encode_prompt(pair, "abc")])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, int8.quantize_int8(copy.deepcopy(pair.draft))(ids).logits)
+    assert int8.load_int8_cache(path).layout["lm_head"][:2] == [pair.vocab_size, 64]
+
+
+def test_int8_draft_weights_cached_next_to_the_pack(tmp_path, monkeypatch, cache):
+    """The first int8 load writes the pack's int8 cache; the next process-level load builds the
+    draft from it (no quantizing) and computes the same logits."""
+    if not int8.int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    first = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8")
+    path = int8.cache_file(convert.pack_dir(draft), torch.bfloat16)
+    assert first.draft_quant == "int8" and path.is_file()
+    assert not int8.cache_file(convert.pack_dir(target), torch.bfloat16).exists()  # only the draft's
+    clear_cache()
+    monkeypatch.setattr(int8, "_int8_weight", lambda *a: pytest.fail("quantized although cached"))
+    second = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8")
+    assert second is not first and second.draft_quant == "int8"
+    ids = torch.tensor([encode_prompt(first, "def f")])
+    with torch.no_grad():
+        assert torch.equal(first.draft(ids).logits, second.draft(ids).logits)
+    # the converted cache itself is untouched: a later conversion check still finds it valid
+    assert convert.cache_valid(convert.pack_dir(draft), draft)
 
 
 def test_decode_step_timing_runs():
     pair = build_tiny_pair()
-    ms = models._decode_step_ms([pair.draft, pair.target], pair.vocab_size, context=8, steps=2)
+    ms = int8.decode_step_ms([pair.draft, pair.target], pair.vocab_size, context=8, steps=2)
     assert len(ms) == 2 and all(m > 0 for m in ms)
 
 
 def test_int8_linear_matches_quantize_dynamic():
-    if not models._int8_available():
+    if not int8.int8_available():
         pytest.skip("this torch has no dynamic int8 kernels")
     import warnings
 
@@ -575,7 +720,7 @@ def test_int8_linear_matches_quantize_dynamic():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)[0]
-        mine = models._int8_linear(lin)
+        mine = int8.int8_linear(lin)
     x = torch.randn(5, 64)
     assert torch.equal(ref(x), mine(x))
 
@@ -633,10 +778,9 @@ def test_real_offline_default_pair():
     assert pair.vocab_size == 151_936 and len(tok) == 151_936
     assert set(pair.eos_token_ids) >= {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
     assert pair.context_length == 32_768
-    assert installed_offline(DEFAULT_PRESET)
 
     # both models speak the same vocabulary: the draft's cached tokenizer is the target's
-    draft_tok = models._load_tokenizer(str(models._pack_dir(models.OFFLINE_PACKS["qwen2.5-coder-0.5b"])), "draft")
+    draft_tok = loading._load_tokenizer(str(convert.pack_dir(models.OFFLINE_PACKS["qwen2.5-coder-0.5b"])), "draft")
     assert draft_tok.get_vocab() == tok.get_vocab()
 
     prompt = "def fibonacci(n):"
@@ -655,10 +799,15 @@ def test_real_offline_default_pair():
     text = tok.decode(out[0, ids.shape[1]:])
     print(f"target continues {prompt!r} with {text!r}; draft with {tok.decode(draft_out[0, ids.shape[1]:])!r}")
     assert any(k in text for k in ("if", "return", "fib", '"""', "#")), text
-    pieces = [decode_token(tok, int(i)) for i in out[0, ids.shape[1]:]]
+    pieces = [token_text(tok, int(i)) for i in out[0, ids.shape[1]:]]
     assert "".join(pieces) == text  # pieces of ASCII code concatenate to the decoded text
 
-    # byte-level pieces of a multi-byte character render as bytes, never raise
-    for i in tok.encode("🦜 日本", add_special_tokens=False):
-        assert isinstance(decode_token(tok, i), str) and decode_token(tok, i)
-    assert decode_token(tok, tok.convert_tokens_to_ids("Ġfib")) == " fib"
+    # byte-level pieces of a multi-byte character render as bytes, never raise; the Detokenizer
+    # joins them into the characters
+    emoji = tok.encode("🦜 日本", add_special_tokens=False)
+    for i in emoji:
+        assert isinstance(token_text(tok, i), str) and token_text(tok, i)
+    assert any(token_text(tok, i).startswith("\\x") for i in emoji)  # at least one split character
+    detok = Detokenizer(tok)
+    assert "".join(detok.push(i) for i in emoji) == "🦜 日本"
+    assert token_text(tok, tok.convert_tokens_to_ids("Ġfib")) == " fib"

@@ -8,7 +8,7 @@ import pytest
 
 from specviz.engine import speculative_decode, standard_decode
 from specviz.settings import DecodeSettings
-from specviz.tiny import build_tiny_pair
+from specviz.models.tiny import build_tiny_pair
 from specviz.trace import TraceError, load_recording, recording_to_json
 from specviz.views import html as V
 from specviz.views import plots as P

@@ -16,7 +16,7 @@ from specviz.engine import speculative_decode, standard_decode
 from specviz.kv import CachedLM
 from specviz.sampling import Warp
 from specviz.settings import DecodeSettings, SettingsError
-from specviz.tiny import build_tiny_pair
+from specviz.models.tiny import build_tiny_pair
 from specviz.trace import Extra, Position, Round, Token, Trace, TraceError
 from specviz.trace_tree import RoundTree, TreeNode, TreeTry, TreeVisit
 from specviz.tree import ROOT, DraftTree, verify

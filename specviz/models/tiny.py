@@ -10,6 +10,8 @@ With ``correlated=True`` the draft is the target's first layer(s), embeddings, f
 head plus Gaussian noise, which gives intermediate acceptance rates, like a real small/large pair.
 Why the head is scaled up (``sharpness``): at the default init (std 0.02) a 64-wide model's logits are
 nearly flat, so p and q would both be ~uniform and everything would be accepted.
+
+This module imports only :mod:`.pair` and :mod:`.presets`, so the loader can import it freely.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 
 import torch
 
-from .models import TINY_PRESET, ModelPair
+from .pair import ModelPair
+from .presets import TINY_PRESET
 
 SPECIALS = ["<pad>", "<unk>", "<eos>", "<user>", "<assistant>"]
 # Characters in order of preference; the vocabulary takes as many as fit after the specials.

