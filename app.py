@@ -12,7 +12,6 @@ import html
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -28,7 +27,7 @@ from specviz.service import (CUSTOM_PRESET, MODEL_LOCK, InputError, check_reques
 from specviz.settings import GAMMA_MAX, MAX_NEW_TOKENS_MAX
 from specviz.theory import (arithmetic_cost_factor, expected_speedup,
                             expected_tokens_per_round, optimal_gamma, synthetic_pair)
-from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json
+from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json, save_recording
 from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import theory_plots as TP
@@ -101,10 +100,7 @@ def step_views(spec: Trace | None, idx) -> tuple[str, str]:
 def _export_file(spec: Trace | None, std: Trace | None) -> str | None:
     if not spec and not std:
         return None
-    fd, path = tempfile.mkstemp(prefix="specviz-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(recording_to_json(spec, std, indent=1))
-    return path
+    return save_recording(spec, std)
 
 
 # ---- the run ----------------------------------------------------------------------------
