@@ -12,6 +12,7 @@ import copy
 import gc
 import html
 import json
+import re
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -288,7 +289,7 @@ def test_the_token_limit_is_checked_before_the_model_lock():
         worker.start()
         worker.join(timeout=120)
         assert not worker.is_alive(), "the prompt check waited for the model lock"
-    assert "3,001 tokens; the limit is 2,048" in result["error"], result
+    assert re.search(r"The prompt is 3,\d{3} tokens; the limit is 2,048", result["error"]), result
 
 
 class FakeClock:
@@ -324,7 +325,9 @@ def test_the_time_budget_stops_the_run_with_what_it_has(monkeypatch):
 
 
 def test_the_time_budget_covers_the_baseline_too(monkeypatch):
-    spec, std = _race(monkeypatch, "30", gamma=4, max_new_tokens=12)
+    # 14 clock readings: the speculative run reads one per round (3 to 12 rounds for 12 tokens at γ = 4),
+    # so the baseline always starts and always runs out before its 12th token.
+    spec, std = _race(monkeypatch, "14", gamma=4, max_new_tokens=12)
     assert spec.stop_reason in ("max_new_tokens", "eos")
     assert std is not None and std.stop_reason == "time_limit" and 0 < std.n_tokens < 12
 
