@@ -133,7 +133,8 @@ BAD = [
     ("prompt", 12345, "must be text"),
     ("prompt", ["hello"], "must be text"),
     ("prompt", None, "must be text"),
-    ("prompt", "a" * (MAX_PROMPT_CHARS - 10), "context"),  # fits the character limit, not the tiny context
+    ("prompt", "a" * (MAX_PROMPT_CHARS - 10), "tokens; the limit is 2,048"),  # fits the character limit only
+    ("prompt", "a" * 1500, "context"),  # fits the token limit, not the tiny pair's context of 1,024
     ("preset", "no such pair", "Unknown model preset"),
     ("preset", "x" * 50_000, "Unknown model preset"),
     ("preset", 5, "must be text"),
@@ -496,8 +497,8 @@ def _plausible(value) -> st.SearchStrategy:
     return st.just(value)
 
 
-EXAMPLE_RECORDING = json.loads((Path(__file__).resolve().parent.parent / "assets" / "traces" / "3-translation-sampled.json")
-                               .read_text(encoding="utf-8"))
+EXAMPLE_PATH = Path(__file__).resolve().parent.parent / "assets" / "traces" / "3-translation-sampled.json"
+EXAMPLE_RECORDING = json.loads(EXAMPLE_PATH.read_text(encoding="utf-8"))
 FUZZ = {"loaded": 0, "refused": 0, "rounds drawn": 0}  # reported by test_fuzz_counts
 
 

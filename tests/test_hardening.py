@@ -8,7 +8,6 @@ DecodeSettings.checked and the `/trace` API; budgets through service.prepare / s
 
 from __future__ import annotations
 
-import copy
 import gc
 import html
 import json
@@ -359,7 +358,7 @@ def test_kv_caches_are_freed_after_a_run():
     for up in service.race(req):
         pass
     gc.collect()
-    held = [c for c in gc.get_objects() if isinstance(c, DynamicCache) and c.get_seq_length() > 0]
+    held = [c for c in gc.get_objects() if type(c) is DynamicCache and c.get_seq_length() > 0]
     assert not held, [c.get_seq_length() for c in held]
 
 
