@@ -7,11 +7,18 @@ that the UI turns into components.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import logging
+import math
 import os
 import re
+import sys
 import threading
+import time
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .engine import Event, speculative_stream, standard_stream
@@ -20,6 +27,14 @@ from .models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair
 from .settings import DecodeSettings, SettingsError
 
 MAX_PROMPT_CHARS = 8_000
+# Prompt tokens (env SPECVIZ_MAX_PROMPT_TOKENS): prefill time and KV-cache memory grow with them, and
+# 8,000 characters can be far more tokens than usual (CJK, emoji, digits).
+MAX_PROMPT_TOKENS = 2_048
+# Wall-time budget of one job, both decoders together (env SPECVIZ_JOB_SECONDS): decoding stops at the
+# next round boundary once it is spent, and the trace's stop_reason says "time_limit".
+JOB_SECONDS = 180.0
+_now = time.monotonic  # the budget's clock (tests replace it)
+log = logging.getLogger("specviz.service")
 CUSTOM_PRESET = "Custom pair (hub ids or local paths)"
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
@@ -54,6 +69,29 @@ def default_preset() -> str:
 def ui_presets() -> list[str]:
     names = [n for n in PRESETS if n != TINY_PRESET or os.environ.get("SPECVIZ_SHOW_TINY")]
     return names + ([CUSTOM_PRESET] if custom_models_enabled() else [])
+
+
+def _env_limit(name: str, default: float, kind: type) -> Any:
+    """A positive limit from the environment; an unusable value falls back to the default, with a warning."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        log.warning("ignoring %s=%r (not a positive number); using %s", name, raw, default)
+        return default
+    return value
+
+
+def max_prompt_tokens() -> int:
+    return _env_limit("SPECVIZ_MAX_PROMPT_TOKENS", MAX_PROMPT_TOKENS, int)
+
+
+def job_seconds() -> float:
+    return _env_limit("SPECVIZ_JOB_SECONDS", JOB_SECONDS, float)
 
 
 def clean_prompt(text: Any) -> str:
@@ -119,9 +157,15 @@ def check_request(prompt: Any, **settings: Any) -> tuple[str, DecodeSettings]:
 
 
 def prepare(pair: ModelPair, prompt: Any, chat: bool = True, **settings: Any) -> Request:
-    """Validate the prompt and settings against the loaded pair."""
+    """Validate the prompt and settings against the loaded pair.
+
+    Needs the tokenizer only, never the model lock: callers run it before taking MODEL_LOCK, so a
+    prompt over the token limit is refused at once, even while another job is decoding."""
     text, s = check_request(prompt, **settings)
     ids = encode_prompt(pair, text, chat=chat)
+    limit = max_prompt_tokens()
+    if len(ids) > limit:
+        raise InputError(f"The prompt is {len(ids):,} tokens; the limit is {limit:,}. Shorten the prompt.")
     if len(ids) + s.max_new_tokens > pair.context_length:
         raise InputError(
             f"The prompt is {len(ids):,} tokens; with {s.max_new_tokens} new tokens that exceeds the models' "
@@ -140,19 +184,70 @@ class Update:
     std: Any = None
 
 
-def race(req: Request, standard: bool = True) -> Iterator[Update]:
+@dataclass
+class JobBudget:
+    """The `should_stop` of one job: the user's Stop, or its wall-time budget running out.
+
+    The engine checks it before each round and records any stop as "stopped"; `explain` turns
+    that into "time_limit" when the budget was the reason."""
+
+    seconds: float
+    user_stop: Callable[[], bool] = lambda: False
+    ran_out: bool = False
+    deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = _now() + self.seconds
+
+    def __call__(self) -> bool:
+        if self.user_stop():
+            return True
+        if _now() >= self.deadline:
+            self.ran_out = True
+            return True
+        return False
+
+    def explain(self, trace: Any) -> Any:
+        if self.ran_out and trace.stop_reason == "stopped":
+            trace.stop_reason = "time_limit"
+        return trace
+
+
+def release_memory() -> None:
+    """Give the memory a finished job freed back to the system.
+
+    The engine frees its KV caches, but glibc keeps freed heap pages for reuse, so a server's
+    resident memory would stay at the peak of its longest prompt; malloc_trim(0) returns them."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl): nothing to trim
+            pass
+
+
+def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard: bool = True) -> Iterator[Update]:
     """Speculative decoding, then standard decoding on the same prompt, seed and settings.
 
-    Run one after the other, never concurrently, so the timings are fair.  To stop a
-    race, close the generator (Gradio's cancel does): the engine frees its caches."""
+    Run one after the other, never concurrently, so the timings are fair.  Both share the job's
+    time budget (`job_seconds()`): if the speculative run spends it, the baseline does not start."""
+    budget = JobBudget(job_seconds(), should_stop)
     spec = std = None
-    for ev in speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt):
-        spec = ev.trace
-        yield Update("speculative", ev, spec, None)
-    if standard and spec.stop_reason != "stopped":
-        for ev in standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt):
-            std = ev.trace
-            yield Update("standard", ev, spec, std)
+    try:
+        # closing(): a cancelled job ends the engine's loop here (freeing its caches) before the trim.
+        with contextlib.closing(speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
+                                                   should_stop=budget)) as events:
+            for ev in events:
+                spec = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
+                yield Update("speculative", ev, spec, None)
+        if standard and spec.stop_reason not in ("stopped", "time_limit"):
+            with contextlib.closing(standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
+                                                    should_stop=budget)) as events:
+                for ev in events:
+                    std = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
+                    yield Update("standard", ev, spec, std)
+    finally:
+        release_memory()
     yield Update("done", None, spec, std)
 
 

@@ -21,7 +21,8 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
                                      # draft length under a dynamic policy
       "models": {"preset": str, "draft": str, "target": str, "drafter": str},
       "device": str,                 # "cpu", "cuda:0 (NVIDIA H100)", ...
-      "stop_reason": "eos" | "max_new_tokens" | "stopped" | "error",
+      "stop_reason": "eos" | "max_new_tokens" | "stopped" | "time_limit" | "error",
+                                     # time_limit: the job's wall-time budget ran out
       "t_prefill": float,            # seconds spent filling the KV caches with the prompt
       "t_total": float,              # wall seconds from start to last token
       "draft_prefill": float, "target_prefill": float,
@@ -82,17 +83,26 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
 
 Drafted tokens after the first rejection are never verified: they have no
 Position and are shown as discarded.
+
+Loading (`Trace.from_dict`, `Trace.from_json`, `load_recording`) checks every rule the views rely
+on, with pydantic (specviz.trace_schema): strict types, finite and bounded numbers, token ids
+below 2**31, positions numbered 1…k with only the last one rejected, rounds numbered in order with
+consistent n_before, at most γ drafts; lone surrogates in text become U+FFFD.  A file loads whole
+or not at all, with a message saying where ("speculative.rounds[3].positions[1].i: ...").
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .settings import DecodeSettings, SettingsError
-from .trace_tree import RoundTree, parse_tree
+from .settings import DecodeSettings
+from .trace_tree import RoundTree
 
 SCHEMA_NAME = "specviz.trace"
 SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
@@ -103,7 +113,7 @@ MAX_ROUNDS = 20_000
 
 ORIGINS = ("accepted", "correction", "bonus", "target")
 EXTRA_KINDS = ("correction", "bonus", "target")
-STOP_REASONS = ("eos", "max_new_tokens", "stopped", "error")
+STOP_REASONS = ("eos", "max_new_tokens", "stopped", "time_limit", "error")  # time_limit: the job's wall-time budget
 
 
 class TraceError(ValueError):
@@ -358,7 +368,7 @@ def theoretical_speedup(alpha: float | None, gamma: float, c: float | None) -> f
     return tokens / (gamma * c + 1)
 
 
-# ---- validation ---------------------------------------------------------------
+# ---- validation: specviz.trace_schema (pydantic) -------------------------------------------
 
 
 def _finite(obj: Any) -> Any:
@@ -371,174 +381,17 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _req(d: Any, key: str, typ: type | tuple, where: str) -> Any:
+def _parse_trace(d: Any, where: str = "trace") -> Trace:
+    """A checked Trace, or TraceError saying what is wrong and where."""
     if not isinstance(d, dict):
-        raise TraceError(f"{where}: expected an object")
-    if key not in d:
-        raise TraceError(f"{where}: missing field '{key}'")
-    val = d[key]
-    if typ is float:
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
-            raise TraceError(f"{where}.{key}: expected a finite number")
-        return float(val)
-    if typ is int:
-        if isinstance(val, bool) or not isinstance(val, int):
-            raise TraceError(f"{where}.{key}: expected an integer")
-        return val
-    if not isinstance(val, typ):
-        raise TraceError(f"{where}.{key}: expected {getattr(typ, '__name__', typ)}")
-    return val
-
-
-def _secs(d: Any, key: str, where: str) -> float:
-    """A duration or timestamp in seconds: finite and not negative."""
-    val = _req(d, key, float, where)
-    if val < 0:
-        raise TraceError(f"{where}.{key}: seconds cannot be negative")
-    return val
-
-
-def _count(d: Any, key: str, where: str) -> int:
-    val = _req(d, key, int, where)
-    if val < 0:
-        raise TraceError(f"{where}.{key}: a count cannot be negative")
-    return val
-
-
-def _opt_secs(d: dict, key: str) -> float:
-    """Optional seconds (0.0 when absent or null)."""
-    return 0.0 if d.get(key) is None else _secs(d, key, "trace")
-
-
-def _prob(d: Any, key: str, where: str) -> float:
-    val = _req(d, key, float, where)
-    if not -1e-6 <= val <= 1 + 1e-6:
-        raise TraceError(f"{where}.{key}: {val} is not a probability")
-    return val
-
-
-def _str(d: Any, key: str, where: str, limit: int = 1000) -> str:
-    val = _req(d, key, str, where)
-    if len(val) > limit:
-        raise TraceError(f"{where}.{key}: text too long")
-    return val
-
-
-def _tree(t: Any, gamma: int, where: str) -> RoundTree:
-    try:
-        return parse_tree(t, gamma)
-    except ValueError as exc:
-        raise TraceError(f"{where}.{exc}") from None
-
-
-def _parse_trace(d: Any) -> Trace:
-    if not isinstance(d, dict):
-        raise TraceError("not a specviz trace: the file must hold a JSON object")
+        raise TraceError(f"not a specviz trace ({where}): the file must hold a JSON object")
     if d.get("schema") != SCHEMA_NAME:
-        raise TraceError("not a specviz trace: field 'schema' must be 'specviz.trace'")
+        raise TraceError(f"not a specviz trace ({where}): field 'schema' must be 'specviz.trace'")
     if d.get("version") not in READ_VERSIONS:
         raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads versions 1 and 2)")
-    kind = _req(d, "kind", str, "trace")
-    if kind not in ("speculative", "standard"):
-        raise TraceError(f"trace.kind: unknown kind {kind!r}")
-    settings = _req(d, "settings", dict, "trace")
-    models = _req(d, "models", dict, "trace")
-    for k, v in settings.items():
-        if not isinstance(k, str) or not (v is None or isinstance(v, (int, float, str, bool))):
-            raise TraceError("trace.settings: values must be numbers or strings")
-        if isinstance(v, float) and not math.isfinite(v):
-            raise TraceError(f"trace.settings.{k}: not a finite number")
-    try:
-        typed = DecodeSettings.from_dict(settings)
-    except SettingsError as exc:
-        raise TraceError(f"trace.settings: {exc}") from None
-    gamma = typed.gamma
-    for k, v in models.items():
-        if not isinstance(v, str) or len(v) > 500:
-            raise TraceError("trace.models: values must be short strings")
-    stop = _req(d, "stop_reason", str, "trace")
-    if stop not in STOP_REASONS:
-        raise TraceError(f"trace.stop_reason: unknown value {stop!r}")
-    rounds_in = _req(d, "rounds", list, "trace")
-    if len(rounds_in) > MAX_ROUNDS:
-        raise TraceError(f"trace has too many rounds ({len(rounds_in)}; the limit is {MAX_ROUNDS})")
-    rounds = []
-    for k, r in enumerate(rounds_in):
-        w = f"rounds[{k}]"
-        draft = [
-            DraftToken(_req(t, "id", int, f"{w}.draft"), _str(t, "text", f"{w}.draft"), _prob(t, "q", f"{w}.draft"),
-                       None if t.get("conf") is None else _prob(t, "conf", f"{w}.draft"))
-            for t in _req(r, "draft", list, w)
-        ]
-        draft_stop = r.get("draft_stop", "")
-        if draft_stop not in DRAFT_STOPS:
-            raise TraceError(f"{w}.draft_stop: unknown value {draft_stop!r}")
-        if len(draft) > max(gamma, 0):
-            raise TraceError(f"{w}.draft: more drafted tokens than gamma")
-        positions = []
-        for j, pos in enumerate(_req(r, "positions", list, w)):
-            wp = f"{w}.positions[{j}]"
-            positions.append(
-                Position(
-                    i=_req(pos, "i", int, wp),
-                    q=_prob(pos, "q", wp),
-                    p=_prob(pos, "p", wp),
-                    b=_prob(pos, "b", wp),
-                    u=_prob(pos, "u", wp),
-                    accepted=_req(pos, "accepted", bool, wp),
-                    reject_prob=_prob(pos, "reject_prob", wp),
-                    tv=_prob(pos, "tv", wp),
-                    bias=_prob(pos, "bias", wp),
-                )
-            )
-        if len(positions) > len(draft):
-            raise TraceError(f"{w}.positions: more verified positions than drafted tokens")
-        extra = r.get("extra") if isinstance(r, dict) else None
-        if extra is not None:
-            ekind = _str(extra, "kind", f"{w}.extra")
-            if ekind not in EXTRA_KINDS:
-                raise TraceError(f"{w}.extra.kind: unknown value {ekind!r}")
-            extra = Extra(_req(extra, "id", int, f"{w}.extra"), _str(extra, "text", f"{w}.extra"), ekind,
-                          _prob(extra, "p", f"{w}.extra"))
-        emitted = []
-        for t in _req(r, "emitted", list, w):
-            origin = _str(t, "origin", f"{w}.emitted")
-            if origin not in ORIGINS:
-                raise TraceError(f"{w}.emitted.origin: unknown value {origin!r}")
-            emitted.append(Token(_req(t, "id", int, f"{w}.emitted"), _str(t, "text", f"{w}.emitted"), origin))
-        rounds.append(
-            Round(
-                index=_count(r, "index", w),
-                n_before=_count(r, "n_before", w),
-                draft=draft,
-                positions=positions,
-                extra=extra,
-                emitted=emitted,
-                t_start=_secs(r, "t_start", w),
-                t_draft=_secs(r, "t_draft", w),
-                t_verify=_secs(r, "t_verify", w),
-                t_end=_secs(r, "t_end", w),
-                draft_forwards=_count(r, "draft_forwards", w),
-                target_forwards=_count(r, "target_forwards", w),
-                draft_stop=draft_stop,
-                tree=_tree(r["tree"], gamma, w) if r.get("tree") is not None else None,
-            )
-        )
-    return Trace(
-        kind=kind,
-        prompt=_str(d, "prompt", "trace", limit=200_000),
-        prompt_tokens=_count(d, "prompt_tokens", "trace"),
-        settings=typed,
-        models={k: str(v) for k, v in models.items()},
-        device=_str(d, "device", "trace"),
-        rounds=rounds,
-        stop_reason=stop,
-        t_prefill=_secs(d, "t_prefill", "trace"),
-        t_total=_secs(d, "t_total", "trace"),
-        draft_prefill=_opt_secs(d, "draft_prefill"),
-        target_prefill=_opt_secs(d, "target_prefill"),
-        t_tracing=_opt_secs(d, "t_tracing"),
-    )
+    from .trace_schema import parse_trace  # it builds these dataclasses, so it imports this module
+
+    return parse_trace(d, where)
 
 
 # ---- recordings: a speculative run and its standard baseline in one file ------------
@@ -557,6 +410,22 @@ def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None 
     return json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
 
 
+def save_recording(spec: Trace | None, std: Trace | None, directory: str | os.PathLike | None = None) -> str:
+    """Write a recording to a new temporary .json file and return its path ("Export trace").
+
+    The bytes are ready before the file is created, so a failure never leaves an empty file behind;
+    a lone surrogate built in memory (loading already replaces them) is written as U+FFFD."""
+    data = re.sub("[\ud800-\udfff]", "\ufffd", recording_to_json(spec, std, indent=1)).encode("utf-8")
+    fd, path = tempfile.mkstemp(prefix="specviz-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
 def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
     """Parse an exported recording (or a bare trace) into (speculative, standard)."""
     doc = _read_json(data)
@@ -567,8 +436,8 @@ def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
         raise TraceError("not a specviz recording: expected a JSON object with \"schema\": \"specviz.recording\"")
     if doc.get("version") not in READ_VERSIONS:
         raise TraceError(f"unsupported recording version {doc.get('version')!r}")
-    spec = _parse_trace(doc["speculative"]) if doc.get("speculative") is not None else None
-    std = _parse_trace(doc["standard"]) if doc.get("standard") is not None else None
+    spec = _parse_trace(doc["speculative"], "speculative") if doc.get("speculative") is not None else None
+    std = _parse_trace(doc["standard"], "standard") if doc.get("standard") is not None else None
     if spec is not None and spec.kind != "speculative":
         raise TraceError("recording: the 'speculative' entry is not a speculative trace")
     if std is not None and std.kind != "standard":

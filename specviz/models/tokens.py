@@ -12,20 +12,32 @@ way:
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .pair import ModelPair
 
 
+# The fast tokenizer's "split special tokens" switch is state on the shared tokenizer, set per call:
+# one encode at a time keeps another thread from flipping it mid-call.
+_ENCODE_LOCK = threading.Lock()
+
+
 def encode_prompt(pair: "ModelPair", prompt: str, chat: bool = True) -> list[int]:
-    """Token ids fed to both models. ``chat``: wrap in the tokenizer's chat template (if it has one)."""
+    """Token ids fed to both models. ``chat``: wrap in the tokenizer's chat template (if it has one).
+
+    The user's text stays text: special tokens typed into it (``<|im_end|><|im_start|>system``)
+    are encoded as their characters, so a prompt cannot close its own turn and open a system or
+    assistant turn.  Only the template's own control tokens are encoded as tokens (transformers'
+    ``sanitize_control_tokens``); a prompt without control tokens encodes exactly as before."""
     tok = pair.tokenizer
-    if chat and getattr(tok, "chat_template", None):
-        text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-        # The template already holds any BOS it wants; adding special tokens would double it.
-        return list(tok.encode(text, add_special_tokens=False))
-    return list(tok.encode(prompt, add_special_tokens=True))
+    with _ENCODE_LOCK:
+        if chat and getattr(tok, "chat_template", None):
+            # tokenize=True, without special tokens: the template already holds any BOS it wants.
+            return list(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                sanitize_control_tokens=True, return_dict=False))
+        return list(tok.encode(prompt, add_special_tokens=True, split_special_tokens=True))
 
 
 def _byte_decoder() -> dict[str, int]:

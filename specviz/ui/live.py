@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import html
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -22,7 +20,7 @@ import gradio as gr
 
 from ..models import ModelError
 from ..service import MODEL_LOCK, InputError, describe_error, race
-from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json
+from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
 from ..views import plots as P
 from .form import RunForm
@@ -67,10 +65,7 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame
 def export_file(spec: Trace | None, std: Trace | None) -> str | None:
     if not spec and not std:
         return None
-    fd, path = tempfile.mkstemp(prefix="specviz-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(recording_to_json(spec, std, indent=1))
-    return path
+    return save_recording(spec, std)
 
 
 # ---- the run ----------------------------------------------------------------------------

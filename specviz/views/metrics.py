@@ -10,6 +10,7 @@ _STOP = {
     "eos": "end-of-text token",
     "max_new_tokens": "token limit reached",
     "stopped": "stopped by the user",
+    "time_limit": "the job's time limit was reached",
     "error": "error",
 }
 

@@ -30,15 +30,20 @@ if TYPE_CHECKING:
 _MAX_RATIOS = 8
 
 
+def _is_last(trace: Trace | None, rnd: Round) -> bool:
+    return trace is not None and bool(trace.rounds) and trace.rounds[-1].index == rnd.index
+
+
 def _stop_phrase(trace: Trace | None, rnd: Round) -> str:
-    is_last = trace is not None and bool(trace.rounds) and trace.rounds[-1].index == rnd.index
-    reason = trace.stop_reason if (trace is not None and is_last) else None
+    reason = trace.stop_reason if _is_last(trace, rnd) else None
     if reason == "eos":
         return "the run ended at an end-of-text token, so no extra token was sampled"
     if reason == "max_new_tokens":
         return "the token limit was reached, so no extra token was sampled"
     if reason == "stopped":
         return "the run was stopped, so no extra token was sampled"
+    if reason == "time_limit":
+        return "the job's time limit was reached, so the run ended here"
     if reason == "error":
         return "the run stopped with an error"
     return "no extra token was sampled"
@@ -73,6 +78,13 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
     ' bar' was sampled from the residual norm(max(0, p − q)); 1 later draft was
     discarded. +4 tokens."
     """
+    text = _narrate(rnd, trace)
+    if rnd.extra is not None and _is_last(trace, rnd) and trace.stop_reason == "time_limit":
+        text += " The job's time limit was reached, so the run ended after this round."
+    return text
+
+
+def _narrate(rnd: Round, trace: Trace | None) -> str:
     n = rnd.index + 1
     emitted = len(rnd.emitted)
     gain = f"+{plural(emitted, 'token')}."
@@ -122,22 +134,23 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
     elif j is None:  # verified nothing, rejected nothing: the run stopped mid-round
         parts[-1] += " but verified none of them"
 
-    rescued = [
-        pos.i for pos in rnd.positions if thanks_to_epsilon(pos.p, pos.q, pos.u, pos.accepted, eps)
-    ]
+    # Positions are used as objects, never looked up by their number: a view never indexes by
+    # recorded data (loading checks i = 1…k, but a bad i must not become an IndexError here).
+    rescued = [pos for pos in rnd.positions if thanks_to_epsilon(pos.p, pos.q, pos.u, pos.accepted, eps)]
     if rescued:
-        pos = rnd.positions[rescued[0] - 1]
+        pos = rescued[0]
         su, sr = fpair(pos.u, plain_ratio(pos.p, pos.q))
-        which = "token " + ", ".join(str(i) for i in rescued)
+        which = "token " + ", ".join(str(p.i) for p in rescued)
         parts.append(
             f"{which} {'was' if len(rescued) == 1 else 'were'} accepted only thanks to ε={eps:g}"
             f" ({'e.g. ' if len(rescued) > 1 else ''}token {pos.i}: u={su} ≥ p/q={sr}, but u < b={fnum(pos.b, 2)})"
         )
 
     if j is not None:
-        pos = rnd.positions[j - 1]
+        pos = next(p for p in rnd.positions if not p.accepted)
         su, sb = fpair(pos.u, pos.b)
-        rej = f"token {j} {tok_repr(rnd.draft[j - 1].text)} was rejected{' straight away' if a == 0 else ''} (u={su} ≥ b={sb}"
+        text = tok_repr(rnd.draft[j - 1].text) if 1 <= j <= k else "(not recorded)"
+        rej = f"token {j} {text} was rejected{' straight away' if a == 0 else ''} (u={su} ≥ b={sb}"
         rej += f"; p={fnum(pos.p, 2)} vs q={fnum(pos.q, 2)})"
         if rnd.extra is not None and rnd.extra.kind == "correction":
             rej += (
@@ -146,7 +159,7 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
         elif rnd.extra is None:
             rej += f"; {_stop_phrase(trace, rnd)}"
         parts.append(rej)
-        discarded = k - j
+        discarded = k - len(rnd.positions)
         if discarded > 0:
             parts.append(
                 f"{plural(discarded, 'later draft')} {'was' if discarded == 1 else 'were'} discarded unverified"

@@ -72,7 +72,8 @@ def race_speedup(spec: Trace | None, std: Trace | None) -> float | None:
     return s / t
 
 
-_STOP = {"eos": "end of text", "max_new_tokens": "token limit", "stopped": "stopped", "error": "error"}
+_STOP = {"eos": "end of text", "max_new_tokens": "token limit", "stopped": "stopped", "time_limit": "time limit",
+         "error": "error"}
 
 
 def _column(name: str, css: str, trace: Trace | None, side: RaceSide, denom: int) -> str:
