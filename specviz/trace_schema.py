@@ -262,8 +262,9 @@ class TraceIn(_In):
             if rnd.tree is not None:
                 try:
                     rnd.tree = parse_tree(rnd.tree, self.settings.gamma)
-                except ValueError as exc:
-                    raise _rule(str(exc), at=f"rounds[{k}]") from None
+                except ValueError as exc:  # "tree.nodes[2].parent: what is wrong"
+                    where, _, what = str(exc).partition(": ")
+                    raise _rule(what, at=f"rounds[{k}].{where}") from None
             n += len(rnd.emitted)
         return self
 

@@ -24,7 +24,7 @@ from specviz import service
 from specviz.engine import speculative_decode
 from specviz.models import TINY_PRESET, encode_prompt
 from specviz.settings import SEED_MAX, DecodeSettings, SettingsError
-from specviz.tiny import SPECIALS, ALPHABET, build_tiny_pair, build_tokenizer
+from specviz.models.tiny import SPECIALS, ALPHABET, build_tiny_pair, build_tokenizer
 from specviz import trace as T
 from specviz.trace import Trace, TraceError, load_recording, recording_to_json
 from specviz.views import html as V
@@ -50,13 +50,14 @@ def upload(tmp_path: Path, doc: dict) -> tuple:
 
 def refused(out: tuple, *words: str) -> str:
     """The upload was refused as a whole: an error status naming the problem, nothing else drawn."""
-    import gradio as gr
+    from specviz.ui.frames import SKIP
 
-    status = html.unescape(out[0])
+    status = html.unescape(out.status)
     assert 'data-kind="error"' in status and "Could not load that file" in status, status
     for w in words:
         assert w in status, (w, status)
-    assert all(isinstance(x, type(gr.skip())) for x in out[1:]), "a refused file must leave the page as it was"
+    rest = {k: v for k, v in vars(out).items() if k != "status"}
+    assert all(v is SKIP for v in rest.values()), "a refused file must leave the page as it was"
     return status
 
 
@@ -106,9 +107,9 @@ def test_lone_surrogates_are_replaced_and_the_page_draws(tmp_path, where):
     assert "\ufffd" in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
     render_everything(spec, std)
     out = upload(tmp_path, d)
-    assert 'data-kind="ok"' in out[0]
-    assert Path(out[-1]).stat().st_size > 0
-    Path(out[-1]).unlink()
+    assert 'data-kind="ok"' in out.status
+    assert Path(out.export).stat().st_size > 0
+    Path(out.export).unlink()
 
 
 def test_export_of_unencodable_text_never_leaves_an_empty_file(tmp_path):
@@ -373,8 +374,9 @@ def qwen_tokenizer():
     from transformers import AutoTokenizer
 
     from specviz import models
+    from specviz.models.convert import source_of
 
-    source, _ = models._source_of(models.PRESETS[models.DEFAULT_PRESET].target, None)  # as load_pair finds it
+    source, _ = source_of(models.PRESETS[models.DEFAULT_PRESET].target, None)  # as load_pair finds it
     return AutoTokenizer.from_pretrained(source)
 
 
