@@ -9,6 +9,7 @@ by the recordings' JSON bytes.  A handle whose traces were dropped reads as noth
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ from typing import Any
 from ..trace import Trace, recording_to_json
 
 STORE_ENTRIES = 256
-STORE_BYTES = 96 * 2**20
+# JSON bytes of the held recordings; in memory a trace with its views takes ~6× its JSON.
+STORE_BYTES = int(float(os.environ.get("SPECVIZ_STORE_MB") or 24) * 2**20)
 
 
 @dataclass(frozen=True)
