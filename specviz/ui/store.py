@@ -33,6 +33,12 @@ class Shown:
         found = STORE.lookup(self.id)
         return found.get(name, default) if found else default
 
+    def __getitem__(self, name: str) -> Any:
+        found = STORE.lookup(self.id)
+        if found is None:
+            raise KeyError(name)
+        return found[name]
+
     def __bool__(self) -> bool:
         return STORE.lookup(self.id) is not None
 
