@@ -16,16 +16,17 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import hosting
+from specviz import hosting, replay
 from specviz.drafters import DRAFTERS
 from specviz.models import PRESETS
 from specviz.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.settings import MAX_NEW_TOKENS_MAX, POLICIES, VARIANTS, DecodeSettings
+from specviz.settings import MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, VARIANTS, DecodeSettings
 from specviz.ui import api, live, tabs
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, Slots, SweepFrame, TheoryFrame
-from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
-from specviz.ui.tabs import batch_view, gamma_slider, policy_info, theory_views, use_last_run
+from specviz.ui.live import MAX_DRAW_BYTES, load_file, show_recording, status_html, step_views  # noqa: F401
+from specviz.ui.store import STORE
+from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_info, theory_views, use_last_run
 from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import theory_plots as TP
@@ -35,7 +36,19 @@ ROOT = Path(__file__).resolve().parent
 ASSETS = ROOT / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
 RECORDINGS = sorted((ASSETS / "traces").glob("*.json"))
-QUEUE_SIZE = max(1, int(os.environ.get("SPECVIZ_QUEUE_SIZE") or 16))  # jobs waiting; more get "queue full"
+# Gradio's queue, for a room: Run and /trace share RUN_WORKERS workers, so replays of identical
+# requests (no model lock) start at once while live runs wait for the model lock inside a worker
+# (at most replay.LiveGate.max_waiting of them; the others are told when to retry).  QUEUE_SIZE
+# more events may wait in Gradio's queue for a worker; beyond, Gradio answers "Queue is full".
+QUEUE_SIZE = max(1, int(os.environ.get("SPECVIZ_QUEUE_SIZE") or 64))
+RUN_WORKERS = max(1, int(os.environ.get("SPECVIZ_WORKERS") or 32))
+MAX_THREADS = RUN_WORKERS + 24  # every running event holds a thread; the other events need some too
+MAX_UPLOAD = "10mb"  # Gradio refuses bigger uploads; the page draws recordings up to live.MAX_DRAW_BYTES
+STATE_TTL_S = 3 * 3600  # a session's shown run is dropped from the store this long after it last changed
+DELETE_CACHE = (900, 3600)  # every 15 min, Gradio deletes its copies of files older than an hour
+if replay.CACHE.enabled:
+    # Identical requests for the page's examples are replayed from the shipped recordings.
+    replay.CACHE.seed(RECORDINGS)
 
 # The model-running functions, wrapped for ZeroGPU on a Space (no-ops elsewhere); each takes a RunForm.
 run = hosting.gpu(duration=form_duration)(live.run)
@@ -64,10 +77,20 @@ Wertheimer et al., *Accelerating Production LLMs with Combined Token/Embedding S
 """
 
 
+PAGE_DEFAULTS = {"temperature": 0.0, "gamma": 5, "max_new_tokens": 48, "seed": 0}  # the form's initial values
+
+
+def example_settings(example: dict) -> dict:
+    """The settings the page sends for an example: its own, else the form's defaults."""
+    return {k: example.get(k, v) for k, v in PAGE_DEFAULTS.items()}
+
+
 def build() -> gr.Blocks:
     presets = ui_presets()
-    with gr.Blocks(title="specviz: speculative decoding, explained live") as demo:
-        state = gr.State({})
+    first = example_settings(EXAMPLES[0])  # the form starts as the first example would set it
+    with api.ApiBlocks(title="specviz: speculative decoding, explained live", delete_cache=DELETE_CACHE) as demo:
+        # The page's state is a handle (ui.store.Shown); the traces live in one bounded store.
+        state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=STORE.drop)
         gr.HTML('<div class="sv-header"><h1>specviz</h1><p>Speculative decoding, live: a small <b>draft</b> model '
                 'guesses γ tokens, the big <b>target</b> model checks them all in one pass. Every round, every '
                 'accept and reject, real models, real timings.</p></div>')
@@ -91,7 +114,7 @@ def build() -> gr.Blocks:
                         policy = gr.Radio(list(POLICIES), value=DecodeSettings.policy, label="Draft-length policy",
                                           info=policy_info(DecodeSettings.policy), elem_id="sv-policy")
                         gamma = gr.Slider(minimum=1, step=1, elem_id="sv-gamma",
-                                          **gamma_slider(DecodeSettings.policy, DecodeSettings.gamma))
+                                          **gamma_slider(DecodeSettings.policy, first["gamma"]))
                         tau = gr.Slider(0, 1, value=DecodeSettings.tau, step=0.05, label="Confidence threshold τ",
                                         info="stop drafting after a token the drafter gave a probability below τ",
                                         visible=DecodeSettings.policy == "confidence", elem_id="sv-tau")
@@ -100,14 +123,15 @@ def build() -> gr.Blocks:
                         variant = gr.Radio(list(VARIANTS.items()), value=DecodeSettings.variant,
                                            label="After a rejection", elem_id="sv-variant")
                         with gr.Accordion("Sampling and length", open=False, elem_id="sv-sampling"):
-                            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature",
+                            temperature = gr.Slider(0, 2, value=first["temperature"], step=0.05, label="Temperature",
                                                     info="0 = greedy (argmax)", elem_id="sv-temperature")
                             top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", info="1 = off",
                                               elem_id="sv-top-p")
-                            max_new = gr.Slider(4, MAX_NEW_TOKENS_MAX, value=48, step=4, label="Max new tokens",
+                            max_new = gr.Slider(4, MAX_NEW_TOKENS_MAX, value=first["max_new_tokens"], step=4, label="Max new tokens",
                                                 info="tokens to generate (fewer if the text ends)",
                                                 elem_id="sv-max-new")
-                            seed = gr.Number(0, label="Seed", precision=0, minimum=0, elem_id="sv-seed")
+                            seed = gr.Number(first["seed"], label="Seed", precision=0, minimum=0, maximum=SEED_MAX,
+                                             elem_id="sv-seed")
                         with gr.Row():
                             run_btn = gr.Button("Run", variant="primary", elem_id="sv-run")
                             stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
@@ -171,7 +195,7 @@ def build() -> gr.Blocks:
                     b_vocab = gr.Slider(4, 64, value=16, step=1, label="Vocabulary size")
                     b_close = gr.Slider(0, 1, value=0.5, step=0.05, label="Draft closeness to target")
                     b_m = gr.Slider(2, 32, value=16, step=1, label="Max drafts M")
-                    b_seed = gr.Number(0, label="Seed", precision=0, minimum=0)
+                    b_seed = gr.Number(0, label="Seed", precision=0, minimum=0, maximum=BATCH_SEED_MAX)
                 b_plot = gr.Plot(show_label=False)
 
             with gr.Tab("Sweeps", id="sweeps"):
@@ -213,7 +237,7 @@ def build() -> gr.Blocks:
 
         # Progress and errors show on the status line only (the run writes its own messages there);
         # by default Gradio would cover every output with a spinner or an "Error" badge.
-        run_evt = run_btn.click(on_run, form.inputs, views.outputs, concurrency_limit=1, concurrency_id="models",
+        run_evt = run_btn.click(on_run, form.inputs, views.outputs, concurrency_limit=RUN_WORKERS, concurrency_id="runs",
                                 show_progress_on=[status], api_visibility="private")
         replay_evt = run_evt.success(live.replay, [state], [race_html], concurrency_limit=None,
                                      api_visibility="private")
@@ -232,12 +256,15 @@ def build() -> gr.Blocks:
                                     policy: gr.Radio(info=policy_info(p))},
                       [policy, gamma], [gamma, tau, policy], api_visibility="private")
 
+        # An example sets every setting it names and resets the others to the page's defaults, so
+        # everyone who picks it sends the same request (served from the recording cache).
         def pick_example(label):
             ex = next((e for e in EXAMPLES if e["label"] == label), None)
             if not ex:
-                return gr.skip(), gr.skip(), gr.skip()
-            return ex["prompt"], ex.get("temperature", 0.0), ex.get("gamma", 5)
-        example.change(pick_example, [example], [prompt, temperature, gamma], api_visibility="private")
+                return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            s = example_settings(ex)
+            return ex["prompt"], s["temperature"], s["gamma"], s["max_new_tokens"], s["seed"]
+        example.change(pick_example, [example], [prompt, temperature, gamma, max_new, seed], api_visibility="private")
 
         step.change(lambda s, i: step_views((s or {}).get("spec"), i), [state, step], [narration, step_round],
                     api_visibility="private")
@@ -281,13 +308,13 @@ def build() -> gr.Blocks:
             for frame in sweep("epsilon", form.read(values), progress):
                 yield sweep_views.write(frame)
         g_evt = g_btn.click(on_gamma_sweep, form.inputs, sweep_views.outputs, concurrency_limit=1,
-                            concurrency_id="models", show_progress_on=[sweep_status], api_visibility="private")
+                            concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
         e_evt = e_btn.click(on_epsilon_sweep, form.inputs, sweep_views.outputs, concurrency_limit=1,
-                            concurrency_id="models", show_progress_on=[sweep_status], api_visibility="private")
+                            concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
         sweep_stop.click(None, None, None, cancels=[g_evt, e_evt])
 
         # The named API endpoint: one decode, streaming then returning both traces as JSON.
-        gr.api(api_trace, api_name="trace", concurrency_limit=1, concurrency_id="models")
+        gr.api(api_trace, api_name="trace", concurrency_limit=RUN_WORKERS, concurrency_id="runs")
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     return demo
 
@@ -309,7 +336,7 @@ def main() -> None:
         preload_default()  # first: loading overlaps building the UI and starting the server
     demo = build()
     host, port = hosting.server_address()
-    demo.launch(server_name=host, server_port=port,
+    demo.launch(server_name=host, server_port=port, max_file_size=MAX_UPLOAD, max_threads=MAX_THREADS,
                 css=V.load_css(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
 
 

@@ -5,7 +5,7 @@ of the page's example prompts and default settings (what a room does), a few wit
 of their own.  Reports how many were served, how many were told to retry, and the p50/p95
 wait (submit → first output) and total time, for the examples and the unique prompts.
 
-    python app.py &                      # or let the script start one: --launch
+    python app.py &
     python scripts/crowd.py --url http://127.0.0.1:7860/ --attendees 30 --json crowd.json
 
 Only loopback addresses are accepted: this is a load test of your own server.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -23,7 +24,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = [e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())[:4]]
+sys.path.insert(0, str(ROOT))
+from app import EXAMPLES as PAGE_EXAMPLES, example_settings  # noqa: E402
+
+# What the page sends for its first four examples: the prompt and the settings the example sets.
+EXAMPLES = [(e["prompt"], example_settings(e)) for e in PAGE_EXAMPLES[:4]]
 
 
 def percentile(xs: list[float], q: float) -> float | None:
@@ -35,7 +40,7 @@ def percentile(xs: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def attendee(url: str, prompt: str, kind: str, delay: float, out: list, lock: threading.Lock) -> None:
+def attendee(url: str, prompt: str, settings: dict, kind: str, delay: float, out: list, lock: threading.Lock) -> None:
     from gradio_client import Client
 
     time.sleep(delay)
@@ -43,7 +48,7 @@ def attendee(url: str, prompt: str, kind: str, delay: float, out: list, lock: th
     try:
         client = Client(url, verbose=False)
         t0 = time.perf_counter()
-        job = client.submit(prompt, api_name="/trace")
+        job = client.submit(prompt, api_name="/trace", **settings)
         first = None
         while not job.done():
             if first is None and job.outputs():
@@ -86,20 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     if urlparse(args.url).hostname not in ("127.0.0.1", "localhost", "::1"):
         ap.error("only a server on this machine (loopback) may be load-tested")
     rng = random.Random(args.seed)
-    plan = [("unique", f"Write a Python function that returns the {i + 2}-th power of a number x (variant {i}).")
+    plan = [("unique", (f"Write a Python function that returns the {i + 2}-th power of a number x (variant {i}).", {}))
             for i in range(args.unique)]
     plan += [("example", rng.choice(EXAMPLES)) for _ in range(args.attendees - args.unique)]
     rng.shuffle(plan)
     results: list[dict] = []
     lock = threading.Lock()
-    threads = [threading.Thread(target=attendee, args=(args.url, p, k, rng.uniform(0, args.spread), results, lock))
-               for k, p in plan]
+    threads = [threading.Thread(target=attendee, args=(args.url, p, s, k, rng.uniform(0, args.spread), results, lock))
+               for k, (p, s) in plan]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    summary = {**summarise(results), "wall_s": time.perf_counter() - t0}
+    summary = {**summarise(results), "wall_s": time.perf_counter() - t0, "load_avg": os.getloadavg()}
     print(json.dumps(summary, indent=2))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "results": results}, indent=2))

@@ -47,6 +47,11 @@ def is_queue_full(exc: BaseException) -> bool:
     return isinstance(exc, (QueueError, AppError)) and "queue is full" in str(exc).lower()
 
 
+def is_busy(exc: BaseException) -> bool:
+    """The live-run gate's refusal: more runs waiting for the models than it admits."""
+    return isinstance(exc, AppError) and "busy" in str(exc) and "retry in about" in str(exc)
+
+
 def test_memory_stays_flat_over_50_runs(server):
     client = Client(server.url, verbose=False)
     proc = psutil.Process(server.proc.pid)
@@ -67,7 +72,7 @@ def test_memory_stays_flat_over_50_runs(server):
 
 def test_concurrent_sessions(server):
     """8 sessions submit tiny runs at once, 2 more submit runs on the default pair: every job
-    completes (or, at worst, is told cleanly that the queue is full)."""
+    completes (or, at worst, is told cleanly that the queue is full or the models are busy)."""
     n_tiny_sessions, runs_each = 8, 3
     jobs = [("tiny", s) for s in range(n_tiny_sessions)] + [("default", s) for s in range(2)]
     clients = [Client(server.url, verbose=False) for _ in jobs]  # one session each
@@ -89,7 +94,8 @@ def test_concurrent_sessions(server):
                     check(job.result(timeout=400), 8, standard=False)
                 outcome, msg = "ok", ""
             except Exception as exc:  # noqa: BLE001 - classified below
-                outcome, msg = ("queue_full" if is_queue_full(exc) else "error"), f"{type(exc).__name__}: {exc}"
+                outcome = "queue_full" if is_queue_full(exc) else "busy" if is_busy(exc) else "error"
+                msg = f"{type(exc).__name__}: {exc}"
             with lock:
                 results.append((kind, outcome, time.perf_counter() - t0, msg))
 
@@ -107,10 +113,10 @@ def test_concurrent_sessions(server):
     assert len(results) == n_tiny_sessions * runs_each + 2
     tiny = sorted(r[2] for r in results if r[0] == "tiny" and r[1] == "ok")
     default = sorted(r[2] for r in results if r[0] == "default" and r[1] == "ok")
-    full = sum(r[1] == "queue_full" for r in results)
+    full = sum(r[1] in ("queue_full", "busy") for r in results)
     print(f"\n{len(results)} jobs from {len(jobs)} sessions in {wall:.1f} s; tiny latency median "
           f"{statistics.median(tiny):.1f} s, max {tiny[-1]:.1f} s; default-pair latency "
-          f"{', '.join(f'{x:.1f}' for x in default)} s; queue full: {full}")
+          f"{', '.join(f'{x:.1f}' for x in default)} s; refused (queue full or busy): {full}")
     assert len(tiny) >= n_tiny_sessions, "most tiny runs should get through a queue of 16"
     assert len(default) == 2
     log = server.log()
@@ -118,9 +124,9 @@ def test_concurrent_sessions(server):
 
 
 def test_full_queue_gives_a_clean_message(tmp_path):
-    """SPECVIZ_QUEUE_SIZE=2: of 8 simultaneous submissions, one runs, two wait, the others are
-    told at once that the queue is full; the server carries on."""
-    with launch_app(tmp_path, env={"SPECVIZ_QUEUE_SIZE": "2"}) as srv:
+    """SPECVIZ_QUEUE_SIZE=2 with one worker: of 8 simultaneous submissions, one runs, two wait,
+    the others are told at once that the queue is full; the server carries on."""
+    with launch_app(tmp_path, env={"SPECVIZ_QUEUE_SIZE": "2", "SPECVIZ_WORKERS": "1"}) as srv:
         clients = [Client(srv.url, verbose=False) for _ in range(8)]
         check(tiny_run(clients[0], 0, 8), 8)  # build the tiny pair first
         outcomes: list[tuple[str, float, str]] = []
@@ -158,3 +164,95 @@ def test_full_queue_gives_a_clean_message(tmp_path):
         check(tiny_run(clients[0], 1, 8), 8)  # and the server still works
         log = srv.log()
         assert "Traceback" not in log, log[-4000:]
+
+
+# ---- sessions and disk ------------------------------------------------------------------------------
+
+
+def big_recording(path, target_bytes: int) -> int:
+    """A shipped recording with its rounds repeated until the file is about target_bytes."""
+    import json
+
+    from tests.server import ROOT
+
+    doc = json.loads((ROOT / "assets" / "traces" / "1-code-greedy.json").read_text())
+    rounds, per_round = doc["speculative"]["rounds"], len(json.dumps(doc["speculative"]["rounds"]))
+    doc["speculative"]["rounds"] = rounds * max(1, int(target_bytes / per_round))
+    text = json.dumps(doc)
+    path.write_text(text)
+    return len(text)
+
+
+def load_in_new_session(url: str, path) -> str:
+    """What the page does when a file is dropped on "Load a trace": upload, then the upload event,
+    from a new session (raw HTTP; the event is private to the page)."""
+    import json
+    import secrets
+    import urllib.request
+
+    import httpx
+
+    with open(path, "rb") as f:
+        up = httpx.post(url + "gradio_api/upload", files={"files": (path.name, f, "application/json")}, timeout=60)
+    up.raise_for_status()
+    cfg = httpx.get(url + "config", timeout=30).json()
+    ids = {c["id"]: c.get("props", {}).get("elem_id") for c in cfg["components"]}
+    dep = next(d for d in cfg["dependencies"] if any(ids.get(t[0]) == "sv-upload" and t[1] == "upload"
+                                                     for t in d["targets"]))
+    session = secrets.token_hex(8)
+    file_data = {"path": up.json()[0], "orig_name": path.name, "meta": {"_type": "gradio.FileData"}}
+    body = {"data": [file_data], "fn_index": dep["id"], "session_hash": session, "event_data": None,
+            "trigger_id": dep["targets"][0][0]}
+    httpx.post(url + "gradio_api/queue/join", json=body, timeout=30).raise_for_status()
+    with urllib.request.urlopen(url + f"gradio_api/queue/data?session_hash={session}", timeout=120) as r:
+        for line in r:
+            if line.startswith(b"data: "):
+                msg = json.loads(line[6:])
+                if msg.get("msg") == "process_completed":
+                    return json.dumps(msg)[:2000]
+    return ""
+
+
+def test_large_recordings_in_many_sessions_keep_memory_bounded(tmp_path):
+    """20 new sessions each load a ~7 MB recording: the server keeps a bounded store of traces,
+    not one copy per session (each session's state is a handle)."""
+    path = tmp_path / "big.json"
+    size = big_recording(path, 7 * 2**20)
+    with launch_app(tmp_path) as srv:
+        proc = psutil.Process(srv.proc.pid)
+        rss = []
+        for i in range(20):
+            out = load_in_new_session(srv.url, path)
+            assert "Loaded big.json" in out, out
+            rss.append(proc.memory_info().rss / 2**20)
+        print(f"\n20 loads of a {size / 2**20:.1f} MB recording in new sessions: RSS after 1 {rss[0]:.0f} MiB, "
+              f"after 5 {rss[4]:.0f} MiB, after 10 {rss[9]:.0f} MiB, after 20 {rss[-1]:.0f} MiB")
+        # bounded: the store keeps at most STORE_BYTES of recordings, however many sessions
+        assert rss[-1] - rss[9] < 150, rss
+        too_big = tmp_path / "huge.json"
+        big_recording(too_big, 9 * 2**20)
+        assert "too large for this page to draw" in load_in_new_session(srv.url, too_big)
+        assert "Traceback" not in srv.log()
+
+
+def test_disk_stays_bounded_over_200_runs(tmp_path, monkeypatch):
+    """200 runs on the tiny pair (the page's Run handler, in process): exports stay in one folder,
+    the newest EXPORT_KEEP of them; nothing else is left in the temp dir."""
+    import os
+    import tempfile
+
+    from specviz import replay
+    from specviz.ui import live
+    from specviz.ui.form import RunForm
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(replay.CACHE, "enabled", False)  # every run live, as 200 different requests would be
+    monkeypatch.delenv("SPECVIZ_EXPORT_DIR", raising=False)
+    for i in range(200):
+        *_, final = live.run(RunForm(preset=TINY_PRESET, prompt=PROMPTS[i % 8], gamma=3, max_new_tokens=8, seed=i))
+        assert final.export
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    total = sum(os.path.getsize(f) for f in files)
+    print(f"\n200 tiny runs: {len(files)} files, {total / 1024:.0f} KiB in the temp dir")
+    assert len(files) == live.EXPORT_KEEP and all("specviz-exports" in f for f in files)

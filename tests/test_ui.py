@@ -121,8 +121,7 @@ def test_bad_input_stops_a_run_with_a_message_not_a_traceback():
     from specviz.ui import live
 
     gen = live.run(RunForm(preset=TINY_PRESET, prompt="hi", policy="sometimes"))
-    next(gen)  # "Loading models…"
-    frame = next(gen)
+    frame = next(gen)  # checked before any model loads
     assert 'data-kind="error"' in frame.status and "draft-length policy must be one of" in frame.status
     with pytest.raises(gr.Error):
         next(gen)

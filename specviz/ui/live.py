@@ -7,9 +7,12 @@ call them directly.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -19,15 +22,22 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from ..models import ModelError
-from ..service import MODEL_LOCK, InputError, describe_error, race
+from ..replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay_speed, run_key, snapshot
+from ..replay import replay as replay_run
+from ..service import InputError, describe_error, race
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
 from ..views import plots as P
 from .form import RunForm
 from .frames import LiveFrame
+from .store import STORE
 
 log = logging.getLogger("specviz.app")
 UI_THROTTLE_S = 0.06  # at most ~16 UI updates a second while decoding
+EXPORT_KEEP = 32  # exported recordings kept on disk (the newest); a download takes the file at once
+# The largest recording the page draws: a real 1024-token run is ~1-5 MB; a bigger file would
+# take hundreds of MB of plots and HTML per visitor.
+MAX_DRAW_BYTES = 8 * 2**20
 
 
 def status_html(text: str, kind: str = "info") -> str:
@@ -45,14 +55,14 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
     return V.narrate_html(rnd, spec), round_html + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted])
 
 
-def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame:
+def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int | None = None) -> LiveFrame:
     """Everything drawn from a finished race (or a loaded recording)."""
     summary = spec.summary() if spec else (std.summary() if std else None)
     n = len(spec.rounds) if spec else 0
     narration, step_round = step_views(spec, 1)
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
-        state={"spec": spec, "std": std}, metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0),
+        state=STORE.put(spec, std, nbytes), metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=P.tokens_vs_time(spec, std),
         plot_speed=P.speedup_bars(spec, std),
@@ -62,10 +72,31 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame
     )
 
 
+def export_dir() -> Path:
+    return Path(os.environ.get("SPECVIZ_EXPORT_DIR") or Path(tempfile.gettempdir()) / "specviz-exports")
+
+
 def export_file(spec: Trace | None, std: Trace | None) -> str | None:
+    """The recording as a file for "Export trace": all exports in one directory, of which only
+    the newest EXPORT_KEEP stay (Gradio serves its own copy, removed by the Blocks' delete_cache)."""
     if not spec and not std:
         return None
-    return save_recording(spec, std)
+    folder = export_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = save_recording(spec, std, folder)
+    _prune(folder, EXPORT_KEEP)
+    return path
+
+
+def _prune(folder: Path, keep: int) -> None:
+    files = []
+    for p in folder.glob("specviz-*.json"):
+        try:
+            files.append((p.stat().st_mtime, p))
+        except OSError:  # removed by another thread meanwhile
+            pass
+    for _, p in sorted(files, reverse=True)[keep:]:
+        p.unlink(missing_ok=True)
 
 
 # ---- the run ----------------------------------------------------------------------------
@@ -76,23 +107,61 @@ def run(form: RunForm, session: str | None = None,
     """Speculative then standard decoding, streamed to the page round by round.
 
     Every drafted token is drawn (dashed, pending) while the next one is drafted,
-    at most every UI_THROTTLE_S seconds."""
+    at most every UI_THROTTLE_S seconds.  A request identical to a finished run is
+    replayed from the recording cache (marked as such, no model lock taken); one
+    identical to a run in progress follows that run."""
     try:
-        yield LiveFrame(status=status_html("Loading models…"))
-        req = form.request(progress=(lambda f, m: progress(f, desc=m)) if progress else None)
-    except (InputError, ModelError) as exc:
+        text, settings = form.check()
+    except InputError as exc:
         yield LiveFrame(status=status_html(str(exc), "error"))
         raise gr.Error(str(exc), print_exception=False)
+    key = run_key(form.preset, text, settings, standard=True)
+    for _ in range(3):  # a followed run that stops leaves this request to claim again
+        how, entry = CACHE.claim(key)
+        try:
+            if how == "lead" or how == "live":
+                yield from _run_live(form, entry, session, progress)
+            else:
+                yield from _run_replayed(entry, how, session)
+            return
+        except Abandoned:
+            continue
+    yield LiveFrame(status=status_html("The identical runs in progress kept stopping; press Run again.", "warn"))
 
+
+def _run_live(form: RunForm, entry: Entry | None, session: str | None,
+              progress: Callable[..., Any] | None) -> Iterator[LiveFrame]:
+    try:
+        try:
+            yield LiveFrame(status=status_html("Loading models…"))
+            req = form.request(progress=(lambda f, m: progress(f, desc=m)) if progress else None)
+            for ahead in GATE.enter():
+                yield LiveFrame(status=status_html(f"Waiting for the models: {ahead} run"
+                                                   f"{'s' if ahead != 1 else ''} waiting (this one included)…"))
+        except (InputError, ModelError, Busy) as exc:
+            yield LiveFrame(status=status_html(str(exc), "error"))
+            raise gr.Error(str(exc), print_exception=False)
+        try:
+            yield from _decode(req, entry, session)
+        finally:
+            GATE.leave()
+    finally:  # a finished run was already handed to the cache; anything else leaves it
+        if entry is not None and not entry.done:
+            CACHE.abandon(entry)
+
+
+def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame]:
     last = 0.0
     spec = std = None
     legend_drawn = False
     try:
-        with MODEL_LOCK:
-            for up in race(req):
+        with contextlib.closing(race(req)) as updates:
+            for up in updates:
                 spec, std = up.spec, up.std
                 ev = up.event
-                _live_put(session, spec, std, ev)
+                _live_put(session, spec, std, _side(ev, std))
+                if entry is not None and up.phase != "done":
+                    CACHE.update(entry, snapshot(spec), snapshot(std))
                 now = time.perf_counter()
                 final = up.phase == "done" or (ev and ev.kind == "done")
                 if not final and now - last < UI_THROTTLE_S:
@@ -117,12 +186,60 @@ def run(form: RunForm, session: str | None = None,
         raise gr.Error(describe_error(exc), print_exception=False)
 
     _live_pop(session)
+    if entry is not None:
+        entry.machine = spec.device
+        CACHE.finish(entry, spec, std)
+    yield final_frame(spec, std, status_html(done_message(spec, std), "ok"))
+
+
+def done_message(spec: Trace, std: Trace | None) -> str:
     summ = spec.summary() if spec else {}
     sp = V.race_speedup(spec, std)
     msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.get('alpha') or 0:.2f}"
-    if sp:
-        msg += f", speedup {sp:.2f}× over standard decoding"
-    yield final_frame(spec, std, status_html(msg, "ok"))
+    return msg + (f", speedup {sp:.2f}× over standard decoding" if sp else "")
+
+
+def replay_label(entry: Entry) -> str:
+    """How the page marks a replay: what was replayed, when and where it ran."""
+    where = entry.machine or "this server"
+    if entry.recorded_at is None:
+        return f"↻ Replay of an identical run ({entry.source}, made on {where})"
+    return f"↻ Replay of an identical run made at {entry.recorded_at} on {where}"
+
+
+def _run_replayed(entry: Entry, how: str, session: str | None) -> Iterator[LiveFrame]:
+    """A finished run replayed at its recorded times, or a run in progress followed as it goes."""
+    label = replay_label(entry)
+    frames = replay_run(entry) if how == "replay" else follow(entry)
+    legend_drawn = False
+    last = 0.0
+    for snap in frames:
+        if snap is None:
+            yield LiveFrame(status=status_html(f"{label} (still running): waiting for the models…"))
+            continue
+        spec, std = snap.spec, snap.std
+        if snap.phase == "done":
+            _live_pop(session)
+            yield final_frame(spec, std, status_html(f"{label}. {done_message(spec, std)}", "ok"))
+            return
+        _live_put(session, spec, std, "std" if snap.phase == "standard" else "spec")
+        now = time.perf_counter()
+        if now - last < UI_THROTTLE_S:
+            continue
+        last = now
+        if snap.phase == "speculative" and spec is not None:
+            frame = LiveFrame(status=status_html(f"{label} · round {len(spec.rounds)} · {spec.n_tokens} tokens"),
+                              rounds=V.rounds_html(spec), race=V.race_html(spec, None, spec_running=True))
+            if not legend_drawn:
+                frame.legend, legend_drawn = V.legend_html(spec), True
+            yield frame
+        elif std is not None:
+            yield LiveFrame(status=status_html(f"{label} · standard decoding · {std.n_tokens} tokens"),
+                            race=V.race_html(spec, std, std_running=True))
+
+
+def _side(ev, std) -> str | None:
+    return None if ev is None or ev.kind == "done" else ("std" if std is not None else "spec")
 
 
 # ---- Stop ---------------------------------------------------------------------------------
@@ -134,10 +251,10 @@ _LIVE_LOCK = threading.Lock()
 _LIVE_MAX = 64  # sessions; a stopped run's entry is removed by Stop, a finished one by the run
 
 
-def _live_put(session: str | None, spec, std, ev) -> None:
+def _live_put(session: str | None, spec, std, side: str | None) -> None:
+    """side: the side still running ("spec" / "std"), None when the run is over."""
     if not session:
         return
-    side = None if ev is None or ev.kind == "done" else ("std" if std is not None else "spec")
     with _LIVE_LOCK:
         _LIVE[session] = (spec, std, side)
         _LIVE.move_to_end(session)
@@ -185,15 +302,17 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
 
 
 def replay(state: Any) -> Iterator[str]:
-    """Replay both runs in real time from their recorded timestamps (the race panel only)."""
+    """Replay both runs in real time from their recorded timestamps (the race panel only),
+    faster for a run longer than MAX_REPLAY_S so a replay never takes longer than that."""
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
     if not spec and not std:
         yield V.race_html(None, None)
         return
     end = max(t.t_total for t in (spec, std) if t)
+    speed = replay_speed(end)
     t0 = time.perf_counter()
     while True:
-        t = time.perf_counter() - t0
+        t = (time.perf_counter() - t0) * speed
         yield V.race_html(spec, std, at_time=min(t, end))
         if t >= end:
             return
@@ -203,10 +322,10 @@ def replay(state: Any) -> Iterator[str]:
 # ---- recordings -----------------------------------------------------------------------------
 
 
-def show_recording(spec: Trace | None, std: Trace | None, label: str) -> LiveFrame:
+def show_recording(spec: Trace | None, std: Trace | None, label: str, nbytes: int | None = None) -> LiveFrame:
     where = spec or std
     msg = f"{label}: {where.models.get('draft', '')} → {where.models.get('target', '')} on {where.device}"
-    return final_frame(spec, std, status_html(msg, "ok"))
+    return final_frame(spec, std, status_html(msg, "ok"), nbytes)
 
 
 def load_file(file: Any) -> LiveFrame:
@@ -215,12 +334,15 @@ def load_file(file: Any) -> LiveFrame:
         return LiveFrame()
     try:
         path = Path(file if isinstance(file, str) else file.name)
-        if path.stat().st_size > MAX_TRACE_BYTES:
-            raise TraceError(f"file is too large ({path.stat().st_size:,} bytes; the limit is {MAX_TRACE_BYTES:,})")
-        spec, std = load_recording(path.read_bytes())
+        size, limit = path.stat().st_size, min(MAX_DRAW_BYTES, MAX_TRACE_BYTES)
+        if size > limit:
+            raise TraceError(f"the file is too large for this page to draw ({size / 2**20:.1f} MB; the page draws "
+                             f"recordings up to {limit / 2**20:.0f} MB, about a 1,000-token run)")
+        data = path.read_bytes()
+        spec, std = load_recording(data)
     except (TraceError, OSError) as exc:
         return LiveFrame(status=status_html(f"Could not load that file: {exc}", "error"))
-    return show_recording(spec, std, f"Loaded {path.name}")
+    return show_recording(spec, std, f"Loaded {path.name}", nbytes=len(data))
 
 
 def load_example_recording(recordings: list[Path], name: str | None = None) -> LiveFrame:

@@ -10,8 +10,9 @@ import gradio as gr
 
 from .. import sweeps
 from ..models import ModelError
-from ..service import MODEL_LOCK, InputError, describe_error
-from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC
+from ..replay import GATE, Busy
+from ..service import InputError, describe_error
+from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _number
 from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
@@ -21,6 +22,7 @@ from .frames import SweepFrame, TheoryFrame
 
 log = logging.getLogger("specviz.app")
 THEORY_GAMMA_MAX = 16  # the theory curves' γ axis, longer when a run drafted more on average
+BATCH_SEED_MAX = 2**32 - 1  # numpy/torch seeds of the batch simulation
 
 
 # ---- drafting controls ------------------------------------------------------------------------
@@ -58,7 +60,43 @@ def run_c(spec: Any) -> float | None:
     return None
 
 
+# ---- the theory inputs' gate: the same checks (and messages) as the run form's settings ---------
+
+THEORY_RANGES = {  # name: (label, low, high, whole number); the sliders have the same bounds
+    "alpha": ("α (acceptance rate)", 0.0, 0.99, False),
+    "gamma": ("γ (draft length)", 1, THEORY_GAMMA_MAX, True),
+    "c": ("c (draft/target time per pass)", 0.0, 1.0, False),
+    "c_hat": ("ĉ (draft/target arithmetic)", 0.0, 1.0, False),
+    "vocab": ("vocabulary size", 4, 64, True),
+    "closeness": ("draft closeness to target", 0.0, 1.0, False),
+    "m_max": ("max drafts M", 2, 32, True),
+    "seed": ("seed", 0, BATCH_SEED_MAX, True),
+}
+
+
+def theory_inputs(**raw: Any) -> dict[str, Any]:
+    """The Theory tab's inputs, checked like the run form's settings (InputError with a clear message)."""
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        label, lo, hi, whole = THEORY_RANGES[name]
+        try:
+            if whole:
+                out[name] = _integer(label, value, lo, hi)
+            else:
+                x = _number(label, value)
+                if not lo <= x <= hi:
+                    raise SettingsError(f"{label} must be between {lo:g} and {hi:g}, not {x:g}")
+                out[name] = x
+        except SettingsError as exc:
+            raise InputError(str(exc)) from None
+    return out
+
+
 def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any) -> TheoryFrame:
+    try:
+        v = theory_inputs(alpha=alpha, gamma=gamma, c=c, c_hat=c_hat)
+    except InputError as exc:
+        raise gr.Error(str(exc), print_exception=False)
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
     measured = None
     if spec and std:
@@ -66,9 +104,8 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any) -> Theo
         if s.get("alpha") is not None and c_run is not None:
             measured = {"alpha": s["alpha"], "c": c_run, "gamma": spec.gamma, "speedup": V.race_speedup(spec, std),
                         "draft_len": mean_draft_length(spec)}
-    alpha, c, c_hat = float(alpha), float(c), float(c_hat)
+    alpha, c, c_hat, g = v["alpha"], v["c"], v["c_hat"], v["gamma"]
     g_opt, sp_opt = optimal_gamma(alpha, c, 64)
-    g = max(int(gamma or 1), 1)
     note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}: **γ\\* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
             + ("" if sp_opt > 1 else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α).")
             + f"  \nAt γ = {g}: {expected_tokens_per_round(alpha, g):.2f} tokens per target pass, expected "
@@ -99,6 +136,11 @@ def use_last_run(state: Any) -> tuple[Any, Any, Any]:
 
 
 def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any):
+    try:
+        v = theory_inputs(vocab=vocab, closeness=closeness, m_max=m_max, seed=seed)
+    except InputError as exc:
+        raise gr.Error(str(exc), print_exception=False)
+    vocab, closeness, m_max, seed = v["vocab"], v["closeness"], v["m_max"], v["seed"]
     # Top-k on both models leaves target tokens the draft can never propose, which is
     # what puts a floor under the rejections as M grows (Yin et al., batch SD).
     p, q = synthetic_pair(int(vocab), seed=int(seed), closeness=float(closeness), top_k=max(2, int(vocab) // 2))
@@ -114,24 +156,27 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
     report = (lambda f, m: progress(f, desc=m)) if progress else None
     try:
         req = form.request(progress=report)
-    except (InputError, ModelError) as exc:
+        for ahead in GATE.enter():  # live runs go first; a sweep waits its turn like one
+            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
+    except (InputError, ModelError, Busy) as exc:
         yield SweepFrame(status=f"**The sweep did not start:** {exc}")
         raise gr.Error(str(exc), print_exception=False)
     results: list[dict] = []
     gen = sweeps.gamma_sweep(req) if kind == "gamma" else sweeps.epsilon_sweep(req)
     what = f"drafter {req.settings.drafter}, {req.settings.policy} policy"
     try:
-        with MODEL_LOCK:
-            for frac, msg, res in gen:
-                if report:
-                    report(frac, msg)
-                if res is not None:
-                    results.append(res)
-                yield sweep_frame(kind, results, f"{msg} ({what})")
+        for frac, msg, res in gen:
+            if report:
+                report(frac, msg)
+            if res is not None:
+                results.append(res)
+            yield sweep_frame(kind, results, f"{msg} ({what})")
     except Exception as exc:
         log.exception("sweep failed")
         yield SweepFrame(status=f"**The sweep failed:** {describe_error(exc)}")
         raise gr.Error(describe_error(exc), print_exception=False)
+    finally:
+        GATE.leave()
 
 
 def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:

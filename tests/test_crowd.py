@@ -1,0 +1,287 @@
+"""A crowded room: identical requests served as replays of finished runs, live runs behind a
+bounded gate, handler gates, the API's defaults over raw HTTP.  Tiny pair only."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from specviz import replay as R
+from specviz.models import TINY_PRESET
+from specviz.service import MODEL_LOCK
+from specviz.settings import DecodeSettings
+from specviz.trace import Trace, load_recording
+from specviz.ui import api, live, tabs
+from specviz.ui.form import RunForm
+from specviz.ui.frames import SKIP
+from tests.server import ROOT, launch_app
+
+ARGS = ("a crowded room", TINY_PRESET, 3, 0.0, 0.0, 1.0, 12, 0, "opt", True)  # api_trace's positional order
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    R.CACHE.clear()
+    monkeypatch.setattr(R.CACHE, "enabled", True)
+    monkeypatch.setattr(api, "API_STREAM_S", 0.0)
+    yield
+    R.CACHE.clear()
+
+
+def last(gen):
+    *_, final = gen
+    return final
+
+
+def held(lock: threading.Lock):
+    """Hold the model lock from another thread (a live run in progress, as far as anyone can tell)."""
+    got, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            got.set()
+            release.wait(60)
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    got.wait(10)
+    return release, t
+
+
+# ---- the cache -----------------------------------------------------------------------------------
+
+
+def test_an_identical_request_is_a_replay_that_takes_no_model_lock(monkeypatch):
+    first = last(api.api_trace(*ARGS))
+    assert "replay" not in first and R.CACHE.misses == 1 and len(R.CACHE) == 1
+    # While the model lock is held (a live run going on), the identical request is answered in
+    # full, at its recorded times: had it taken the lock, the gate would refuse it at once.
+    monkeypatch.setattr(R.GATE, "max_wait_s", 0.5)
+    release, t = held(MODEL_LOCK)
+    try:
+        outs = list(api.api_trace(*ARGS))
+    finally:
+        release.set()
+        t.join()
+    second = outs[-1]
+    assert R.CACHE.hits == 1
+    assert second["replay"]["machine"] == "cpu" and second["replay"]["recorded_at"]
+    assert "partial" not in second and all(o.get("partial") for o in outs[:-1])
+    assert second["speculative"]["rounds"] == first["speculative"]["rounds"]
+    assert second["standard"]["rounds"] == first["standard"]["rounds"]
+    # the partial outputs grow round by round, as a live run's would
+    sizes = [len(o["speculative"]["rounds"]) for o in outs]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+@pytest.mark.parametrize("change", [dict(seed=1), dict(gamma=4), dict(standard=False), dict(prompt="another room"),
+                                    dict(policy="heuristic")])
+def test_a_changed_setting_runs_live(change):
+    names = ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed", "variant",
+             "standard"]
+    kw = dict(zip(names, ARGS))
+    last(api.api_trace(**kw))
+    out = last(api.api_trace(**{**kw, **change}))
+    assert "replay" not in out and R.CACHE.misses == 2 and R.CACHE.hits == 0
+
+
+def test_a_stopped_run_is_not_cached():
+    gen = api.api_trace(*ARGS)
+    next(gen)
+    gen.close()  # Job.cancel()
+    assert len(R.CACHE) == 0 and not MODEL_LOCK.locked()
+    assert "replay" not in last(api.api_trace(*ARGS))
+
+
+def _entry(i: int, nbytes: int) -> R.Entry:
+    key = R.RunKey(TINY_PRESET, f"prompt {i}", DecodeSettings(), True)
+    return R.Entry(key, R.now_iso(), "cpu", nbytes=nbytes)
+
+
+def test_the_cache_is_bounded_by_count_and_bytes():
+    cache = R.RecordingCache(max_entries=3, max_bytes=1000)
+    for i in range(5):
+        cache.add(_entry(i, 100))
+    assert len(cache) == 3 and [k.prompt for k in cache._done] == ["prompt 2", "prompt 3", "prompt 4"]
+    assert cache.claim(_entry(2, 0).key)[0] == "replay"  # used: now the most recent
+    cache.add(_entry(5, 700))  # over the count: the least recently used goes
+    assert [k.prompt for k in cache._done] == ["prompt 4", "prompt 2", "prompt 5"]
+    cache.add(_entry(6, 300))  # over the bytes: as many as needed go
+    assert cache.nbytes == 1000 and [k.prompt for k in cache._done] == ["prompt 5", "prompt 6"]
+    assert cache.claim(_entry(0, 0).key)[0] == "lead"  # evicted: runs live again
+
+
+def test_an_identical_request_follows_a_run_in_progress():
+    leader = api.api_trace(*ARGS)
+    first = next(leader)  # running: holds the model lock
+    assert first["partial"] and MODEL_LOCK.locked()
+    out: list = []
+    follower = threading.Thread(target=lambda: out.extend(api.api_trace(*ARGS)), daemon=True)
+    follower.start()
+    time.sleep(0.3)
+    final = last(leader)
+    follower.join(30)
+    assert not follower.is_alive() and R.CACHE.follows == 1 and R.CACHE.misses == 1
+    assert out[-1]["replay"] and out[-1]["speculative"]["rounds"] == final["speculative"]["rounds"]
+
+
+def test_busy_gate_says_when_to_retry(monkeypatch):
+    gate = R.LiveGate(threading.Lock(), max_waiting=1, max_wait_s=0.3)
+    gate.lock.acquire()
+    with pytest.raises(R.Busy, match=r"retry in about \d+ s"):
+        list(gate.enter(poll_s=0.05))  # waited max_wait_s
+    assert gate.waiting == 0
+    waiter = gate.enter(poll_s=0.05)
+    next(waiter)  # one waiting: the next is refused at once
+    with pytest.raises(R.Busy, match="1 run waiting"):
+        next(gate.enter())
+    waiter.close()
+    assert gate.waiting == 0
+    # through the API: a clear message, not a traceback
+    monkeypatch.setattr(R.GATE, "max_wait_s", 0.3)
+    release, t = held(MODEL_LOCK)
+    try:
+        with pytest.raises(gr.Error, match="busy.*retry in about"):
+            list(api.api_trace(*ARGS))
+    finally:
+        release.set()
+        t.join()
+
+
+def test_replay_keeps_the_recorded_times_and_is_capped():
+    spec, std = load_recording((ROOT / "assets" / "traces" / "2-chat-greedy.json").read_bytes())
+    entry = R.Entry(R.RunKey("x", spec.prompt, spec.settings, True), None, "cpu", spec=spec, std=std, done=True)
+    now = [0.0]
+    snaps = list(R.replay(entry, max_s=60, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)))
+    total = spec.t_total + std.t_total
+    assert total < 60 and now[0] == pytest.approx(total)  # real time
+    assert [len(s.spec.rounds) for s in snaps if s.phase == "speculative"] == list(range(1, len(spec.rounds) + 1))
+    assert snaps[-1].phase == "done" and snaps[-1].std is std
+    # a run recorded as lasting 10⁶ s replays in max_s
+    long = Trace(**{**spec.__dict__, "t_total": 1e6})
+    long.rounds = spec.rounds[:-1] + [type(spec.rounds[-1])(**{**spec.rounds[-1].__dict__, "t_end": 1e6})]
+    entry = R.Entry(entry.key, None, "cpu", spec=long, std=None, done=True)
+    now = [0.0]
+    list(R.replay(entry, max_s=60, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)))
+    assert now[0] == pytest.approx(60)
+
+
+def test_the_race_replay_is_capped(monkeypatch):
+    spec, std = load_recording((ROOT / "assets" / "traces" / "2-chat-greedy.json").read_bytes())
+    spec = Trace(**{**spec.__dict__, "t_total": 1e6})
+    monkeypatch.setattr(R, "MAX_REPLAY_S", 60.0)
+    now = [0.0]
+    monkeypatch.setattr(live.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(live.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    frames = list(live.replay({"spec": spec, "std": std}))
+    assert now[0] <= 61 and len(frames) <= 700
+
+
+# ---- the page ---------------------------------------------------------------------------------------
+
+
+def test_the_page_marks_a_replay():
+    form = RunForm(preset=TINY_PRESET, prompt="a crowded room", gamma=3, max_new_tokens=12)
+    first = list(live.run(form))
+    assert "Replay" not in first[-1].status
+    release, t = held(MODEL_LOCK)
+    try:
+        frames = list(live.run(form))
+    finally:
+        release.set()
+        t.join()
+    assert "↻ Replay of an identical run made at" in frames[-1].status and "on cpu" in frames[-1].status
+    assert any("Replay" in (f.status or "") and f.rounds for f in frames[:-1]), "rounds appear as they were recorded"
+    assert frames[-1].state.get("spec").text == first[-1].state.get("spec").text
+
+
+def test_shipped_recordings_are_served_for_the_page_examples():
+    """The page's examples with a shipped recording send exactly its settings (examples.json)."""
+    import app
+
+    cache = R.RecordingCache()
+    assert cache.seed(app.RECORDINGS) == len(app.RECORDINGS) == 4
+    hits = []
+    for ex in app.EXAMPLES:
+        s = app.example_settings(ex)
+        form = RunForm(preset="default", prompt=ex["prompt"], **s)
+        text, settings = form.check()
+        if cache.claim(R.run_key(form.preset, text, settings, True))[0] == "replay":
+            hits.append(ex["label"])
+    assert hits == ["Code: Fibonacci", "Chat", "Translation", "Slow case (speculation loses)"]
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: tabs.batch_view(16, 0.5, 16, 1e300), "seed must be between 0 and"),
+    (lambda: tabs.batch_view(16, 0.5, 16, None), "seed must be a number"),
+    (lambda: tabs.batch_view(16, float("nan"), 16, 0), "closeness to target must be a finite number"),
+    (lambda: tabs.theory_views(float("nan"), 5, 0.1, 0.05, None), "α .* must be a finite number"),
+    (lambda: tabs.theory_views(0.8, 1e9, 0.1, 0.05, None), "γ .* must be between 1 and 16"),
+    (lambda: tabs.theory_views(0.8, 5, -1, 0.05, None), "c .* must be between 0 and 1"),
+])
+def test_theory_handlers_refuse_bad_input_with_a_message(call, match):
+    with pytest.raises(gr.Error, match=match):
+        call()
+
+
+def test_exports_stay_in_one_bounded_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_EXPORT_DIR", str(tmp_path / "exports"))
+    monkeypatch.setattr(live, "EXPORT_KEEP", 5)
+    spec, std = load_recording((ROOT / "assets" / "traces" / "2-chat-greedy.json").read_bytes())
+    paths = [live.export_file(spec, std) for _ in range(12)]
+    files = list((tmp_path / "exports").iterdir())
+    assert len(files) == 5 and Path(paths[-1]) in files
+    assert load_recording(Path(paths[-1]).read_bytes())[0].text == spec.text
+
+
+def test_a_recording_too_large_to_draw_gets_a_message(tmp_path, monkeypatch):
+    monkeypatch.setattr(live, "MAX_DRAW_BYTES", 10_000)
+    path = ROOT / "assets" / "traces" / "2-chat-greedy.json"
+    frame = live.load_file(str(path))
+    assert "too large for this page to draw" in frame.status and frame.state is SKIP
+
+
+# ---- over HTTP: the API's defaults -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with launch_app(tmp_path_factory.mktemp("crowd")) as srv:
+        yield srv
+
+
+def call_raw(url: str, data: list) -> tuple[str, dict]:
+    """POST /gradio_api/call/trace with a raw data list; (last event name, its data)."""
+    req = urllib.request.Request(url + "gradio_api/call/trace", data=json.dumps({"data": data}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        event_id = json.loads(r.read())["event_id"]
+    with urllib.request.urlopen(url + f"gradio_api/call/trace/{event_id}", timeout=120) as r:
+        lines = r.read().decode().strip().splitlines()
+    event = [ln[7:] for ln in lines if ln.startswith("event: ")][-1]
+    payload = json.loads([ln[6:] for ln in lines if ln.startswith("data: ")][-1])
+    return event, payload
+
+
+@pytest.mark.parametrize("data,expect", [
+    ([], "The prompt is empty"),
+    ([None], "The prompt must be text"),
+    (["hi", TINY_PRESET, 2, 0.0, 0.0, 1.0, 8, 1e300], "seed"),
+    (["hi", TINY_PRESET, "five"], "must be a"),
+])
+def test_raw_http_calls_get_defaults_or_a_clear_error(server, data, expect):
+    event, payload = call_raw(server.url, data)
+    assert event == "error" and payload["error"] and expect in payload["error"], payload
+
+
+def test_raw_http_call_with_a_partial_list_runs_with_the_defaults(server):
+    event, payload = call_raw(server.url, ["hello crowd", TINY_PRESET])
+    assert event == "complete", payload
+    spec = Trace.from_dict(payload[0]["speculative"])
+    assert spec.settings == DecodeSettings(max_new_tokens=32) and spec.n_tokens <= 32
+    assert "Traceback" not in server.log()
