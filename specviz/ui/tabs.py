@@ -15,6 +15,7 @@ from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC
 from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
+from ..views import tree_plots as TRP
 from ..views._fmt import mean_draft_length
 from .form import POLICY_HELP, RunForm
 from .frames import SweepFrame, TheoryFrame
@@ -148,3 +149,31 @@ def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
                "reject_prob": r["reject_prob"], "bias": r["mean_bias"]} for r in results if r.get("reject_prob") is not None]
     tv = sum(tvs) / len(tvs) if tvs else None
     return SweepFrame(status=f"ε sweep: {msg}", eps_plot=TP.epsilon_sweep_plot(opt), pareto=TP.pareto_plot(tv, points))
+
+
+def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:
+    """The target's verify time against the number of tree nodes (sweeps.TREE_SIZES) on the
+    loaded pair and the Live tab's prompt, one size at a time so the plot and progress move."""
+    report = (lambda f, m: progress(f, desc=m)) if progress else None
+    try:
+        req = form.request(progress=report)
+    except (InputError, ModelError) as exc:
+        yield SweepFrame(status=f"**The measurement did not start:** {exc}")
+        raise gr.Error(str(exc), print_exception=False)
+    rows: list[dict] = []
+    sizes = sweeps.TREE_SIZES
+    try:
+        with MODEL_LOCK:
+            for k, n in enumerate(sizes):
+                msg = f"verify time vs tree nodes: {n} nodes ({k + 1}/{len(sizes)})"
+                if report:
+                    report(k / len(sizes), msg)
+                yield SweepFrame(status=msg)
+                rows += sweeps.tree_verify_times(req.pair, req.prompt_ids, sizes=(n,))
+                yield SweepFrame(tree_plot=TRP.tree_sweep_plot(rows))
+    except Exception as exc:
+        log.exception("tree sweep failed")
+        yield SweepFrame(status=f"**The measurement failed:** {describe_error(exc)}")
+        raise gr.Error(describe_error(exc), print_exception=False)
+    yield SweepFrame(status=f"Verify time vs tree nodes: {len(rows)} sizes measured on the loaded target "
+                            "(median of 3 passes each).")
