@@ -71,6 +71,7 @@ def build() -> gr.Blocks:
     presets = ui_presets()
     with gr.Blocks(title="specviz: speculative decoding, explained live") as demo:
         state = gr.State({})
+        tree_runs = gr.State([])  # the last i.i.d. tree runs' first-position rejections (Theory tab)
         gr.HTML('<div class="sv-header"><h1>specviz</h1><p>Speculative decoding, live: a small <b>draft</b> model '
                 'guesses γ tokens, the big <b>target</b> model checks them all in one pass. Every round, every '
                 'accept and reject, real models, real timings.</p></div>')
@@ -299,10 +300,12 @@ def build() -> gr.Blocks:
         demo.load(on_theory, theory_in, theory.outputs, api_visibility="private")
         last_btn.click(use_last_run, [state], [t_alpha, t_gamma, t_c], api_visibility="private").then(
             on_theory, theory_in, theory.outputs, api_visibility="private")
-        batch_in = [b_vocab, b_close, b_m, b_seed]
-        for comp in batch_in:
+        batch_in = [b_vocab, b_close, b_m, b_seed, tree_runs]
+        for comp in batch_in[:4]:
             comp.change(batch_view, batch_in, [b_plot], api_visibility="private")
         demo.load(batch_view, batch_in, [b_plot], api_visibility="private")
+        state.change(tree_ui.remember_batch, [tree_runs, state], [tree_runs], api_visibility="private").then(
+            batch_view, batch_in, [b_plot], api_visibility="private")
 
         def on_gamma_sweep(values: dict, progress=gr.Progress()):
             for frame in sweep("gamma", form.read(values), progress):

@@ -120,3 +120,19 @@ def test_tree_sweep_measures_each_size(monkeypatch):
     assert len(plots) == 2 and list(plots[-1].data[0].x) == [1, 4]
     assert all(y > 0 for y in plots[-1].data[0].y)
     assert "2 sizes measured" in out[-1].status
+
+
+def test_theory_batch_curve_shows_the_last_iid_tree_runs(frames):
+    spec = frames[-1].state["spec"]
+    point = tree_ui.batch_point(spec)
+    firsts = [r.tree.visits[0] for r in spec.rounds if r.tree is not None and r.tree.visits]
+    assert point == {"M": 3, "rounds": len(firsts),
+                     "rejected": sum(not any(t.accepted for t in v.tries) for v in firsts)}
+    history = tree_ui.remember_batch([], {"spec": spec})
+    history = tree_ui.remember_batch(history, {"spec": None})  # a chain run or no run adds nothing
+    assert history == [point]
+    fig = tabs.batch_view(8, 0.5, 6, 0, history)
+    ours = [t for t in fig.data if t.name and "tree runs" in t.name]
+    assert len(ours) == 1 and list(ours[0].x) == [3]
+    assert ours[0].y[0] == pytest.approx(point["rejected"] / point["rounds"])
+    assert not any("tree runs" in (t.name or "") for t in tabs.batch_view(8, 0.5, 6, 0).data)

@@ -99,11 +99,12 @@ def use_last_run(state: Any) -> tuple[Any, Any, Any]:
     return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3)
 
 
-def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any):
+def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any = None):
     # Top-k on both models leaves target tokens the draft can never propose, which is
     # what puts a floor under the rejections as M grows (Yin et al., batch SD).
     p, q = synthetic_pair(int(vocab), seed=int(seed), closeness=float(closeness), top_k=max(2, int(vocab) // 2))
-    return TP.batch_plot(p, q, int(m_max), 20_000, int(seed))
+    # tree_runs: the session's last i.i.d. tree runs (specviz.ui.tree_ui.remember_batch), drawn beside the formula.
+    return TRP.add_batch_points(TP.batch_plot(p, q, int(m_max), 20_000, int(seed)), tree_runs)
 
 
 # ---- sweeps ---------------------------------------------------------------------------------

@@ -84,3 +84,31 @@ def mask_for(spec: Trace | None, idx: Any = None) -> Any:
 def tree_figures(spec: Trace | None) -> tuple[Any, Any]:
     """(tree size per round, verify time vs nodes scored): blank figures for a chain run."""
     return TRP.tree_sizes(spec), TRP.tree_verify_scatter(spec)
+
+
+# ---- the Theory tab's batch curve: measured points of the last i.i.d. tree runs ---------------
+
+BATCH_HISTORY = 8  # tree runs remembered per browser session
+
+
+def batch_point(spec: Trace | None) -> dict[str, Any] | None:
+    """First-position rejection of an i.i.d. tree run: the share of its rounds where every one of
+    the M drafts tried after the prefix was rejected (Yin et al.'s batch SD at one position).
+    Best-first trees try top-k children, not i.i.d. draws, so they are not batch SD: None."""
+    if not spec or spec.settings.drafter != "tree" or spec.settings.tree_mode != "iid":
+        return None
+    firsts = [r.tree.visits[0] for r in spec.rounds if r.tree is not None and r.tree.visits
+              and r.tree.visits[0].node < 0 and r.tree.visits[0].tries]
+    if not firsts:
+        return None
+    rejected = sum(not any(t.accepted for t in v.tries) for v in firsts)
+    return {"M": spec.settings.branches, "rejected": rejected, "rounds": len(firsts)}
+
+
+def remember_batch(history: Any, state: Any) -> list[dict[str, Any]]:
+    """The session's last BATCH_HISTORY batch points, with the new run's added (if it is one)."""
+    history = list(history or [])
+    point = batch_point((state or {}).get("spec"))
+    if point is not None:
+        history = (history + [point])[-BATCH_HISTORY:]
+    return history

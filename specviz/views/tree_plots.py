@@ -70,3 +70,21 @@ def tree_sweep_plot(rows: list[dict[str, Any]] | None) -> go.Figure:
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[str(x) for x in xs])
     return _style(fig, title, "tree nodes scored in one target pass", "seconds (median)",
                   subtitle=f"median of {rows[0].get('repeats', '?')} passes per size on the loaded target")
+
+
+def add_batch_points(fig: go.Figure, points: list[dict[str, Any]] | None) -> go.Figure:
+    """The Theory tab's batch curve with the last i.i.d. tree runs' measured first-position
+    rejection rate per M (real models, so beside the synthetic formula, not on it)."""
+    pts = [p for p in (points or []) if p.get("rounds")]
+    if not pts:
+        return fig
+    fig.add_trace(go.Scatter(
+        x=[p["M"] for p in pts], y=[p["rejected"] / p["rounds"] for p in pts], mode="markers",
+        name="your tree runs (real models, i.i.d. mode)",
+        marker=dict(color=COLORS["rejected"], size=11, symbol="diamond", line=dict(width=1, color="white")),
+        customdata=[[p["rejected"], p["rounds"]] for p in pts],
+        hovertemplate="M=%{x}: all rejected in %{customdata[0]} of %{customdata[1]} rounds"
+                      " (%{y:.2f})<extra>tree run</extra>"))
+    top = max(p["rejected"] / p["rounds"] for p in pts)
+    fig.update_yaxes(range=[0, max(top * 1.1, fig.layout.yaxis.range[1] if fig.layout.yaxis.range else 0)])
+    return fig
