@@ -136,3 +136,11 @@ def test_theory_batch_curve_shows_the_last_iid_tree_runs(frames):
     assert len(ours) == 1 and list(ours[0].x) == [3]
     assert ours[0].y[0] == pytest.approx(point["rejected"] / point["rounds"])
     assert not any("tree runs" in (t.name or "") for t in tabs.batch_view(8, 0.5, 6, 0).data)
+
+
+def test_the_epsilon_sweep_refuses_the_tree_drafter_clearly():
+    gen = tabs.sweep("epsilon", RunForm(**TREE))
+    first = next(gen)
+    assert "chain drafters only" in first.status
+    with pytest.raises(gr.Error, match="chain drafters only"):
+        next(gen)

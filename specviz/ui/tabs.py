@@ -114,6 +114,11 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
     """γ sweep or ε sweep on the loaded models with the Live tab's form (drafter and policy
     included), with progress; Stop cancels."""
     report = (lambda f, m: progress(f, desc=m)) if progress else None
+    if kind == "epsilon" and form.drafter == "tree":  # every point but ε = 0 OPT would be refused mid-sweep
+        msg = ("the ε sweep varies ε and Decoding-UNO, which apply to chain drafters only: pick the draft model "
+               "or prompt lookup on the Live tab (the γ sweep works with the tree drafter: γ is its depth).")
+        yield SweepFrame(status=f"**The sweep did not start:** {msg}")
+        raise gr.Error(msg, print_exception=False)
     try:
         req = form.request(progress=report)
     except (InputError, ModelError) as exc:
