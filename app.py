@@ -20,8 +20,9 @@ from specviz import hosting, replay
 from specviz.drafters import DRAFTERS
 from specviz.models import PRESETS
 from specviz.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.settings import MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, VARIANTS, DecodeSettings
-from specviz.ui import api, live, tabs
+from specviz.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
+                              DecodeSettings)
+from specviz.ui import api, live, tabs, tree_ui
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import MAX_DRAW_BYTES, load_file, show_recording, status_html, step_views  # noqa: F401
@@ -30,6 +31,7 @@ from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_inf
 from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import theory_plots as TP
+from specviz.views import tree_plots as TRP
 
 log = logging.getLogger("specviz.app")
 ROOT = Path(__file__).resolve().parent
@@ -54,6 +56,7 @@ if replay.CACHE.enabled:
 run = hosting.gpu(duration=form_duration)(live.run)
 sweep = hosting.gpu(duration=form_sweep_duration)(tabs.sweep)
 api_trace = hosting.gpu(duration=hosting.run_duration)(api.api_trace)
+tree_sweep = hosting.gpu(duration=form_sweep_duration)(tabs.tree_sweep)
 
 HOW_IT_WORKS = """
 ### How speculative decoding works
@@ -91,6 +94,7 @@ def build() -> gr.Blocks:
     with api.ApiBlocks(title="specviz: speculative decoding, explained live", delete_cache=DELETE_CACHE) as demo:
         # The page's state is a handle (ui.store.Shown); the traces live in one bounded store.
         state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=STORE.drop)
+        tree_runs = gr.State([])  # the last i.i.d. tree runs' first-position rejections (Theory tab)
         gr.HTML('<div class="sv-header"><h1>specviz</h1><p>Speculative decoding, live: a small <b>draft</b> model '
                 'guesses γ tokens, the big <b>target</b> model checks them all in one pass. Every round, every '
                 'accept and reject, real models, real timings.</p></div>')
@@ -118,6 +122,16 @@ def build() -> gr.Blocks:
                         tau = gr.Slider(0, 1, value=DecodeSettings.tau, step=0.05, label="Confidence threshold τ",
                                         info="stop drafting after a token the drafter gave a probability below τ",
                                         visible=DecodeSettings.policy == "confidence", elem_id="sv-tau")
+                        with gr.Group(visible=DecodeSettings.drafter == "tree", elem_id="sv-tree-controls") as tree_row:
+                            branches = gr.Slider(1, BRANCHES_MAX, value=DecodeSettings.branches, step=1,
+                                                 label="Branches M", elem_id="sv-branches",
+                                                 info="i.i.d.: M draft sequences; best-first: top-M children")
+                            tree_nodes = gr.Slider(1, TREE_NODES_MAX, value=DecodeSettings.tree_nodes, step=1,
+                                                   label="Node budget", info="the most draft tokens in one tree",
+                                                   elem_id="sv-tree-nodes")
+                            tree_mode = gr.Radio([("i.i.d. batch drafts", "iid"), ("best-first top-k", "best-first")],
+                                                 value=DecodeSettings.tree_mode, label="Tree mode",
+                                                 elem_id="sv-tree-mode")
                         epsilon = gr.Slider(0, 1, value=0, step=0.01, label="Over-acceptance ε",
                                             info="0 = exact; accept with min(1, (p+ε)/q)", elem_id="sv-epsilon")
                         variant = gr.Radio(list(VARIANTS.items()), value=DecodeSettings.variant,
@@ -146,6 +160,9 @@ def build() -> gr.Blocks:
                     with gr.Column(scale=3, min_width=480):
                         legend = gr.HTML(V.legend_html(), elem_id="sv-legend")
                         rounds = gr.HTML(V.rounds_html(None), elem_id="sv-rounds")
+                        tree_panel = gr.HTML("", elem_id="sv-tree")
+                        with gr.Accordion("Tree attention mask", open=False, elem_id="sv-tree-mask-box"):
+                            tree_mask = gr.Plot(show_label=False, elem_id="sv-tree-mask")
                         race_html = gr.HTML(V.race_html(None, None), elem_id="sv-race")
                         with gr.Row(elem_classes="sv-replay-row"):
                             replay_btn = gr.Button("↻ Replay the race in real time", size="sm", scale=0,
@@ -168,6 +185,9 @@ def build() -> gr.Blocks:
                     plot_time = gr.Plot(show_label=False, value=P.round_times(None))
                     plot_curve = gr.Plot(show_label=False, value=P.tokens_vs_time(None, None))
                     plot_speed = gr.Plot(show_label=False, value=P.speedup_bars(None, None))
+                with gr.Row():  # tree runs only (blank figures say so for chain runs)
+                    plot_tree_size = gr.Plot(show_label=False, elem_id="sv-tree-sizes")
+                    plot_tree_verify = gr.Plot(show_label=False, elem_id="sv-tree-verify")
 
             with gr.Tab("Theory", id="theory"):
                 gr.Markdown("Leviathan et al.'s formulas, with the last run's measurements drawn on the same axes.")
@@ -206,6 +226,7 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     g_btn = gr.Button("Run γ sweep", variant="primary")
                     e_btn = gr.Button("Run ε sweep", variant="primary")
+                    tree_btn = gr.Button("Measure verify time vs tree nodes", variant="primary", elem_id="sv-tree-sweep")
                     sweep_stop = gr.Button("Stop sweep", variant="stop")
                 sweep_status = gr.Markdown("*No sweep yet. A sweep takes several minutes on a CPU; lower max new tokens "
                                            "on the Live tab to go faster.*", elem_id="sv-sweep-status")
@@ -213,6 +234,7 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     e_plot = gr.Plot(show_label=False, value=TP.epsilon_sweep_plot(None))
                     pareto = gr.Plot(show_label=False, value=TP.pareto_plot(None, None))
+                tree_plot = gr.Plot(show_label=False, value=TRP.tree_sweep_plot(None), elem_id="sv-tree-sweep-plot")
 
             with gr.Tab("How it works", id="how"):
                 gr.Markdown(HOW_IT_WORKS)
@@ -220,13 +242,16 @@ def build() -> gr.Blocks:
         # ---- events ----
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,
                      epsilon=epsilon, variant=variant, temperature=temperature, top_p=top_p, max_new_tokens=max_new,
-                     seed=seed, drafter=drafter, policy=policy, tau=tau)
+                     seed=seed, drafter=drafter, policy=policy, tau=tau, branches=branches, tree_nodes=tree_nodes,
+                     tree_mode=tree_mode)
         views = Slots(LiveFrame, status=status, legend=legend, rounds=rounds, race=race_html, state=state,
                       metrics=metrics, plot_pos=plot_pos, plot_hist=plot_hist, plot_draft=plot_draft,
                       plot_time=plot_time, plot_curve=plot_curve, plot_speed=plot_speed, step=step,
-                      narration=narration, step_round=step_round, export=export)
+                      narration=narration, step_round=step_round, export=export, tree=tree_panel,
+                      tree_mask=tree_mask, plot_tree_size=plot_tree_size, plot_tree_verify=plot_tree_verify)
         theory = Slots(TheoryFrame, note=t_note, speedup=t_speed, tokens=t_tokens, cost=t_cost, thm1=t_thm1)
-        sweep_views = Slots(SweepFrame, status=sweep_status, gamma_plot=g_plot, eps_plot=e_plot, pareto=pareto)
+        sweep_views = Slots(SweepFrame, status=sweep_status, gamma_plot=g_plot, eps_plot=e_plot, pareto=pareto,
+                            tree_plot=tree_plot)
 
         def on_run(values: dict, request: gr.Request = None, progress=gr.Progress()):
             for frame in run(form.read(values), getattr(request, "session_hash", None), progress):
@@ -252,9 +277,16 @@ def build() -> gr.Blocks:
                                              "sharing one tokenizer")), [preset], [custom_row, preset],
                       api_visibility="private")
         # γ is the draft length of the constant policy and the maximum (up to 32) of the others.
-        policy.change(lambda p, g: {gamma: gr.Slider(**gamma_slider(p, g)), tau: gr.Slider(visible=p == "confidence"),
-                                    policy: gr.Radio(info=policy_info(p))},
-                      [policy, gamma], [gamma, tau, policy], api_visibility="private")
+        policy.change(lambda p, g, d: {gamma: gr.Slider(**tree_ui.gamma_labels(d, gamma_slider(p, g))),
+                                       tau: gr.Slider(visible=p == "confidence"), policy: gr.Radio(info=policy_info(p))},
+                      [policy, gamma, drafter], [gamma, tau, policy], api_visibility="private")
+
+        def on_drafter(d, e, p, g):  # the tree's controls; ε and UNO locked (chain only); γ is its depth
+            ups = tree_ui.drafter_controls(d, e)
+            return {tree_row: ups["tree_row"], epsilon: ups["epsilon"], variant: ups["variant"],
+                    gamma: gr.Slider(**tree_ui.gamma_labels(d, gamma_slider(p, g)))}
+        drafter.change(on_drafter, [drafter, epsilon, policy, gamma], [tree_row, epsilon, variant, gamma],
+                       api_visibility="private")
 
         # An example sets every setting it names and resets the others to the page's defaults, so
         # everyone who picks it sends the same request (served from the recording cache).
@@ -266,8 +298,8 @@ def build() -> gr.Blocks:
             return ex["prompt"], s["temperature"], s["gamma"], s["max_new_tokens"], s["seed"]
         example.change(pick_example, [example], [prompt, temperature, gamma, max_new, seed], api_visibility="private")
 
-        step.change(lambda s, i: step_views((s or {}).get("spec"), i), [state, step], [narration, step_round],
-                    api_visibility="private")
+        step.change(lambda s, i: (*step_views((s or {}).get("spec"), i), tree_ui.mask_for((s or {}).get("spec"), i)),
+                    [state, step], [narration, step_round, tree_mask], api_visibility="private")
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 
@@ -295,10 +327,12 @@ def build() -> gr.Blocks:
         demo.load(on_theory, theory_in, theory.outputs, api_visibility="private")
         last_btn.click(use_last_run, [state], [t_alpha, t_gamma, t_c], api_visibility="private").then(
             on_theory, theory_in, theory.outputs, api_visibility="private")
-        batch_in = [b_vocab, b_close, b_m, b_seed]
-        for comp in batch_in:
+        batch_in = [b_vocab, b_close, b_m, b_seed, tree_runs]
+        for comp in batch_in[:4]:
             comp.change(batch_view, batch_in, [b_plot], api_visibility="private")
         demo.load(batch_view, batch_in, [b_plot], api_visibility="private")
+        state.change(tree_ui.remember_batch, [tree_runs, state], [tree_runs], api_visibility="private").then(
+            batch_view, batch_in, [b_plot], api_visibility="private")
 
         def on_gamma_sweep(values: dict, progress=gr.Progress()):
             for frame in sweep("gamma", form.read(values), progress):
@@ -311,7 +345,13 @@ def build() -> gr.Blocks:
                             concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
         e_evt = e_btn.click(on_epsilon_sweep, form.inputs, sweep_views.outputs, concurrency_limit=1,
                             concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
-        sweep_stop.click(None, None, None, cancels=[g_evt, e_evt])
+
+        def on_tree_sweep(values: dict, progress=gr.Progress()):
+            for frame in tree_sweep(form.read(values), progress):
+                yield sweep_views.write(frame)
+        t_evt = tree_btn.click(on_tree_sweep, form.inputs, sweep_views.outputs, concurrency_limit=1,
+                               concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
+        sweep_stop.click(None, None, None, cancels=[g_evt, e_evt, t_evt])
 
         # The named API endpoint: one decode, streaming then returning both traces as JSON.
         gr.api(api_trace, api_name="trace", concurrency_limit=RUN_WORKERS, concurrency_id="runs")

@@ -528,3 +528,44 @@ def test_prompt_lookup_with_a_dynamic_policy(page, server, shots):
     chart.screenshot(path=str(shots / "draft-length-chart.png"))
     assert_no_traceback(page)
     assert not page.svx_errors, f"JS errors: {page.svx_errors}"
+
+
+def test_tree_drafter_draws_a_tree(page, server, shots):
+    """Choosing the token-tree drafter: its controls show, ε and UNO lock (chain only), γ becomes the depth;
+    a run draws trees as they are drafted, then the last round's verdict, and the mask heat map opens."""
+    open_app(page, server)
+    pick(page, "sv-preset", TINY_PRESET)
+    assert not page.locator("#sv-tree-controls").is_visible()
+    pick(page, "sv-drafter", DRAFTERS["tree"][0])
+    page.wait_for_selector("#sv-branches", state="visible")
+    wait_until(page, server, "() => document.querySelector('#sv-gamma')?.innerText.includes('Tree depth')",
+               "the γ slider to become the tree depth", UI_S)
+    wait_until(page, server, "() => document.querySelector('#sv-epsilon input[type=range]')?.disabled",
+               "ε to lock for the tree drafter", UI_S)
+    assert "chain drafters only" in page.inner_text("#sv-epsilon")
+    page.locator("#sv-tree-mode label", has_text="i.i.d.").click()
+    set_number(page, "sv-branches", 3)
+    open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+    set_number(page, "sv-temperature", 1)
+    set_number(page, "sv-max-new", 64)
+    page.click("#sv-run")
+    # While decoding, a tree whose nodes still wait for the target (pending chips) is drawn.
+    page.wait_for_function("() => !!document.querySelector('#sv-tree .sv-tree [data-status=\"pending\"]')",
+                           polling=30, timeout=120_000)
+    page.locator("#sv-tree").screenshot(path=str(shots / "tree-drafting.png"))
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
+               "the tree run to finish", 180)
+    tree = page.locator("#sv-tree .sv-tree").first
+    assert tree.locator('[data-status="accepted"], [data-status="rejected"]').count() > 0
+    page.locator("#sv-tree").screenshot(path=str(shots / "tree-verdict.png"))
+    open_accordion(page, "sv-tree-mask-box", ".js-plotly-plot")
+    assert "Tree attention mask" in page.locator("#sv-tree-mask").text_content()
+    page.locator("#sv-stepper").scroll_into_view_if_needed()
+    wait_until(page, server, "() => !!document.querySelector('#sv-narration .sv-tree-narration li')",
+               "the tree round's step narration", UI_S)
+    assert page.locator("#sv-step-round .sv-tree").count() == 1
+    # Round 1 is not the last, so its walk ends with a correction or a bonus token.
+    assert page.locator("#sv-step-round .sv-tree .sv-extra").count() == 1
+    page.screenshot(path=str(shots / "tree-done.png"), full_page=True)
+    assert_no_traceback(page)
+    assert not page.svx_errors, f"JS errors: {page.svx_errors}"

@@ -24,11 +24,15 @@ API_STREAM_S = 0.5  # the API sends the recording so far at most twice a second
 def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float = 0.0,
               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
               variant: str = "opt", standard: bool = True, drafter: str = "model", policy: str = "constant",
-              tau: float = 0.4) -> Iterator[dict]:
+              tau: float = 0.4, branches: int = 2, tree_nodes: int = 16,
+              tree_mode: str = "best-first") -> Iterator[dict]:
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
     return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}.
 
-    drafter: "model" (the pair's draft model) or "prompt-lookup" (n-grams of the text so far).
+    drafter: "model" (the pair's draft model), "prompt-lookup" (n-grams of the text so far) or
+    "tree" (a token tree of depth gamma, at most tree_nodes nodes, grown by tree_mode "iid":
+    `branches` i.i.d. draft sequences merged, or "best-first": top-`branches` children of the
+    most likely nodes; exact only: epsilon 0, variant "opt", policy "constant").
     policy: the draft length per round, "constant" (always γ) or "heuristic", "confidence" (stop
     below the drafter's confidence tau), "adaptive" (stop when a token is not worth its cost),
     for which gamma is the maximum (up to 32).
@@ -41,7 +45,8 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     When the models are busy with too many runs waiting, the error says when to retry.
     Cancelling the job (`Job.cancel()`) stops decoding within about one round."""
     form = RunForm(preset=preset, prompt=prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
-                   max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau)
+                   max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau,
+                   branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode)
     try:
         text, settings = form.check()  # before loading any model
         if not isinstance(standard, bool):

@@ -41,6 +41,9 @@ class RunForm:
     drafter: Any = "model"
     policy: Any = "constant"
     tau: Any = 0.4
+    branches: Any = 2  # the tree drafter only (γ is then the tree's depth)
+    tree_nodes: Any = 16
+    tree_mode: Any = "best-first"
 
     def raw_settings(self) -> dict[str, Any]:
         """The decoding settings as sent, for DecodeSettings.checked."""

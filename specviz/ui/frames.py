@@ -61,6 +61,10 @@ class LiveFrame(Frame):
     narration: Any = SKIP
     step_round: Any = SKIP
     export: Any = SKIP  # the exported recording's path
+    tree: Any = SKIP  # HTML: the tree drafter's trees (empty for chain runs)
+    tree_mask: Any = SKIP  # the attention mask of the selected / last tree round
+    plot_tree_size: Any = SKIP  # nodes per tree round
+    plot_tree_verify: Any = SKIP  # verify time vs nodes scored
 
 
 @dataclass
@@ -78,6 +82,7 @@ class SweepFrame(Frame):
     gamma_plot: Any = SKIP
     eps_plot: Any = SKIP
     pareto: Any = SKIP
+    tree_plot: Any = SKIP  # verify time vs tree nodes
 
 
 F = TypeVar("F")

@@ -31,6 +31,7 @@ from ..views import plots as P
 from .form import RunForm
 from .frames import LiveFrame
 from .store import STORE
+from .tree_ui import live_tree, mask_for, step_tree, tree_figures
 
 log = logging.getLogger("specviz.app")
 UI_THROTTLE_S = 0.06  # at most ~16 UI updates a second while decoding
@@ -50,6 +51,8 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
         return "<p class='sv-muted'>Run or load a trace to step through its rounds.</p>", ""
     i = min(max(int(idx or 1), 1), len(spec.rounds)) - 1
     rnd = spec.rounds[i]
+    if rnd.tree is not None:
+        return step_tree(spec, rnd)
     round_html = V.round_html(rnd, spec.gamma, epsilon=spec.settings.epsilon, current=True,
                               policy=spec.settings.policy)
     return V.narrate_html(rnd, spec), round_html + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted])
@@ -60,6 +63,7 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
     summary = spec.summary() if spec else (std.summary() if std else None)
     n = len(spec.rounds) if spec else 0
     narration, step_round = step_views(spec, 1)
+    plot_tree_size, plot_tree_verify = tree_figures(spec)
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
         state=STORE.put(spec, std, nbytes), metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0),
@@ -69,6 +73,8 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
         step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 0,
                        label=f"Round (1–{n})" if n else "Round"),
         narration=narration, step_round=step_round, export=export_file(spec, std),
+        tree=live_tree(spec), tree_mask=mask_for(spec), plot_tree_size=plot_tree_size,
+        plot_tree_verify=plot_tree_verify,
     )
 
 
@@ -175,6 +181,8 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
                                       race=V.race_html(spec, None, spec_running=ev.kind != "done"))
                     if not legend_drawn:  # say which drafter and policy are running, once
                         frame.legend, legend_drawn = V.legend_html(spec), True
+                    if req.settings.drafter == "tree":
+                        frame.tree = live_tree(spec, pending)
                     yield frame
                 elif up.phase == "standard":
                     msg = f"Standard decoding (the baseline) · {std.n_tokens} tokens"
@@ -291,7 +299,7 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
         msg += f" and {std.n_tokens} standard tokens" if std else ""
         frame = LiveFrame(status=status_html(msg + ". Press Run to start again.", "warn"), race=V.race_html(spec, std))
         if spec:
-            frame.rounds = V.rounds_html(spec)
+            frame.rounds, frame.tree = V.rounds_html(spec), live_tree(spec)
         return frame
     if current and 'data-kind="info"' in current and "press Run" not in current:  # stopped while loading
         return LiveFrame(status=status_html("Stopped. Press Run to start again.", "warn"))

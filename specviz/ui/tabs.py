@@ -16,6 +16,7 @@ from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _n
 from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
+from ..views import tree_plots as TRP
 from ..views._fmt import mean_draft_length
 from .form import POLICY_HELP, RunForm
 from .frames import SweepFrame, TheoryFrame
@@ -135,7 +136,7 @@ def use_last_run(state: Any) -> tuple[Any, Any, Any]:
     return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3)
 
 
-def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any):
+def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any = None):
     try:
         v = theory_inputs(vocab=vocab, closeness=closeness, m_max=m_max, seed=seed)
     except InputError as exc:
@@ -144,7 +145,8 @@ def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any):
     # Top-k on both models leaves target tokens the draft can never propose, which is
     # what puts a floor under the rejections as M grows (Yin et al., batch SD).
     p, q = synthetic_pair(int(vocab), seed=int(seed), closeness=float(closeness), top_k=max(2, int(vocab) // 2))
-    return TP.batch_plot(p, q, int(m_max), 20_000, int(seed))
+    # tree_runs: the session's last i.i.d. tree runs (specviz.ui.tree_ui.remember_batch), drawn beside the formula.
+    return TRP.add_batch_points(TP.batch_plot(p, q, int(m_max), 20_000, int(seed)), tree_runs)
 
 
 # ---- sweeps ---------------------------------------------------------------------------------
@@ -154,6 +156,11 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
     """γ sweep or ε sweep on the loaded models with the Live tab's form (drafter and policy
     included), with progress; Stop cancels."""
     report = (lambda f, m: progress(f, desc=m)) if progress else None
+    if kind == "epsilon" and form.drafter == "tree":  # every point but ε = 0 OPT would be refused mid-sweep
+        msg = ("the ε sweep varies ε and Decoding-UNO, which apply to chain drafters only: pick the draft model "
+               "or prompt lookup on the Live tab (the γ sweep works with the tree drafter: γ is its depth).")
+        yield SweepFrame(status=f"**The sweep did not start:** {msg}")
+        raise gr.Error(msg, print_exception=False)
     try:
         req = form.request(progress=report)
         for ahead in GATE.enter():  # live runs go first; a sweep waits its turn like one
@@ -193,3 +200,34 @@ def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
                "reject_prob": r["reject_prob"], "bias": r["mean_bias"]} for r in results if r.get("reject_prob") is not None]
     tv = sum(tvs) / len(tvs) if tvs else None
     return SweepFrame(status=f"ε sweep: {msg}", eps_plot=TP.epsilon_sweep_plot(opt), pareto=TP.pareto_plot(tv, points))
+
+
+def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:
+    """The target's verify time against the number of tree nodes (sweeps.TREE_SIZES) on the
+    loaded pair and the Live tab's prompt, one size at a time so the plot and progress move."""
+    report = (lambda f, m: progress(f, desc=m)) if progress else None
+    try:
+        req = form.request(progress=report)
+        for ahead in GATE.enter():  # live runs go first, as for the other sweeps
+            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
+    except (InputError, ModelError, Busy) as exc:
+        yield SweepFrame(status=f"**The measurement did not start:** {exc}")
+        raise gr.Error(str(exc), print_exception=False)
+    rows: list[dict] = []
+    sizes = sweeps.TREE_SIZES
+    try:
+        for k, n in enumerate(sizes):
+            msg = f"verify time vs tree nodes: {n} nodes ({k + 1}/{len(sizes)})"
+            if report:
+                report(k / len(sizes), msg)
+            yield SweepFrame(status=msg)
+            rows += sweeps.tree_verify_times(req.pair, req.prompt_ids, sizes=(n,))
+            yield SweepFrame(tree_plot=TRP.tree_sweep_plot(rows))
+    except Exception as exc:
+        log.exception("tree sweep failed")
+        yield SweepFrame(status=f"**The measurement failed:** {describe_error(exc)}")
+        raise gr.Error(describe_error(exc), print_exception=False)
+    finally:
+        GATE.leave()
+    yield SweepFrame(status=f"Verify time vs tree nodes: {len(rows)} sizes measured on the loaded target "
+                            "(median of 3 passes each).")

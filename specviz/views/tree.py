@@ -139,7 +139,7 @@ def tree_html(rnd: Round, step: int | None = None) -> str:
     shown_depth = min(step, depth)
     done = events[: max(step - depth, 0)]
     verifying = step > depth
-    finished = step >= total
+    finished = step >= total and bool(events)  # a round still drafting (no verdict yet) stays pending
     status: dict[int, str] = {}
     tried_at: dict[int, list[int]] = {}
     decided = set()  # nodes where the rule has moved on (a child accepted) or ended (the extra token)

@@ -1,0 +1,114 @@
+"""The token-tree parts of the page: the tree drafter's controls, the live tree, step mode.
+
+Kept apart from live.py / app.py so a tree run's drawing is one module: the
+handlers there call these and put the results in the same typed frames.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+
+from ..trace import Round, Trace
+from ..views import html as V
+from ..views import tree_plots as TRP
+from ..views.tree import tree_html, tree_mask_figure, tree_narration, tree_steps
+
+CHAIN_ONLY = "chain drafters only: the tree drafter's rule is exact (ε = 0) and corrects from the residual (OPT)"
+NO_TREE = ""  # the tree panel is empty for chain runs: chain rounds render exactly as before
+
+
+def drafter_controls(drafter: Any, epsilon: Any = 0.0) -> dict[str, Any]:
+    """What the drafter selector changes, as {name: component update}: the tree's own controls
+    show for "tree"; ε and the variant, which the tree's rule does not take, are locked at their
+    exact values (validation would refuse anything else), and γ becomes the tree's depth."""
+    tree = drafter == "tree"
+    return {
+        "tree_row": gr.update(visible=tree),
+        "epsilon": gr.update(interactive=not tree, value=0 if tree else epsilon,
+                             info=f"ε: {CHAIN_ONLY}" if tree else "0 = exact; accept with min(1, (p+ε)/q)"),
+        "variant": (gr.update(interactive=False, value="opt", info=f"UNO: {CHAIN_ONLY}") if tree
+                    else gr.update(interactive=True, info=None)),
+    }
+
+
+def gamma_labels(drafter: Any, slider: dict[str, Any]) -> dict[str, Any]:
+    """The γ slider's label and hint (from tabs.gamma_slider) when the tree drafter is picked."""
+    if drafter == "tree":
+        return {**slider, "label": "Tree depth γ", "info": "levels of the token tree (its longest path)"}
+    return slider
+
+
+def is_tree_run(spec: Trace | None) -> bool:
+    return bool(spec) and (spec.settings.drafter == "tree" or any(r.tree is not None for r in spec.rounds))
+
+
+def live_tree(spec: Trace | None, pending: Round | None = None) -> str:
+    """The Live tab's tree panel while a tree run decodes: the round being drafted (its nodes
+    so far, pending), else the last finished tree round with its verification walk."""
+    if not is_tree_run(spec):
+        return NO_TREE
+    # The last verdict stays up while the next tree grows below it, so a fast round's walk is seen.
+    last = last_tree_round(spec)
+    parts = [tree_html(last)] if last else []
+    if pending is not None and pending.tree is not None:
+        parts.append(tree_html(pending))
+    return f'<div class="sv-trees">{"".join(parts)}</div>' if parts else NO_TREE
+
+
+def last_tree_round(spec: Trace | None) -> Round | None:
+    return next((r for r in reversed(spec.rounds) if r.tree is not None), None) if spec else None
+
+
+def step_tree(spec: Trace, rnd: Round) -> tuple[str, str]:
+    """Step mode for a tree round: (narration of every step, the finished tree and the text so far)."""
+    lines = "".join(f"<li>{html.escape(tree_narration(rnd, k))}</li>" for k in range(1, tree_steps(rnd) + 1))
+    narration = V.narrate_html(rnd, spec) + f'<ol class="sv-tree-narration">{lines}</ol>'
+    upto = [t for r in spec.rounds[: rnd.index + 1] for t in r.emitted]
+    return narration, tree_html(rnd) + V.text_html(upto)
+
+
+def mask_for(spec: Trace | None, idx: Any = None) -> Any:
+    """The attention-mask heat map of round `idx` (1-based) if it is a tree round, else the last tree round's."""
+    if not spec:
+        return tree_mask_figure(None)
+    rnd = None
+    if idx:
+        i = min(max(int(idx), 1), len(spec.rounds)) - 1 if spec.rounds else -1
+        rnd = spec.rounds[i] if i >= 0 and spec.rounds[i].tree is not None else None
+    return tree_mask_figure(rnd or last_tree_round(spec))
+
+
+def tree_figures(spec: Trace | None) -> tuple[Any, Any]:
+    """(tree size per round, verify time vs nodes scored): blank figures for a chain run."""
+    return TRP.tree_sizes(spec), TRP.tree_verify_scatter(spec)
+
+
+# ---- the Theory tab's batch curve: measured points of the last i.i.d. tree runs ---------------
+
+BATCH_HISTORY = 8  # tree runs remembered per browser session
+
+
+def batch_point(spec: Trace | None) -> dict[str, Any] | None:
+    """First-position rejection of an i.i.d. tree run: the share of its rounds where every one of
+    the M drafts tried after the prefix was rejected (Yin et al.'s batch SD at one position).
+    Best-first trees try top-k children, not i.i.d. draws, so they are not batch SD: None."""
+    if not spec or spec.settings.drafter != "tree" or spec.settings.tree_mode != "iid":
+        return None
+    firsts = [r.tree.visits[0] for r in spec.rounds if r.tree is not None and r.tree.visits
+              and r.tree.visits[0].node < 0 and r.tree.visits[0].tries]
+    if not firsts:
+        return None
+    rejected = sum(not any(t.accepted for t in v.tries) for v in firsts)
+    return {"M": spec.settings.branches, "rejected": rejected, "rounds": len(firsts)}
+
+
+def remember_batch(history: Any, state: Any) -> list[dict[str, Any]]:
+    """The session's last BATCH_HISTORY batch points, with the new run's added (if it is one)."""
+    history = list(history or [])
+    point = batch_point((state or {}).get("spec"))
+    if point is not None:
+        history = (history + [point])[-BATCH_HISTORY:]
+    return history

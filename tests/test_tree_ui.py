@@ -1,0 +1,146 @@
+"""The token trees on the page: the tree drafter's controls, the live tree, step mode, plots, the API."""
+
+from __future__ import annotations
+
+import inspect
+
+import gradio as gr
+import pytest
+
+from specviz.models import TINY_PRESET
+from specviz.service import InputError
+from specviz.trace import Trace
+from specviz.ui import api, live, tabs, tree_ui
+from specviz.ui.form import RunForm
+from specviz.ui.frames import SKIP
+
+TREE = dict(preset=TINY_PRESET, prompt="hello there", drafter="tree", gamma=3, branches=3, tree_nodes=9,
+            max_new_tokens=12, temperature=1.0, seed=4)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    # Draw every event: the test needs the frames drawn while the tree is still being drafted.
+    mp = pytest.MonkeyPatch()
+    mp.setattr(live, "UI_THROTTLE_S", 0.0)
+    try:
+        yield list(live.run(RunForm(**TREE, tree_mode="iid")))
+    finally:
+        mp.undo()
+
+
+def test_the_form_carries_the_tree_settings_and_refuses_chain_only_ones():
+    _, s = RunForm(**TREE, tree_mode="iid").check()
+    assert (s.drafter, s.branches, s.tree_nodes, s.tree_mode, s.gamma) == ("tree", 3, 9, "iid", 3)
+    with pytest.raises(InputError, match="ε"):
+        RunForm(**TREE, epsilon=0.2).check()
+    with pytest.raises(InputError, match="tree nodes"):
+        RunForm(**{**TREE, "tree_nodes": 65}).check()
+
+
+def test_a_tree_run_draws_nodes_as_drafted_then_the_verdict(frames):
+    trees = [f.tree for f in frames if f.tree is not SKIP and f.tree]
+    # While drafting: a tree whose nodes are all pending (no verdict yet) and no "verify pass" line.
+    drafting = [t for t in trees if 'data-status="pending"' in t and "verify pass" not in t]
+    assert drafting, "no frame showed a tree still being drafted"
+    sizes = [t.count("data-node=") for t in drafting]
+    assert min(sizes) < max(sizes), "the drafted tree never grew from one frame to the next"
+    last = frames[-1]
+    spec: Trace = last.state["spec"]
+    tree_rounds = [r for r in spec.rounds if r.tree is not None]
+    assert tree_rounds and all(len(r.tree.nodes) <= 9 for r in tree_rounds)
+    # The finished panel: the last tree round's verdict (accepted or rejected children, the extra token).
+    assert 'data-status="accepted"' in last.tree or 'data-status="rejected"' in last.tree
+    assert "sv-extra" in last.tree and "data-status=\"pending\"" not in last.tree
+    assert last.tree_mask.data and last.tree_mask.data[0].type == "heatmap"
+    assert len(last.tree_mask.data[0].z) == len(tree_rounds[-1].tree.nodes)
+
+
+def test_tree_plots_come_from_the_tree_rounds(frames):
+    last = frames[-1]
+    spec = last.state["spec"]
+    tree_rounds = [r for r in spec.rounds if r.tree is not None]
+    sizes = last.plot_tree_size.data[0]
+    assert list(sizes.y) == [len(r.tree.nodes) for r in tree_rounds]
+    verify = last.plot_tree_verify.data[0]
+    assert list(verify.x) == [r.tree.fed for r in tree_rounds]
+    assert list(verify.y) == [r.tree.t_forward for r in tree_rounds]
+
+
+def test_step_mode_narrates_every_step_of_a_tree_round(frames):
+    spec = frames[-1].state["spec"]
+    i = next(k for k, r in enumerate(spec.rounds) if r.tree is not None)
+    narration, body = live.step_views(spec, i + 1)
+    assert 'class="sv-tree"' in body and "sv-tree-narration" in narration
+    from specviz.views.tree import tree_steps
+    assert narration.count("<li>") == tree_steps(spec.rounds[i])
+    assert "rejected" in narration or "accepted" in narration
+    # The mask follows the selected round.
+    assert len(tree_ui.mask_for(spec, i + 1).data[0].z) == len(spec.rounds[i].tree.nodes)
+
+
+def test_chain_runs_have_no_tree_panel(monkeypatch):
+    monkeypatch.setattr(live, "UI_THROTTLE_S", 0.0)
+    frames = list(live.run(RunForm(preset=TINY_PRESET, prompt="hello", gamma=3, max_new_tokens=6)))
+    assert all(f.tree in (SKIP, "") for f in frames)
+    assert frames[-1].plot_tree_size.layout.meta == {"empty": True}
+    assert 'class="sv-round' in frames[-1].rounds  # chain rounds as before
+
+
+def test_drafter_controls_lock_eps_and_uno_for_trees():
+    ups = tree_ui.drafter_controls("tree", 0.3)
+    assert ups["tree_row"]["visible"] is True
+    assert ups["epsilon"]["interactive"] is False and ups["epsilon"]["value"] == 0
+    assert ups["variant"]["value"] == "opt" and "chain drafters only" in ups["variant"]["info"]
+    chain = tree_ui.drafter_controls("model", 0.3)
+    assert chain["tree_row"]["visible"] is False and chain["epsilon"]["interactive"] is True
+    assert tree_ui.gamma_labels("tree", tabs.gamma_slider("constant", 4))["label"] == "Tree depth γ"
+    assert tree_ui.gamma_labels("model", tabs.gamma_slider("constant", 4))["label"] == "Draft length γ"
+
+
+def test_api_takes_the_tree_parameters_at_the_end():
+    names = list(inspect.signature(api.api_trace).parameters)
+    assert names[-3:] == ["branches", "tree_nodes", "tree_mode"]
+    assert names[:-3] == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
+                          "variant", "standard", "drafter", "policy", "tau"]
+    out = list(api.api_trace("abc abc", preset=TINY_PRESET, gamma=2, max_new_tokens=6, standard=False,
+                             drafter="tree", branches=2, tree_nodes=4, tree_mode="best-first"))
+    spec = Trace.from_dict(out[-1]["speculative"])
+    assert spec.settings.tree_nodes == 4 and spec.settings.tree_mode == "best-first"
+    assert any(r.tree is not None and 1 <= len(r.tree.nodes) <= 4 for r in spec.rounds)
+    with pytest.raises(gr.Error, match="chain"):
+        list(api.api_trace("abc", preset=TINY_PRESET, drafter="tree", variant="uno"))
+
+
+def test_tree_sweep_measures_each_size(monkeypatch):
+    from specviz import sweeps
+    monkeypatch.setattr(sweeps, "TREE_SIZES", (1, 4))
+    out = list(tabs.tree_sweep(RunForm(preset=TINY_PRESET, prompt="hello there")))
+    plots = [f.tree_plot for f in out if f.tree_plot is not SKIP]
+    assert len(plots) == 2 and list(plots[-1].data[0].x) == [1, 4]
+    assert all(y > 0 for y in plots[-1].data[0].y)
+    assert "2 sizes measured" in out[-1].status
+
+
+def test_theory_batch_curve_shows_the_last_iid_tree_runs(frames):
+    spec = frames[-1].state["spec"]
+    point = tree_ui.batch_point(spec)
+    firsts = [r.tree.visits[0] for r in spec.rounds if r.tree is not None and r.tree.visits]
+    assert point == {"M": 3, "rounds": len(firsts),
+                     "rejected": sum(not any(t.accepted for t in v.tries) for v in firsts)}
+    history = tree_ui.remember_batch([], {"spec": spec})
+    history = tree_ui.remember_batch(history, {"spec": None})  # a chain run or no run adds nothing
+    assert history == [point]
+    fig = tabs.batch_view(8, 0.5, 6, 0, history)
+    ours = [t for t in fig.data if t.name and "tree runs" in t.name]
+    assert len(ours) == 1 and list(ours[0].x) == [3]
+    assert ours[0].y[0] == pytest.approx(point["rejected"] / point["rounds"])
+    assert not any("tree runs" in (t.name or "") for t in tabs.batch_view(8, 0.5, 6, 0).data)
+
+
+def test_the_epsilon_sweep_refuses_the_tree_drafter_clearly():
+    gen = tabs.sweep("epsilon", RunForm(**TREE))
+    first = next(gen)
+    assert "chain drafters only" in first.status
+    with pytest.raises(gr.Error, match="chain drafters only"):
+        next(gen)
