@@ -14,6 +14,7 @@ from .base import DraftContext, Drafter, DraftStep, one_hot
 DRAFTERS: dict[str, tuple[str, str]] = {
     "model": ("draft model", "draft_model:ModelDrafter"),
     "prompt-lookup": ("prompt lookup (n-grams)", "prompt_lookup:PromptLookupDrafter"),
+    "speculator": ("learned head (MLP speculator)", "speculator:SpeculatorDrafter"),
 }
 
 
