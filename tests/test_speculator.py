@@ -55,6 +55,12 @@ def test_stages_have_the_paper_shapes_and_read_the_frozen_target():
         f"norm.{i}.{w}" for i in range(3) for w in ("weight", "bias")} | {"vocab_ids"}
     assert sum(p.numel() for p in spec.parameters()) == 16 * 64 + 2 * 16 * 16 + 3 * (16 * 64 + 64 * 16 + 2 * 16)
 
+    # Tied stages (the paper's option): one B, C and norm for all, A_0 (from h) plus one shared A.
+    tied = MLPSpeculator(SpeculatorConfig(hidden=64, inner=16, n_predict=3, tie=True)).attach(target, vocab_ids)
+    assert [len(tied.proj), len(tied.emb_proj), len(tied.out), len(tied.norm)] == [2, 1, 1, 1]
+    assert sum(p.numel() for p in tied.parameters()) == 16 * 64 + 16 * 16 + 16 * 64 + 64 * 16 + 2 * 16
+    assert [tuple(z.shape) for z in tied(hidden, tokens)] == [(5, 16)] * 3
+
 
 def _tiny_config(**kw) -> TrainConfig:
     return TrainConfig(**{**dict(preset="tiny", inner=16, seq_len=48, train_seqs=24, heldout_seqs=6, top_k=6,

@@ -21,6 +21,8 @@ def markdown(card: dict) -> str:
     pick = sorted({0, len(curve) - 1, *range(0, len(curve), max(1, len(curve) // 8))}) if curve else []
     loss_rows = "\n".join(f"| {curve[i][0]} | {curve[i][1]:.3f} |" for i in pick)
     stop = " (stopped by the time budget)" if t["stopped_by_time_budget"] else ""
+    load = card["machine"].get("load_average_at_end")
+    load = f"; load average (1, 5, 15 min) at the end: {load}, on 2 cores shared with other work" if load else ""
     return f"""# MLP speculator for {card['target']}
 
 A learned draft head (Wertheimer et al. 2024): {m['n_predict']} stages, inner width {m['inner']},
@@ -56,6 +58,6 @@ Held-out loss: {h['loss']}.
 
 ## Cost
 
-{card['minutes']['target_pass']} min target pass + {card['minutes']['training']} min training on
-{card['machine']['cpu']}, torch {card['machine']['torch']}, {card['machine']['threads']} thread(s).
+{card['minutes']['target_pass']} min target pass + {card['minutes']['training']} min
+training on {card['machine']['cpu']}, torch {card['machine']['torch']}, {card['machine']['threads']} thread(s){load}.
 """

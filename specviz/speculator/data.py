@@ -142,13 +142,16 @@ def label(target: torch.nn.Module, ids: torch.Tensor, top_k: int, chunk: int = 2
 
 
 def precompute(target: torch.nn.Module, seqs: list[list[int]], out: Path, top_k: int, batch: int = 4,
-               desc: str = "target pass", deadline: float | None = None) -> list[Path]:
+               desc: str = "target pass", deadline: float | None = None) -> tuple[list[Path], float]:
     """Label the windows in shards of `batch` under `out`; shards already there are kept
     (so an interrupted run resumes).  Stops starting new shards after `deadline`
-    (time.monotonic()), returning the shards that exist, in order."""
+    (time.monotonic()).  Returns the shards that exist, in order, and the seconds it took
+    to compute them (recorded per shard, so a cached pass still reports its real cost)."""
     import time
 
     out.mkdir(parents=True, exist_ok=True)
+    cost_file = out / "seconds.json"
+    cost = json.loads(cost_file.read_text()) if cost_file.exists() else {}
     shards = []
     starts = range(0, len(seqs), batch)
     with tqdm(total=len(seqs) * len(seqs[0]) if seqs else 0, desc=desc, unit="tok", smoothing=0.1) as bar:
@@ -159,13 +162,16 @@ def precompute(target: torch.nn.Module, seqs: list[list[int]], out: Path, top_k:
                 if deadline is not None and time.monotonic() > deadline:
                     bar.write(f"{desc}: time budget reached after {len(shards)} of {len(starts)} shards")
                     break
+                t0 = time.perf_counter()
                 data = label(target, torch.tensor(part), top_k)
                 tmp = path.with_suffix(".tmp")
                 torch.save(data, tmp)
                 tmp.replace(path)  # atomic: a killed run never leaves half a shard
+                cost[path.name] = round(time.perf_counter() - t0, 2)
+                cost_file.write_text(json.dumps(cost))
             shards.append(path)
             bar.update(len(part) * len(part[0]))
-    return shards
+    return shards, sum(cost.get(p.name, 0.0) for p in shards)
 
 
 def load_shards(paths: list[Path]) -> dict[str, torch.Tensor]:

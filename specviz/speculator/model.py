@@ -34,6 +34,8 @@ class SpeculatorConfig:
     hidden: int  # H: the target's hidden size (its head's input width)
     inner: int = 384  # d: the speculator's state width
     n_predict: int = 4  # stages, so at most this many draft tokens per round
+    tie: bool = False  # stages share B, C, the norm and (after the first) A, as the paper's option:
+    #                    4x less to learn from the same data, which matters when data is scarce
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -46,10 +48,12 @@ class MLPSpeculator(nn.Module):
         super().__init__()
         self.config = config
         h, d, n = config.hidden, config.inner, config.n_predict
-        self.proj = nn.ModuleList([nn.Linear(h if i == 0 else d, d, bias=False) for i in range(n)])  # A_i
-        self.emb_proj = nn.ModuleList([nn.Linear(h, d, bias=False) for _ in range(n)])  # B_i
-        self.norm = nn.ModuleList([nn.LayerNorm(d) for _ in range(n)])
-        self.out = nn.ModuleList([nn.Linear(d, h, bias=False) for _ in range(n)])  # C_i
+        m = 1 if config.tie else n  # modules per list; stage i uses the one at min(i, m - 1)
+        self.proj = nn.ModuleList([nn.Linear(h if i == 0 else d, d, bias=False)
+                                   for i in range(min(n, 2) if config.tie else n)])  # A_i
+        self.emb_proj = nn.ModuleList([nn.Linear(h, d, bias=False) for _ in range(m)])  # B_i
+        self.norm = nn.ModuleList([nn.LayerNorm(d) for _ in range(m)])
+        self.out = nn.ModuleList([nn.Linear(d, h, bias=False) for _ in range(m)])  # C_i
         # The paper's fixed mixing weights: the state decays by w_s per stage while each new token
         # adds a comparable share, so later stages still see the hidden state they started from.
         w_s = 0.5 ** (0.5 / n)
@@ -70,11 +74,12 @@ class MLPSpeculator(nn.Module):
         """One stage for a batch: state [B, H or d], tokens [B] (full-vocabulary ids) ->
         (the next state [B, d], logits over V_r [B, V_r])."""
         assert self.embed is not None and self.head is not None, "call attach(target, vocab_ids) first"
-        dt = self.proj[i].weight.dtype
+        a, k = self.proj[min(i, len(self.proj) - 1)], min(i, len(self.out) - 1)
+        dt = a.weight.dtype
         e = self.embed[tokens].to(dt)
-        u = self.proj[i](state.to(dt)) + self.mix * self.emb_proj[i](e)
-        state = nn.functional.gelu(self.norm[i](u))
-        g = self.out[i](state)
+        u = a(state.to(dt)) + self.mix * self.emb_proj[k](e)
+        state = nn.functional.gelu(self.norm[k](u))
+        g = self.out[k](state)
         logits = g.to(self.head.dtype) @ self.head.T
         return state, logits
 

@@ -43,6 +43,7 @@ def save(path: Path, spec: MLPSpeculator, meta: dict[str, Any]) -> None:
               **{k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}}
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=header)
+    tmp.chmod(0o644)  # safetensors creates it private; weights are meant to be shared
     tmp.replace(path)
 
 

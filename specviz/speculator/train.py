@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -45,6 +46,7 @@ class TrainConfig:
     preset: str = "default"
     inner: int = 384
     n_predict: int = 4
+    tie: bool = False  # share the stages' weights (model.SpeculatorConfig.tie)
     max_vocab: int = 16384
     seq_len: int = 256
     train_seqs: int = 480
@@ -188,17 +190,17 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     train_seqs, held_seqs, files = D.select(pair.tokenizer, spec_data, site)
     if not train_seqs or not held_seqs:
         raise SystemExit(f"not enough Python source of {cfg.seq_len}+ tokens under {site or D.site_packages()}")
-    held = D.load_shards(D.precompute(target, held_seqs, work / "heldout", cfg.top_k, desc="target pass, held-out"))
-    shards = D.precompute(target, train_seqs, work / "train", cfg.top_k, desc="target pass, training",
-                          deadline=t0 + cfg.data_minutes * 60)
-    tr = D.load_shards(shards)
-    data_minutes = (time.monotonic() - t0) / 60
+    held_shards, held_s = D.precompute(target, held_seqs, work / "heldout", cfg.top_k, desc="target pass, held-out")
+    shards, train_s = D.precompute(target, train_seqs, work / "train", cfg.top_k, desc="target pass, training",
+                                   deadline=t0 + cfg.data_minutes * 60)
+    held, tr = D.load_shards(held_shards), D.load_shards(shards)
+    data_minutes = (held_s + train_s) / 60
 
     # 2. V_r and the model.
     vocab_ids = build_vocab(tr, cfg.max_vocab, list(pair.eos_token_ids), pair.vocab_size)
     lut = lookup_table(vocab_ids, pair.vocab_size)
     hidden_size = tr["hidden"].shape[-1]
-    spec = MLPSpeculator(SpeculatorConfig(hidden_size, cfg.inner, cfg.n_predict)).attach(target, vocab_ids)
+    spec = MLPSpeculator(SpeculatorConfig(hidden_size, cfg.inner, cfg.n_predict, cfg.tie)).attach(target, vocab_ids)
     params = [p for p in spec.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     n_examples = tr["ids"].shape[0] * (cfg.seq_len - cfg.n_predict)
@@ -296,7 +298,7 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
         "minutes": {"target_pass": round(data_minutes, 1), "training": round(train_minutes, 1),
                     "this_process": round((time.monotonic() - t_start) / 60, 1)},
         "machine": {"cpu": _cpu(), "threads": cfg.threads, "torch": torch.__version__,
-                    "python": platform.python_version()},
+                    "python": platform.python_version(), "load_average_at_end": _load()},
     }
     store.save(out / store.WEIGHTS, spec, {"target_name": pair.target_name, "target_fingerprint": fp,
                                            "heldout_top1": final["top1"]})
@@ -314,11 +316,19 @@ def _run_key(cfg: TrainConfig, vocab_ids: torch.Tensor) -> str:
     return h.hexdigest()[:12]
 
 
+def _load() -> list[float] | None:
+    """The 1/5/15-minute load averages: timings on a shared machine need them to be read."""
+    try:
+        return [round(x, 1) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def _cpu() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads used)"
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor() or "unknown"
@@ -328,8 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specviz.speculator.train", description=__doc__.split("\n\n")[0])
     defaults = TrainConfig()
     for f in dataclasses.fields(TrainConfig):
-        ap.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)),
-                        default=getattr(defaults, f.name))
+        value = getattr(defaults, f.name)
+        if isinstance(value, bool):
+            ap.add_argument("--" + f.name.replace("_", "-"), action=argparse.BooleanOptionalAction, default=value)
+        else:
+            ap.add_argument("--" + f.name.replace("_", "-"), type=type(value), default=value)
     ap.add_argument("--out", type=Path, default=None, help="folder for weights and card (default: assets/speculator/"
                     "<target> for the default pair, else the model cache)")
     ap.add_argument("--work", type=Path, default=None, help="folder for the cached target pass and checkpoints")
