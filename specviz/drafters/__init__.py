@@ -15,6 +15,7 @@ DRAFTERS: dict[str, tuple[str, str]] = {
     "model": ("draft model", "draft_model:ModelDrafter"),
     "prompt-lookup": ("prompt lookup (n-grams)", "prompt_lookup:PromptLookupDrafter"),
     "tree": ("draft model, token tree", "tree:TreeDrafter"),
+    "speculator": ("learned head (MLP speculator)", "speculator:SpeculatorDrafter"),
 }
 
 
