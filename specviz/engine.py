@@ -142,7 +142,6 @@ def speculative_stream(
     eps, budget = settings.epsilon, settings.max_new_tokens
     ids = list(prompt_ids)
     n_prompt = len(ids)
-    hidden = None  # the target's hidden state that produced ids[-1], for drafters that read it
     clock = Clock(device)
     # A tree drafter's rounds draft, verify and roll back in specviz.tree_round.
     tree = TreeRun(drafter, target, ids, warp, gen, device, eos, piece, detok, clock, settings.tree_mode) \
@@ -151,7 +150,8 @@ def speculative_stream(
         with torch.inference_mode():
             drafter.start(ids)
             trace.draft_prefill = clock()
-            target.prefill(ids)
+            # The target's hidden state that produced ids[-1], for drafters that read it.
+            hidden = target.prefill(ids, hidden=drafter.needs_hidden)
             trace.t_prefill = clock()
             trace.target_prefill = trace.t_prefill - trace.draft_prefill
             done = False

@@ -59,10 +59,15 @@ class CachedLM:
         h = out.hidden_states[-1][0, -keep:] if hidden else None
         return Fed(out.logits[0, -keep:], h)
 
-    def prefill(self, ids: list[int]) -> None:
-        """Fill the cache with all but the last token (the next feed gives its logits)."""
+    def prefill(self, ids: list[int], hidden: bool = False) -> torch.Tensor | None:
+        """Fill the cache with all but the last token (the next feed gives its logits).
+
+        hidden=True returns the last hidden state of the prefix (the one that predicted
+        ids[-1]), so a learned draft head can draft in the very first round."""
         if len(ids) > 1:
-            self.feed(ids[:-1])
+            fed = self.feed(ids[:-1], hidden=hidden)
+            return fed.hidden[-1] if hidden else None
+        return None
 
     def feed_tree(self, ids: list[int], tokens: list[int], parents: list[int]) -> Fed:
         """Feed ids[cached:] (causally) and then tree nodes under the end of ids.

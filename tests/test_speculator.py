@@ -17,7 +17,7 @@ from specviz.settings import DecodeSettings
 from specviz.speculator import store
 from specviz.speculator.model import MLPSpeculator, SpeculatorConfig
 from specviz.speculator.train import TrainConfig, train
-from specviz.tiny import build_tiny_pair
+from specviz.models.tiny import build_tiny_pair
 from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
 
 # A small, fixed corpus for training tests: a package that is always installed with the app.
@@ -91,13 +91,14 @@ def test_training_lowers_the_loss_and_resumes_deterministically(tmp_path):
 
 
 @pytest.mark.parametrize("greedy", [True, False])
-def test_first_round_is_a_target_step_then_stages_draft(greedy):
+def test_stages_draft_from_the_first_round(greedy):
     pair = make_pair(vocab=6)
     spec = _random_speculator(pair.target, 16, [0, 1, 2, 3, 5])
     s = DecodeSettings(gamma=5, temperature=0.0 if greedy else 1.0, max_new_tokens=20, seed=3)
     trace = speculative_decode(pair, PROMPT, s, drafter=SpeculatorDrafter(spec, 6))
-    assert trace.rounds[0].draft == [] and trace.rounds[0].extra.kind == "target"
-    drafted = [len(r.draft) for r in trace.rounds[1:]]
+    # The prompt's prefill gives the hidden state, so the head drafts in round 1 already.
+    assert trace.rounds[0].draft and trace.rounds[0].draft_forwards > 0
+    drafted = [len(r.draft) for r in trace.rounds]
     assert max(drafted) == 3 and all(n <= 3 for n in drafted)  # at most n_predict, whatever γ
     assert all(d.id != 4 for r in trace.rounds for d in r.draft)  # outside V_r: q = 0, never drafted
     if greedy:

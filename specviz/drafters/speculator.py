@@ -52,7 +52,7 @@ class SpeculatorDrafter(Drafter):
         return cls(spec, pair.vocab_size)
 
     def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
-        if ctx.hidden is None:  # the run's first round: no target state yet
+        if ctx.hidden is None:  # a one-token prompt: no target state yet (a plain target step)
             return
         spec = self.spec
         state = ctx.hidden.unsqueeze(0)
