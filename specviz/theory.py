@@ -20,6 +20,10 @@ Sources:
 
 The acceptance rule itself is never re-implemented here: it comes from
 `specviz.sampling` (`verdicts`, `residual`), the code the engine runs.
+
+Why one file of ~600 lines: each formula sits next to the simulation that
+checks it, and the tests and the Theory tab read them as one set; splitting
+by paper would separate a theorem from its check.
 """
 
 from __future__ import annotations
