@@ -340,11 +340,11 @@ def test_spacefile_runs_this_app(spacefile):
 
 def test_spacefile_env_presets_are_read_by_the_app(spacefile):
     env = {e["name"]: e for e in spacefile["micros"][0]["presets"]["env"]}
-    sources = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "app.py", *(ROOT / "specviz").glob("*.py")])
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "app.py", *(ROOT / "specviz").rglob("*.py")])
     for name in env:
         if name.startswith("SPECVIZ_"):
             assert f'"{name}"' in sources, f"{name} is offered in the Spacefile but nothing reads it"
         assert env[name].get("description"), name
     assert env["SPECVIZ_ALLOW_CUSTOM"]["default"] == "0", "custom models (arbitrary downloads) stay off by default"
-    assert env["SPECVIZ_QUEUE_SIZE"]["default"] == "16"
+    assert env["SPECVIZ_QUEUE_SIZE"]["default"] == "64"
     assert env["SPECVIZ_CACHE"]["default"].startswith("/tmp/"), "micros can only write under /tmp"

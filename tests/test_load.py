@@ -177,7 +177,12 @@ def big_recording(path, target_bytes: int) -> int:
 
     doc = json.loads((ROOT / "assets" / "traces" / "1-code-greedy.json").read_text())
     rounds, per_round = doc["speculative"]["rounds"], len(json.dumps(doc["speculative"]["rounds"]))
-    doc["speculative"]["rounds"] = rounds * max(1, int(target_bytes / per_round))
+    copies = [dict(r) for r in rounds * max(1, int(target_bytes / per_round))]
+    n = 0
+    for k, r in enumerate(copies):  # numbered as a real run would be: the loader checks the order
+        r["index"], r["n_before"] = k, n
+        n += len(r["emitted"])
+    doc["speculative"]["rounds"] = copies
     text = json.dumps(doc)
     path.write_text(text)
     return len(text)
