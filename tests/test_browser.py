@@ -160,10 +160,17 @@ def pick(page, elem_id: str, option: str) -> None:
 def set_number(page, elem_id: str, value) -> None:
     """Type a value into a slider's (or number's) box, then leave the box, as a person would."""
     box = page.locator(f"#{elem_id} input[type=number]").first
-    box.fill(str(value))
-    box.press("Tab")
-    page.wait_for_function("([sel, v]) => Number(document.querySelector(sel)?.value) === v",
-                           arg=[f"#{elem_id} input[type=number]", float(value)])
+    check = "([sel, v]) => Number(document.querySelector(sel)?.value) === v"
+    arg = [f"#{elem_id} input[type=number]", float(value)]
+    for _ in range(3):  # an update from an earlier event (a policy change resets γ's range) may land after typing
+        box.fill(str(value))
+        box.press("Tab")
+        try:
+            page.wait_for_function(check, arg=arg, timeout=5_000)
+            return
+        except Exception:
+            page.wait_for_timeout(500)
+    page.wait_for_function(check, arg=arg)
 
 
 def open_accordion(page, elem_id: str, inner_selector: str) -> None:
