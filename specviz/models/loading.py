@@ -220,9 +220,10 @@ def load_pair(
 
 def _make_room() -> None:
     """Forget the least recently used pairs before loading another, to bound peak memory."""
-    while len(_PAIRS) >= _MAX_PAIRS:
-        _PAIRS.popitem(last=False)
-    gc.collect()
+    if len(_PAIRS) >= _MAX_PAIRS:
+        while len(_PAIRS) >= _MAX_PAIRS:
+            _PAIRS.popitem(last=False)
+        gc.collect()  # only then: a full collection in a busy process (the app) costs ~0.1 s
 
 
 def _remember(key: tuple, pair: ModelPair) -> None:

@@ -125,7 +125,8 @@ def eos_ids(tokenizer: Any, generation_config: Any = None, extra_tokens: tuple[s
 
     add(getattr(tokenizer, "eos_token_id", None))
     add(getattr(generation_config, "eos_token_id", None))
-    vocab = tokenizer.get_vocab()
-    for tok in extra_tokens:
-        add(vocab.get(tok))
+    if extra_tokens:  # get_vocab() builds a 150k-entry dict: only when needed
+        vocab = tokenizer.get_vocab()
+        for tok in extra_tokens:
+            add(vocab.get(tok))
     return ids
