@@ -25,7 +25,7 @@ from specviz.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_M
 from specviz.ui import api, live, tabs, tree_ui
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, Slots, SweepFrame, TheoryFrame
-from specviz.ui.live import MAX_DRAW_BYTES, load_file, show_recording, status_html, step_views  # noqa: F401
+from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
 from specviz.ui.store import STORE
 from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_info, theory_views, use_last_run
 from specviz.views import html as V

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .models import DEFAULT_PRESET, PRESETS, ModelError, resolve_preset
+from .models import PRESETS, ModelError, resolve_preset
 from .service import CUSTOM_PRESET, MODEL_LOCK, default_preset
 from .settings import DecodeSettings
 from .trace import Trace, TraceError, load_recording, recording_to_json

@@ -277,11 +277,12 @@ def decode_step_ms(lms: list[torch.nn.Module], vocab: int, context: int = 60, st
 
 
 def _quant_key(name: str, dtype: torch.dtype) -> str:
-    return "|".join([name, str(dtype).removeprefix("torch."), platform.machine(), _cpu_model(),
+    return "|".join([name, str(dtype).removeprefix("torch."), platform.machine(), cpu_model(),
                      str(torch.get_num_threads()), torch.__version__])
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (for timing caches and training cards)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

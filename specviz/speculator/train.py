@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from . import data as D
 from . import store
+from ..models.int8 import cpu_model
 from .card import write_card
 from .model import MLPSpeculator, SpeculatorConfig, head_fingerprint
 
@@ -297,7 +298,7 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
         "heldout": final,
         "minutes": {"target_pass": round(data_minutes, 1), "training": round(train_minutes, 1),
                     "this_process": round((time.monotonic() - t_start) / 60, 1)},
-        "machine": {"cpu": _cpu(), "threads": cfg.threads, "torch": torch.__version__,
+        "machine": {"cpu": cpu_model(), "threads": cfg.threads, "torch": torch.__version__,
                     "python": platform.python_version(), "load_average_at_end": _load()},
     }
     store.save(out / store.WEIGHTS, spec, {"target_name": pair.target_name, "target_fingerprint": fp,
@@ -324,14 +325,6 @@ def _load() -> list[float] | None:
         return None
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
