@@ -54,9 +54,15 @@ def _depth(tree: RoundTree) -> int:
 def tree_steps(rnd: Round) -> int:
     """How many animation steps the round has: one per drafted depth, one per child tried, one
     for the extra token.  ``tree_html(rnd, step=tree_steps(rnd))`` is the finished round."""
-    if rnd.tree is None:
-        return 0
-    return _depth(rnd.tree) + len(_events(rnd))
+    return 0 if rnd.tree is None else _timeline(rnd, None)[2]
+
+
+def _timeline(rnd: Round, step: int | None) -> tuple[int, list, int, int]:
+    """(depth, verification events, total steps, the step clamped to 0..total; None = the end)."""
+    depth = _depth(rnd.tree)
+    events = _events(rnd)
+    total = depth + len(events)
+    return depth, events, total, total if step is None else max(0, min(int(step), total))
 
 
 def _children(tree: RoundTree, node: int) -> list[int]:
@@ -132,10 +138,7 @@ def tree_html(rnd: Round, step: int | None = None) -> str:
     tree = rnd.tree
     if tree is None:
         return '<div class="sv-tree sv-empty">This round has no tree (a chain round).</div>'
-    depth = _depth(tree)
-    events = _events(rnd)
-    total = depth + len(events)
-    step = total if step is None else max(0, min(int(step), total))
+    depth, events, total, step = _timeline(rnd, step)
     shown_depth = min(step, depth)
     done = events[: max(step - depth, 0)]
     verifying = step > depth
@@ -194,10 +197,7 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
     tree = rnd.tree
     if tree is None:
         return "A chain round: no tree."
-    depth = _depth(tree)
-    events = _events(rnd)
-    total = depth + len(events)
-    step = total if step is None else max(0, min(int(step), total))
+    depth, events, total, step = _timeline(rnd, step)
     if step == 0:
         return f"Round {rnd.index + 1}: the draft model grows a tree of up to {depth} levels."
     if step <= depth:
