@@ -34,7 +34,8 @@ class ModelDrafter(Drafter):
             x = sample(q, ctx.gen, ctx.warp.greedy)
             # The draft's confidence in its token at temperature 1 (as transformers'
             # assistant_confidence_threshold reads it): meaningful in greedy mode too.
-            conf = float(torch.softmax(logits.float(), -1)[x])
+            lf = logits.float()
+            conf = float(torch.exp(lf[x] - torch.logsumexp(lf, -1)))  # softmax(lf)[x], without the vector
             seq.append(x)
             yield DraftStep(x, q, conf)
 
