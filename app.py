@@ -125,11 +125,12 @@ def build() -> gr.Blocks:
                         with gr.Group(visible=DecodeSettings.drafter == "tree", elem_id="sv-tree-controls") as tree_row:
                             branches = gr.Slider(1, BRANCHES_MAX, value=DecodeSettings.branches, step=1,
                                                  label="Branches M", elem_id="sv-branches",
-                                                 info="i.i.d.: M draft sequences; best-first: top-M children")
+                                                 info="i.i.d.: M draft sequences; best-first: top-M children; distinct: M draws without replacement")
                             tree_nodes = gr.Slider(1, TREE_NODES_MAX, value=DecodeSettings.tree_nodes, step=1,
                                                    label="Node budget", info="the most draft tokens in one tree",
                                                    elem_id="sv-tree-nodes")
-                            tree_mode = gr.Radio([("i.i.d. batch drafts", "iid"), ("best-first top-k", "best-first")],
+                            tree_mode = gr.Radio([("i.i.d. batch drafts", "iid"), ("best-first top-k", "best-first"),
+                                                  ("distinct draws (no replacement)", "unique")],
                                                  value=DecodeSettings.tree_mode, label="Tree mode",
                                                  elem_id="sv-tree-mode")
                         epsilon = gr.Slider(0, 1, value=0, step=0.01, label="Over-acceptance ε",

@@ -37,7 +37,7 @@ from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_val
 from .drafters import DRAFTERS
 from .engine import speculative_decode, standard_decode
 from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
-from .settings import POLICIES, DecodeSettings, SettingsError
+from .settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.jsonl"
 BF16_NOTE = ("bf16/fp16 divergences are rounding: the verify pass computes several positions in one matmul, whose "
@@ -360,8 +360,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
     ap.add_argument("--branches", type=int, default=None, help="tree drafter: M branches (i.i.d. drafts or top-k)")
     ap.add_argument("--tree-nodes", type=int, default=None, help="tree drafter: node budget per tree")
-    ap.add_argument("--tree-mode", default=None, choices=["iid", "best-first"],
-                    help="tree drafter: i.i.d. batch drafts, or a best-first top-k tree (default)")
+    ap.add_argument("--tree-mode", default=None, choices=list(TREE_MODES),
+                    help="tree drafter: i.i.d. batch drafts, a best-first top-k tree (default), or M distinct "
+                         "children per node sampled without replacement (unique)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration per prompt (median reported)")
     ap.add_argument("--compare-hf", action="store_true",
                     help="also time transformers' generate: plain, assisted with the same γ, assisted with its "

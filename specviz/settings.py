@@ -20,8 +20,9 @@ VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "u
 # How many tokens a drafter proposes per round (see specviz.policy):
 POLICIES = ("constant", "heuristic", "confidence", "adaptive")
 # How the tree drafter grows its tree (specviz.drafters.tree): M i.i.d. draft sequences merged into a
-# prefix tree (Yin et al.'s batch drafts, SpecInfer), or EAGLE-2's best-first tree of top-k children.
-TREE_MODES = ("iid", "best-first")
+# prefix tree (Yin et al.'s batch drafts, SpecInfer), EAGLE-2's best-first tree of top-k children, or
+# M distinct children per expanded node sampled from q without replacement.
+TREE_MODES = ("iid", "best-first", "unique")
 BRANCHES_MAX = 8
 TREE_NODES_MAX = 64
 
@@ -116,7 +117,7 @@ class DecodeSettings:
     policy: str = "constant"  # a name in POLICIES; γ is the maximum draft length for the dynamic ones
     tau: float = 0.4  # the confidence policy stops drafting when q(x) of the token just drafted < τ
     # The tree drafter only (chain drafters ignore these); γ is the tree's depth:
-    branches: int = 2  # M: i.i.d. draft sequences ("iid"), or children per expanded node and nodes expanded per depth ("best-first")
+    branches: int = 2  # M: i.i.d. draft sequences ("iid"), or children per expanded node and nodes expanded per depth ("best-first", "unique")
     tree_nodes: int = 16  # node budget: the most draft tokens in one tree
     tree_mode: str = "best-first"  # one of TREE_MODES
 

@@ -65,7 +65,7 @@ class TreeVisit:
 
 @dataclass
 class RoundTree:
-    mode: Literal["iid", "best-first"]
+    mode: Literal["iid", "best-first", "unique"]
     nodes: Annotated[list[TreeNode], Field(max_length=TREE_NODES_MAX)] = field(default_factory=list)
     visits: list[TreeVisit] = field(default_factory=list)
     path: list[StrictInt] = field(default_factory=list)  # the accepted nodes, root to deepest

@@ -19,6 +19,10 @@ q_j is what child j was drawn from given the earlier children:
   rejected surely: r(x) = 0 by then).
 - "det" (deterministic top-k children): q_j = δ_{x_j}, so x_j is accepted with
   probability r(x_j), and a rejection zeroes x_j in r and renormalises.
+- "unique" (distinct children sampled from q without replacement): q_j is q
+  with the earlier children's tokens removed and renormalised, which is what
+  child j was drawn from.  A rejection leaves r(x_j) = 0 (rejecting needs
+  r(x_j) < q_j(x_j)), so no later child can repeat it anyway.
 
 Either way the emitted token at every node has exactly the target's
 distribution (temperature, top-k and top-p included, as the same warp makes p
@@ -44,12 +48,12 @@ class DraftTree:
 
     Nodes are numbered in the order they were created, parents before children."""
 
-    mode: str  # "iid" | "det": what each child was drawn from (the rule's q_j)
+    mode: str  # "iid" | "det" | "unique": what each child was drawn from (the rule's q_j)
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)  # ROOT or an earlier node
     q_tok: list[float] = field(default_factory=list)  # q(x) of the node's token at its parent (warped)
     conf: list[float] = field(default_factory=list)  # the draft's temperature-1 probability of the token
-    draws: list[int] = field(default_factory=list)  # i.i.d. draws that landed on this node (1 for det)
+    draws: list[int] = field(default_factory=list)  # i.i.d. draws that landed on this node (1 for det, unique)
     # node (ROOT too) -> its children in the order the rule tries them; for "iid" one
     # entry per draw, so a node drawn twice appears twice
     tries: dict[int, list[int]] = field(default_factory=dict)
@@ -142,6 +146,13 @@ def q_for_try(tree: DraftTree, node: int, child: int, like: torch.Tensor) -> tor
     """q_j: the distribution child j was drawn from (`like` gives shape and device)."""
     if tree.mode == "iid":
         return tree.dist[node]
+    if tree.mode == "unique":  # q without the children drawn before this one, renormalised
+        q = tree.dist[node].clone()
+        for k in tree.tries[node]:
+            if k == child:
+                break
+            q[tree.tokens[k]] = 0.0
+        return q / q.sum()
     q = torch.zeros_like(like)
     q[tree.tokens[child]] = 1.0
     return q
@@ -150,11 +161,24 @@ def q_for_try(tree: DraftTree, node: int, child: int, like: torch.Tensor) -> tor
 def all_rejected_prob(p: torch.Tensor, tree: DraftTree, node: int) -> float:
     """P(every child tried at `node` is rejected).  For i.i.d. children the residual
     r_m = norm(max(0, r_{m−1} − q)) does not depend on the tokens drawn, so it is
-    Π_m TV(q, r_{m−1}) averaged over the draws (Yin et al.'s batch recursion);
-    for deterministic children it is 1 − Σ_j p(x_j)."""
+    Π_m TV(q, r_{m−1}) averaged over the draws (Yin et al.'s batch recursion).
+    Otherwise it is the probability given the children drawn, Π_j (1 − min(1, r_j(x_j) / q_j(x_j)))
+    (for deterministic children 1 − Σ_j p(x_j)); for children drawn without replacement its
+    mean over rounds estimates the probability over the draws without bias."""
     kids = tree.tries.get(node, [])
-    if tree.mode != "iid":
+    if tree.mode == "det":
         return float(max(0.0, 1.0 - float(sum(p[tree.tokens[j]] for j in set(kids)))))
+    if tree.mode == "unique":
+        r, prob = p, 1.0
+        for child in kids:
+            qj = q_for_try(tree, node, child, p)
+            x = tree.tokens[child]
+            q_x = float(qj[x])
+            prob *= 1.0 - (min(1.0, float(r[x]) / q_x) if q_x > 0 else 1.0)
+            if prob <= 0.0:
+                return 0.0
+            r = residual(r, qj)
+        return min(max(prob, 0.0), 1.0)
     q, r, prob = tree.dist[node], p, 1.0
     for _ in kids:
         prob *= float(0.5 * (q - r).abs().sum())

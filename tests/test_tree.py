@@ -99,7 +99,7 @@ def test_keep_path_leaves_exactly_the_accepted_path_in_the_cache():
     torch.testing.assert_close(nxt, plain_logits(pair.target, PREFIX + tokens + [20]), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("mode", ["iid", "best-first"])
+@pytest.mark.parametrize("mode", ["iid", "best-first", "unique"])
 def test_drafter_grows_a_tree_and_keeps_only_the_accepted_path(mode):
     pair = build_tiny_pair()
     settings = tree_settings(mode, 3, gamma=3, tree_nodes=7, temperature=1.0)
@@ -113,6 +113,11 @@ def test_drafter_grows_a_tree_and_keeps_only_the_accepted_path(mode):
     assert tree.forwards == 3  # the prefix, then one forward per expanded depth
     if mode == "iid":
         assert len(tree.tries[ROOT]) == 3 and sum(tree.draws[k] for k in tree.tries[ROOT]) == 3
+    elif mode == "unique":
+        # M distinct children at each expanded node, within the budget: never pruned afterwards.
+        for node, kids in tree.tries.items():
+            assert len(kids) == len({tree.tokens[k] for k in kids}) <= 3
+        assert len(tree.tries[ROOT]) == 3 and len(tree) == 7
     else:
         # The node budget prunes the lowest cumulative probabilities; root children stay in q order.
         kids = tree.tries[ROOT]
@@ -134,7 +139,7 @@ def test_drafter_grows_a_tree_and_keeps_only_the_accepted_path(mode):
     drafter.free()
 
 
-@pytest.mark.parametrize("mode,branches", [("iid", 3), ("best-first", 3)])
+@pytest.mark.parametrize("mode,branches", [("iid", 3), ("best-first", 3), ("unique", 3)])
 def test_greedy_tree_equals_standard_decoding_on_tiny_models(mode, branches):
     pair = make_pair(vocab=11, draft_seed=5, target_seed=6, sharp=10.0)
     for prompt in ([1, 2, 3], [7, 7, 0, 1, 9, 10]):
@@ -168,6 +173,8 @@ def exact_joint(pair, warp, n=3):
     ("iid", 3, 16, 0.8),
     ("best-first", 2, 64, 1.0),  # top-k children, nothing pruned
     ("best-first", 3, 4, 0.8),  # best-first: the node budget prunes the tree
+    ("unique", 2, 16, 1.0),  # distinct children drawn without replacement
+    ("unique", 3, 5, 0.8),  # … with top-p, and a budget that leaves later nodes fewer children
 ])
 def test_tree_speculative_sampling_is_exact(mode, branches, nodes, top_p):
     """The first three emitted tokens follow the target's exact joint distribution."""
@@ -185,7 +192,7 @@ def test_tree_speculative_sampling_is_exact(mode, branches, nodes, top_p):
     assert_matches(samples, exact_joint(pair, warp))
 
 
-@pytest.mark.parametrize("mode", ["iid", "det"])
+@pytest.mark.parametrize("mode", ["iid", "det", "unique"])
 def test_multi_candidate_rule_emits_p_on_synthetic_distributions(mode):
     """The rule alone, M = 1…4 children, with p having mass where q has none."""
     p = torch.tensor([0.35, 0.3, 0.2, 0.1, 0.05, 0.0])
@@ -195,8 +202,10 @@ def test_multi_candidate_rule_emits_p_on_synthetic_distributions(mode):
         out = []
         for _ in range(3000):
             tree = DraftTree(mode, dist={ROOT: q})
-            xs = torch.multinomial(q, m, replacement=True, generator=gen).tolist() if mode == "iid" \
-                else torch.topk(q, m).indices.tolist()
+            if mode == "det":
+                xs = torch.topk(q, m).indices.tolist()
+            else:  # q has 5 tokens with mass: M ≤ 4 distinct draws always exist
+                xs = torch.multinomial(q, m, replacement=mode == "iid", generator=gen).tolist()
             for x in xs:
                 child = tree.child(ROOT, x)
                 child = tree.add(x, ROOT, float(q[x]), float(q[x])) if child is None else child

@@ -1,6 +1,6 @@
 """The tree drafter: the draft model grows a tree of continuations, verified in one target pass.
 
-Two ways to grow it (settings.tree_mode; γ is the depth, settings.tree_nodes the node budget):
+Three ways to grow it (settings.tree_mode; γ is the depth, settings.tree_nodes the node budget):
 
 - "iid": M = settings.branches draft sequences of length up to γ, each token
   sampled from q (Yin et al.'s batch drafts), merged into a prefix tree:
@@ -16,6 +16,14 @@ Two ways to grow it (settings.tree_mode; γ is the depth, settings.tree_nodes th
   the end the `tree_nodes` nodes with the highest cumulative probability are
   kept (an ancestor always scores at least as high as its descendants, so that
   is a tree).  The children are deterministic: the rule uses one-hot q_j.
+- "unique": each expanded node gets up to M = branches distinct children,
+  sampled from q without replacement (child j from q without the earlier
+  children, renormalised: the rule's q_j), and the M new nodes with the highest
+  cumulative draft probability are expanded at the next depth.  How many
+  children a node gets is fixed before drawing there (M, the tokens q can give,
+  the nodes the budget has left after one is kept for each deeper level), never
+  pruned afterwards, so the draws at each node stay as the rule assumes.  In
+  greedy mode q is one-hot: a chain.
 
 Each depth level is one draft forward over all the nodes being expanded, with a
 tree attention mask (specviz.kv.CachedLM.feed_tree).  After the verdict the
@@ -33,6 +41,7 @@ import torch
 
 from ..kv import CachedLM
 from ..sampling import sample
+from ..settings import TREE_MODES
 from ..tree import ROOT, DraftTree
 from .base import DraftContext, Drafter, DraftStep
 
@@ -42,11 +51,12 @@ class TreeDrafter(Drafter):
 
     def __init__(self, model: torch.nn.Module, device: torch.device, mode: str = "best-first", branches: int = 2,
                  max_nodes: int = 16, name: str = "draft model"):
-        if mode not in ("iid", "best-first"):
+        if mode not in TREE_MODES:
             raise ValueError(f"unknown tree mode {mode!r}")
         self.lm = CachedLM(model, device)
         self.mode, self.branches, self.max_nodes = mode, int(branches), int(max_nodes)
-        label = f"{self.branches} i.i.d. drafts" if mode == "iid" else f"best-first, top-{self.branches}"
+        label = {"iid": f"{self.branches} i.i.d. drafts", "best-first": f"best-first, top-{self.branches}",
+                 "unique": f"{self.branches} distinct draws per node"}[mode]
         self.name = f"{name} · tree ({label}, ≤{self.max_nodes} nodes)"
         self.fed: dict[int, int] = {}  # tree node -> its index among the tree nodes in the draft cache
 
@@ -85,7 +95,7 @@ class TreeDrafter(Drafter):
     def grow(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
         """Yield the tree after each depth level; the last one is final (≤ ctx.max_tokens deep)."""
         self.fed = {}
-        grow = self._grow_iid if self.mode == "iid" else self._grow_best_first
+        grow = {"iid": self._grow_iid, "best-first": self._grow_best_first, "unique": self._grow_unique}[self.mode]
         yield from grow(ctx, eos)
 
     def _grow_iid(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
@@ -164,6 +174,42 @@ class TreeDrafter(Drafter):
             tree = tree.subtree(keep)
             self.fed = {renum[n]: slot for n, slot in self.fed.items() if n in renum}
             yield tree
+
+    def _grow_unique(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+        tree = DraftTree("unique")
+        k = self.branches
+        raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
+        score = {ROOT: 0.0}  # log of the cumulative draft probability (of the warped q)
+        frontier = [ROOT]
+        for depth in range(1, ctx.max_tokens + 1):
+            new = []
+            # Leave one node of the budget for each level below, so the main line can reach depth γ.
+            reserve = ctx.max_tokens - depth
+            for i, node in enumerate(frontier):
+                q = tree.dist[node]
+                # The count is fixed before drawing (exactness): never more than q's support.
+                room = self.max_nodes - len(tree)
+                m = min(k, int((q > 0).sum()), max(room - reserve, 1 if i == 0 else 0), room)
+                if m <= 0:
+                    continue
+                # Sequential draws without replacement (each from q without the earlier ones,
+                # renormalised), in draw order: torch's weighted sampling without replacement.
+                xs = torch.multinomial(q, m, replacement=False, generator=ctx.gen).tolist()
+                conf = torch.softmax(raw[node].float(), -1) if ctx.warp.greedy else q
+                for x in xs:
+                    child = tree.add(x, node, float(q[x]), float(conf[x]))
+                    tree.draws[child] = 1
+                    tree.tries.setdefault(node, []).append(child)
+                    score[child] = score[node] + math.log(max(float(q[x]), 1e-30))
+                    new.append(child)
+            if not new:
+                break
+            yield tree
+            expand = sorted((n for n in new if tree.tokens[n] not in eos), key=lambda n: (-score[n], n))[:k]
+            if depth == ctx.max_tokens or not expand or len(tree) >= self.max_nodes:
+                break
+            raw = self._expand(ctx.ids, tree, expand, ctx.warp)
+            frontier = expand
 
     # ---- after the verdict -------------------------------------------------------------
 

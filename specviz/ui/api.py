@@ -31,8 +31,9 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
 
     drafter: "model" (the pair's draft model), "prompt-lookup" (n-grams of the text so far) or
     "tree" (a token tree of depth gamma, at most tree_nodes nodes, grown by tree_mode "iid":
-    `branches` i.i.d. draft sequences merged, or "best-first": top-`branches` children of the
-    most likely nodes; exact only: epsilon 0, variant "opt", policy "constant").
+    `branches` i.i.d. draft sequences merged, "best-first": top-`branches` children of the
+    most likely nodes, or "unique": `branches` distinct children per expanded node sampled
+    without replacement; exact only: epsilon 0, variant "opt", policy "constant").
     policy: the draft length per round, "constant" (always γ) or "heuristic", "confidence" (stop
     below the drafter's confidence tau), "adaptive" (stop when a token is not worth its cost),
     for which gamma is the maximum (up to 32).

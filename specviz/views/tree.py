@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from specviz.trace import Round
     from specviz.trace_tree import RoundTree
 
+MODE_LABELS = {"iid": "i.i.d. drafts", "best-first": "best-first tree", "unique": "distinct draws (no replacement)"}
 _ROW = "display:flex;align-items:center;gap:6px"
 _KIDS = "display:flex;flex-direction:column;gap:4px;padding-left:10px;border-left:2px solid rgba(128,128,128,0.35)"
 
@@ -184,7 +185,7 @@ def tree_html(rnd: Round, step: int | None = None) -> str:
             + _tip("The text so far", [], note="The tree's root: every node attends to the whole prefix and to its own ancestors.")
             + "</span>")
     head = (f'<div class="sv-rounds-head"><span>Round {rnd.index + 1} · '
-            f'{esc("i.i.d. drafts" if tree.mode == "iid" else "best-first tree")} · '
+            f'{esc(MODE_LABELS.get(tree.mode, tree.mode))} · '
             f'{esc(plural(len(tree.nodes), "node"))}, depth {depth}</span>'
             + (f'<span>{esc(f"verify pass {fsec(tree.t_forward)} for {tree.fed} tokens")}</span>' if verifying else "")
             + "</div>")
@@ -221,6 +222,9 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
     gone = [tok_repr(tree.nodes[x.node].text) for x in v.tries[: e.j + 1]]
     if tree.mode == "iid":
         rest = f"r ← norm(max(0, r − q)) loses q's mass, so {tok} can no longer be accepted here"
+    elif tree.mode == "unique":
+        rest = (f"the residual now excludes {', '.join(dict.fromkeys(gone))}, and the next child was drawn "
+                f"from q without them")
     else:
         rest = f"the residual now excludes {', '.join(dict.fromkeys(gone))}"
     return f"{head} rejected: u={su} ≥ b={sb}; {rest}."
