@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+import time
 
 import gradio as gr
 import pytest
@@ -13,6 +15,7 @@ from specviz.trace import Trace
 from specviz.ui import api, live, tabs, tree_ui
 from specviz.ui.form import RunForm
 from specviz.ui.frames import SKIP
+from specviz.views.tree import tree_steps
 
 TREE = dict(preset=TINY_PRESET, prompt="hello there", drafter="tree", gamma=3, branches=3, tree_nodes=9,
             max_new_tokens=12, temperature=1.0, seed=4)
@@ -23,6 +26,7 @@ def frames():
     # Draw every event: the test needs the frames drawn while the tree is still being drafted.
     mp = pytest.MonkeyPatch()
     mp.setattr(live, "UI_THROTTLE_S", 0.0)
+    mp.setattr(live, "WALK_STEP_S", 0.01)  # the walk's frames, without its pace
     try:
         yield list(live.run(RunForm(**TREE, tree_mode="iid")))
     finally:
@@ -54,6 +58,56 @@ def test_a_tree_run_draws_nodes_as_drafted_then_the_verdict(frames):
     assert "sv-extra" in last.tree and "data-status=\"pending\"" not in last.tree
     assert last.tree_mask.data and last.tree_mask.data[0].type == "heatmap"
     assert len(last.tree_mask.data[0].z) == len(tree_rounds[-1].tree.nodes)
+
+
+WALK = re.compile(r'<div class="sv-tree-walk" aria-live="polite" data-step="(\d+)">([^<]*)</div>')
+
+
+def test_the_verification_walk_plays_step_by_step_after_each_verify_pass(frames):
+    spec: Trace = frames[-1].state["spec"]
+    tree_rounds = [r for r in spec.rounds if r.tree is not None and r.tree.visits]
+    walks = [(f, WALK.search(f.tree)) for f in frames if f.tree is not SKIP and f.tree and "sv-tree-walk" in f.tree]
+    assert walks, "no frame played a verification walk"
+    steps = [int(m.group(1)) for _, m in walks]
+    # Every tried child and the extra token of every tree round, in order: one frame each.
+    expect = [k for r in tree_rounds for k in tree_ui.walk_steps(r)]
+    assert steps == expect
+    for rnd in tree_rounds:
+        depth = max(n.depth for n in rnd.tree.nodes)
+        assert tree_ui.walk_steps(rnd)[0] == depth + 1 and tree_ui.walk_steps(rnd)[-1] == tree_steps(rnd)
+    # Mid-walk: some nodes already have their verdict, others still wait (pending); the narration
+    # says which child of how many was tried.
+    mid = [(f, m) for f, m in walks if ('data-status="accepted"' in f.tree or 'data-status="rejected"' in f.tree)
+           and 'data-status="pending"' in f.tree.split("sv-tree-walk")[0].rsplit('class="sv-tree"', 1)[-1]]
+    assert mid, "no walk frame showed a tree part-verified"
+    assert all(re.search(r"child \d+ of \d+ \(.*\) (accepted|rejected)|correction|bonus", m.group(2)) for _, m in walks)
+    assert all("the target&#x27;s verdict, step " in f.status for f, _ in walks)
+    # A walk ends on the finished round: its extra token shown, nothing pending.
+    last_walk = walks[-1][0].tree.rsplit('class="sv-tree"', 1)[-1]
+    assert "sv-extra" in last_walk and 'data-status="pending"' not in last_walk
+
+
+def test_the_walk_is_not_counted_by_the_decoding_clock(monkeypatch):
+    monkeypatch.setattr(live, "UI_THROTTLE_S", 0.0)
+    monkeypatch.setattr(live, "WALK_STEP_S", 0.15)
+    played = []  # wall seconds of each round's walk, in round order
+    real = live._play_walk
+
+    def timed(*args):
+        t0 = time.perf_counter()
+        yield from real(*args)
+        played.append(time.perf_counter() - t0)
+
+    monkeypatch.setattr(live, "_play_walk", timed)
+    spec = list(live.run(RunForm(**{**TREE, "max_new_tokens": 8}, tree_mode="unique")))[-1].state["spec"]
+    walked = [r for r in spec.rounds if r.tree is not None and r.tree.visits]
+    assert len(played) == len(walked) >= 2 and min(played) >= 0.15
+    # The engine waited through each walk (Clock.hold): the recorded time from one round's end to
+    # the next one's start holds none of it.
+    for k, r in enumerate(spec.rounds[:-1]):
+        gap = spec.rounds[k + 1].t_start - r.t_end
+        assert 0 <= gap < 0.1, (k, gap, played)
+    assert spec.t_total < sum(r.t_end - r.t_start for r in spec.rounds) + spec.t_prefill + 0.1 * len(spec.rounds)
 
 
 def test_tree_plots_come_from_the_tree_rounds(frames):

@@ -31,10 +31,18 @@ from ..views import plots as P
 from .form import RunForm
 from .frames import LiveFrame
 from .store import STORE
-from .tree_ui import live_tree, mask_for, step_tree, tree_figures
+from .tree_ui import live_tree, mask_for, step_tree, tree_figures, walk_steps
 
 log = logging.getLogger("specviz.app")
 UI_THROTTLE_S = 0.06  # at most ~16 UI updates a second while decoding
+# A tree round's verification walk is played step by step after its verify pass: each child tried,
+# then the correction or bonus.  The engine is paused meanwhile (Clock.hold keeps the page's time off
+# the recorded timings), so the pace only costs wall time: a step every WALK_STEP_S, at most
+# WALK_ROUND_MAX_S per round (faster steps for a long walk), and no more walks once a run has spent
+# WALK_RUN_MAX_S on them (its later rounds show their verdict at once), so a long run is not slowed much.
+WALK_STEP_S = 0.3
+WALK_ROUND_MAX_S = 1.5
+WALK_RUN_MAX_S = 30.0
 EXPORT_KEEP = 32  # exported recordings kept on disk (the newest); a download takes the file at once
 # The largest recording the page draws: a real 1024-token run is ~1-5 MB; a bigger file would
 # take hundreds of MB of plots and HTML per visitor.
@@ -160,6 +168,7 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
     last = 0.0
     spec = std = None
     legend_drawn = False
+    walked = 0.0  # seconds this run has spent playing tree walks
     try:
         with contextlib.closing(race(req)) as updates:
             for up in updates:
@@ -170,7 +179,10 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
                     CACHE.update(entry, snapshot(spec), snapshot(std))
                 now = time.perf_counter()
                 final = up.phase == "done" or (ev and ev.kind == "done")
-                if not final and now - last < UI_THROTTLE_S:
+                # A tree round's verdict is never throttled away: its walk is played.
+                walk = walk_steps(ev.round) if (up.phase == "speculative" and ev.kind == "round"
+                                                and req.settings.drafter == "tree" and walked < WALK_RUN_MAX_S) else []
+                if not final and not walk and now - last < UI_THROTTLE_S:
                     continue
                 last = now
                 if up.phase == "speculative":
@@ -181,6 +193,12 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
                                       race=V.race_html(spec, None, spec_running=ev.kind != "done"))
                     if not legend_drawn:  # say which drafter and policy are running, once
                         frame.legend, legend_drawn = V.legend_html(spec), True
+                    if walk:
+                        t0 = time.perf_counter()
+                        yield from _play_walk(frame, spec, walk, msg)
+                        walked += time.perf_counter() - t0
+                        last = time.perf_counter()
+                        continue
                     if req.settings.drafter == "tree":
                         frame.tree = live_tree(spec, pending)
                     yield frame
@@ -198,6 +216,19 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
         entry.machine = spec.device
         CACHE.finish(entry, spec, std)
     yield final_frame(spec, std, status_html(done_message(spec, std), "ok"))
+
+
+def _play_walk(first: LiveFrame, spec: Trace, steps: list[int], msg: str) -> Iterator[LiveFrame]:
+    """The last tree round's verification walk, one frame per step, `first` carrying the first.
+
+    Runs while the engine waits on its "round" event (Clock.hold), so none of it is timed."""
+    pace = min(WALK_STEP_S, WALK_ROUND_MAX_S / len(steps))
+    for i, step in enumerate(steps):
+        frame = first if i == 0 else LiveFrame()
+        frame.status = status_html(f"{msg} · the target's verdict, step {i + 1} of {len(steps)}")
+        frame.tree = live_tree(spec, walk=step)
+        yield frame
+        time.sleep(pace)
 
 
 def done_message(spec: Trace, std: Trace | None) -> str:
