@@ -576,3 +576,75 @@ def test_tree_drafter_draws_a_tree(page, server, shots):
     page.screenshot(path=str(shots / "tree-done.png"), full_page=True)
     assert_no_traceback(page)
     assert not page.svx_errors, f"JS errors: {page.svx_errors}"
+
+
+WALK_JS = """() => {
+    const trees = document.querySelectorAll('#sv-tree .sv-tree');
+    const t = trees[trees.length - 1];
+    if (!t) return null;
+    const n = s => t.querySelectorAll(`[data-node] > [data-status="${s}"]`).length;
+    const walk = document.querySelector('#sv-tree .sv-tree-walk');
+    return {round: t.querySelector('.sv-rounds-head span')?.innerText.split(' ·')[0], step: Number(t.dataset.step),
+            steps: Number(t.dataset.steps), pending: n('pending'), accepted: n('accepted'), rejected: n('rejected'),
+            discarded: n('discarded'), walk: walk ? walk.innerText : null};
+}"""
+
+
+def test_tree_walk_plays_step_by_step_mid_run(browser, slow_server, shots):
+    """A live tree run (tiny pair, slowed drafting): a tree grows with its nodes pending, then the target's
+    walk plays on the page: a state with some nodes verdicted and others still pending, narrated, before
+    the round's final verdict; then the run goes on to its end."""
+    ctx = browser.new_context(viewport=VIEWPORT)
+    page = ctx.new_page()
+    page.set_default_timeout(UI_S * 1000)
+    page.svx_errors = []
+    page.on("pageerror", lambda exc: page.svx_errors.append(str(exc)))
+    try:
+        open_app(page, slow_server)
+        pick(page, "sv-preset", TINY_PRESET)
+        pick(page, "sv-drafter", DRAFTERS["tree"][0])
+        page.wait_for_selector("#sv-branches", state="visible")
+        page.locator("#sv-tree-mode label", has_text="distinct").click()
+        set_number(page, "sv-branches", 3)
+        set_number(page, "sv-gamma", 3)
+        open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
+        set_number(page, "sv-temperature", 1)
+        set_number(page, "sv-max-new", 16)
+        page.click("#sv-run")
+        drafting = mid = None
+        walks = []  # (round, step) of every walk state seen
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            snap = page.evaluate(WALK_JS)
+            if snap and snap["walk"] is None and snap["pending"] and drafting is None:
+                drafting = snap
+                page.locator("#sv-tree").screenshot(path=str(shots / "tree-walk-0-drafting.png"))
+            if snap and snap["walk"] is not None:
+                walks.append((snap["round"], snap["step"]))
+                if mid is None and snap["pending"] and (snap["accepted"] or snap["rejected"]):
+                    mid = snap
+                    page.locator("#sv-tree").screenshot(path=str(shots / "tree-walk-1-mid.png"))
+            if page.evaluate("() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')"):
+                break
+            page.wait_for_timeout(40)
+        assert drafting, "no tree was seen being drafted (pending nodes, no walk yet)"
+        assert mid, f"no walk state showed some nodes verdicted and others pending; walk states seen: {walks[:40]}"
+        assert re.search(r"child \d+ of \d+ \(.*\) (accepted|rejected)", mid["walk"]), mid["walk"]
+        assert mid["step"] < mid["steps"], mid
+        # Within a round the walk only moves forward, one step at a time or more.
+        by_round = {}
+        for rnd, step in walks:
+            by_round.setdefault(rnd, []).append(step)
+        assert all(steps == sorted(steps) for steps in by_round.values()), by_round
+        assert any(len(set(steps)) >= 2 for steps in by_round.values()), by_round
+        wait_until(page, slow_server,
+                   "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
+                   "the tree run to finish", 300)
+        done = page.evaluate(WALK_JS)
+        assert done["walk"] is None and done["pending"] == 0 and done["step"] == done["steps"], done
+        assert "distinct draws" in page.inner_text("#sv-tree")
+        page.locator("#sv-tree").screenshot(path=str(shots / "tree-walk-2-verdict.png"))
+        assert_no_traceback(page)
+        assert not page.svx_errors, f"JS errors: {page.svx_errors}"
+    finally:
+        ctx.close()

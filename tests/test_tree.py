@@ -328,9 +328,11 @@ def test_tree_view_steps_through_drafting_and_verification():
     assert status(tree_html(rnd, step=2), "pending") == 5
     first = tree_html(rnd, step=3)  # 'a' rejected, so its child 'd' is left behind; the rest still pending
     assert (status(first, "rejected"), status(first, "discarded"), status(first, "pending")) == (1, 1, 3)
+    assert first.count('data-current="1"') == 1 and 'data-current="1" data-node="0"' in first  # 'a' just tried
     second = tree_html(rnd, step=4)  # 'b' accepted: 'a''s subtree is left behind
     assert status(second, "accepted") == 1 and status(second, "discarded") == 1 and status(second, "pending") == 2
     final = tree_html(rnd)
+    assert "data-current" not in final and "data-current" not in drafting
     assert (status(final, "accepted"), status(final, "rejected"), status(final, "discarded"), status(final, "bonus")) \
         == (2, 1, 2, 1)
     assert "<script>" not in final and "&lt;script&gt;" in final

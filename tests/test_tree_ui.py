@@ -60,7 +60,7 @@ def test_a_tree_run_draws_nodes_as_drafted_then_the_verdict(frames):
     assert len(last.tree_mask.data[0].z) == len(tree_rounds[-1].tree.nodes)
 
 
-WALK = re.compile(r'<div class="sv-tree-walk" aria-live="polite" data-step="(\d+)">([^<]*)</div>')
+WALK = re.compile(r'<div class="sv-tree-walk" aria-live="polite" data-step="(\d+)"[^>]*>([^<]*)</div>')
 
 
 def test_the_verification_walk_plays_step_by_step_after_each_verify_pass(frames):

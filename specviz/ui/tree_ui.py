@@ -17,6 +17,8 @@ from ..views import tree_plots as TRP
 from ..views.tree import tree_html, tree_mask_figure, tree_narration, tree_steps
 
 CHAIN_ONLY = "chain drafters only: the tree drafter's rule is exact (ε = 0) and corrects from the residual (OPT)"
+WALK_STYLE = ("margin:8px 0 2px;padding:4px 10px;border-left:3px solid #f59e0b;font-size:13px;"
+              "background:rgba(245,158,11,0.08);border-radius:0 6px 6px 0")  # the walk's narration line
 NO_TREE = ""  # the tree panel is empty for chain runs: chain rounds render exactly as before
 
 
@@ -61,7 +63,7 @@ def live_tree(spec: Trace | None, pending: Round | None = None, walk: int | None
         rnd = rounds[-1]
         parts += [tree_html(rounds[-2])] if len(rounds) > 1 else []
         parts.append(tree_html(rnd, step=walk))
-        parts.append(f'<div class="sv-tree-walk" aria-live="polite" data-step="{walk}">'
+        parts.append(f'<div class="sv-tree-walk" aria-live="polite" data-step="{walk}" style="{WALK_STYLE}">'
                      f'{html.escape(tree_narration(rnd, walk))}</div>')
     else:
         parts += [tree_html(rounds[-1])] if rounds else []

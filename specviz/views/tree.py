@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MODE_LABELS = {"iid": "i.i.d. drafts", "best-first": "best-first tree", "unique": "distinct draws (no replacement)"}
 _ROW = "display:flex;align-items:center;gap:6px"
+_CURRENT = ";outline:2px solid #f59e0b;outline-offset:2px;border-radius:8px"
 _KIDS = "display:flex;flex-direction:column;gap:4px;padding-left:10px;border-left:2px solid rgba(128,128,128,0.35)"
 
 
@@ -86,7 +87,7 @@ def _try_of(tree: RoundTree, node: int):
     return None
 
 
-def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], mode: str) -> str:
+def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], mode: str, current: bool = False) -> str:
     n = tree.nodes[node]
     head = f"Depth {n.depth} · {tok_repr(n.text)}"
     rows = [("id", str(n.id)), ("q(x) at the parent", fnum(n.q, 3))]
@@ -113,7 +114,9 @@ def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], m
     if status == "accepted":  # the accepted path in bold
         chip = chip.replace('<span class="sv-tok">', '<span class="sv-tok" style="font-weight:700">', 1)
     mult = f'<span style="font-size:11px;opacity:0.75">×{n.draws}</span>' if mode == "iid" and n.draws > 1 else ""
-    return f'<span style="{_ROW};gap:2px" data-node="{node}">{chip}{mult}{badge}</span>'
+    # Mid-walk, the child just tried is ringed so the eye finds the step the narration describes.
+    ring, mark = (_CURRENT, ' data-current="1"') if current else ("", "")
+    return f'<span style="{_ROW};gap:2px{ring}"{mark} data-node="{node}">{chip}{mult}{badge}</span>'
 
 
 def _extra_chip(rnd: Round) -> str:
@@ -157,6 +160,8 @@ def tree_html(rnd: Round, step: int | None = None) -> str:
         if t.accepted:
             decided.add(tree.visits[e.visit].node)
     extra_shown = bool(done) and done[-1].j < 0
+    # The child the last step tried, while the walk is still under way (not on the finished round).
+    current = done[-1].node if done and not finished and done[-1].j >= 0 else None
 
     def node_status(k: int) -> str:
         if k in status:
@@ -172,7 +177,8 @@ def tree_html(rnd: Round, step: int | None = None) -> str:
 
     def subtree(node: int) -> str:
         kids = [k for k in _children(tree, node) if tree.nodes[k].depth <= shown_depth]
-        parts = [_node_chip(tree, k, node_status(k), tried_at.get(k, []), tree.mode) for k in kids]
+        parts = [_node_chip(tree, k, node_status(k), tried_at.get(k, []), tree.mode, current=k == current)
+                 for k in kids]
         rows = []
         for k, chip in zip(kids, parts):
             rows.append(f'<div style="{_ROW}">{chip}{subtree(k)}</div>')
