@@ -5,6 +5,7 @@ on the real pair, the trace round trip and the tree view."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -340,6 +341,10 @@ def test_tree_view_steps_through_drafting_and_verification():
     lines = [tree_narration(rnd, s) for s in range(tree_steps(rnd) + 1)]
     assert lines[3].startswith("After the prefix, child 1 of 2 ('a'") and "excludes 'a'" in lines[3]
     assert "accepted" in lines[4] and "move to 'b'" in lines[4]
+    # 'b' has two children: the first one accepted is child 1 of 2, though only one try was needed.
+    assert lines[5].startswith("At 'b', child 1 of 2 ('c'")
+    tried = re.findall(r'tried</span><span class="sv-tip-v">([^<]*)<', final)
+    assert tried == ["1 of 2", "2 of 2", "1 of 2"]  # 'a', 'b' after the prefix; 'c' at 'b'
     assert lines[-1].startswith("The path reached a leaf: bonus 'e'")
 
 

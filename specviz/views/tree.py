@@ -77,6 +77,13 @@ def _children(tree: RoundTree, node: int) -> list[int]:
     return kids
 
 
+def _planned(tree: RoundTree, node: int) -> int:
+    """How many tries the rule had lined up at `node`: one per child, one per i.i.d. draw (a node
+    drawn twice is tried twice).  The visit records only those made before one was accepted."""
+    kids = [n for n in tree.nodes if n.parent == node]
+    return sum(n.draws for n in kids) if tree.mode == "iid" else len(kids)
+
+
 def _try_of(tree: RoundTree, node: int):
     """(visit, tries at that visit, the tries of `node` there) or None if never tried."""
     parent = tree.nodes[node].parent
@@ -98,7 +105,7 @@ def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], m
     if tried is not None and status in ("accepted", "rejected"):
         v, mine = tried
         j, t = mine[-1] if status == "rejected" else next((jt for jt in mine if jt[1].accepted), mine[-1])
-        rows += [("tried", f"{j + 1} of {len(v.tries)}"), ("q_j(x)", fnum(t.q, 3)), ("r(x) before the try", fnum(t.r, 3)),
+        rows += [("tried", f"{j + 1} of {_planned(tree, v.node)}"), ("q_j(x)", fnum(t.q, 3)), ("r(x) before the try", fnum(t.r, 3)),
                  ("b = min(1, r/q)", fnum(t.b, 3)), ("u (uniform draw)", fnum(t.u, 3))]
         su, sb = fpair(t.u, t.b)
         verdict = f"u={su} {'<' if t.accepted else '≥'} b={sb} → {'accepted' if t.accepted else 'rejected'}"
@@ -222,7 +229,7 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
     t = v.tries[e.j]
     tok = tok_repr(tree.nodes[e.node].text)
     su, sb = fpair(t.u, t.b)
-    head = f"{where[0].upper()}{where[1:]}, child {e.j + 1} of {len(v.tries)} ({tok}, r={fnum(t.r, 2)}, q={fnum(t.q, 2)})"
+    head = f"{where[0].upper()}{where[1:]}, child {e.j + 1} of {_planned(tree, v.node)} ({tok}, r={fnum(t.r, 2)}, q={fnum(t.q, 2)})"
     if t.accepted:
         return f"{head} accepted: u={su} < b={sb}; move to {tok}."
     gone = [tok_repr(tree.nodes[x.node].text) for x in v.tries[: e.j + 1]]
