@@ -195,3 +195,17 @@ def test_theory_and_divergence_helpers():
     assert bench.first_diff([1, 2, 3], [1, 2, 3]) is None
     assert bench.first_diff([1, 2, 3], [1, 5, 3]) == 1
     assert bench.first_diff([1, 2], [1, 2, 3]) == 2
+
+
+def test_bench_tree_drafter_takes_the_unique_tree_mode(prompts_file, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "3", "--max-new-tokens", "8",
+                     "--repeats", "1", "--temperature", "1", "--category", "chat", "--drafter", "tree",
+                     "--branches", "3", "--tree-nodes", "6", "--tree-mode", "unique", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    s = doc["settings"]
+    assert (s["drafter"], s["tree_mode"], s["branches"], s["tree_nodes"]) == ("tree", "unique", 3, 6)
+    assert 1 <= doc["prompts"][0]["configs"]["spec-constant"]["tokens"] <= 8
+    with pytest.raises(SystemExit):
+        bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--drafter", "tree", "--tree-mode", "beam"])
