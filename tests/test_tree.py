@@ -397,3 +397,17 @@ def test_tree_counts_in_the_engine_match_the_trace():
         assert r.draft_forwards <= 3 and r.target_forwards == 1
         kinds = Counter(t.origin for t in r.emitted)
         assert kinds["accepted"] == len(r.tree.path) and kinds["correction"] + kinds["bonus"] <= 1
+
+
+def test_unique_tree_rounds_have_distinct_children_and_round_trip():
+    pair = make_pair()
+    tr = speculative_decode(pair, PROMPT, tree_settings("unique", 3, gamma=3, temperature=1.0, max_new_tokens=12,
+                                                        seed=2))
+    assert "3 distinct draws per node" in tr.models["drafter"]
+    for r in (r for r in tr.rounds if r.tree):
+        assert r.tree.mode == "unique" and all(n.draws == 1 for n in r.tree.nodes)
+        for parent in {n.parent for n in r.tree.nodes}:
+            kids = [n.id for n in r.tree.nodes if n.parent == parent]
+            assert len(kids) == len(set(kids)) <= 3  # without replacement: no token twice under a node
+    back = Trace.from_json(tr.to_json())
+    assert back.to_dict() == tr.to_dict() and back.settings.tree_mode == "unique"
