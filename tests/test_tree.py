@@ -346,6 +346,8 @@ def test_tree_view_steps_through_drafting_and_verification():
     tried = re.findall(r'tried</span><span class="sv-tip-v">([^<]*)<', final)
     assert tried == ["1 of 2", "2 of 2", "1 of 2"]  # 'a', 'b' after the prefix; 'c' at 'b'
     assert lines[-1].startswith("The path reached a leaf: bonus 'e'")
+    rnd.tree.mode = "unique"  # children drawn without replacement: the next one came from q without 'a'
+    assert tree_narration(rnd, 3).endswith("excludes 'a', and the next child was drawn from q without 'a'.")
 
 
 def test_tree_mask_figure_marks_ancestors():

@@ -236,8 +236,8 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
     if tree.mode == "iid":
         rest = f"r ← norm(max(0, r − q)) loses q's mass, so {tok} can no longer be accepted here"
     elif tree.mode == "unique":
-        rest = (f"the residual now excludes {', '.join(dict.fromkeys(gone))}, and the next child was drawn "
-                f"from q without them")
+        gone = ", ".join(dict.fromkeys(gone))
+        rest = f"the residual now excludes {gone}, and the next child was drawn from q without {gone}"
     else:
         rest = f"the residual now excludes {', '.join(dict.fromkeys(gone))}"
     return f"{head} rejected: u={su} ≥ b={sb}; {rest}."
