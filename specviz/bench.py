@@ -119,7 +119,8 @@ def run_trace(trace) -> Run:
 
 
 def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSettings], prompt: str = "") -> Run:
-    base = next(iter(settings.values()))
+    # Standard decoding and transformers take the constant γ ("base"); a policy's own runs its γ (maximum).
+    base = settings.get("base") or next(iter(settings.values()))
     if config == "standard":
         return run_trace(standard_decode(pair, ids, base, prompt=prompt))
     if config in HF_CONFIGS:
@@ -325,6 +326,13 @@ def policy_table(agg: dict[str, Any], policies: list[str]) -> str:
     return table(rows, headers)
 
 
+def rate_table(prompts: list[dict[str, Any]], agg: dict[str, Any], configs: list[str]) -> str:
+    """tok/s (median) of every configuration on every prompt: who wins where."""
+    rows = [(name, [_num(m[c]["tok_s"]) for c in configs])
+            for name, m in [(p["name"][:24], p["configs"]) for p in prompts] + [("ALL", agg)]]
+    return table(rows, [c.removeprefix("spec-") for c in configs])
+
+
 def baseline_lines(agg: dict[str, Any]) -> list[str]:
     out = [f"standard (specviz): {_num(agg['standard']['tok_s'])} tok/s"]
     for h in HF_CONFIGS:
@@ -338,11 +346,19 @@ def baseline_lines(agg: dict[str, Any]) -> list[str]:
 # ---- command line -----------------------------------------------------------------
 
 
+def _gamma_for(policy: str, args: argparse.Namespace) -> int:
+    dynamic = policy not in ("constant", "base")
+    return args.gamma_max if dynamic and args.gamma_max is not None else args.gamma
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", help="model pair, by id or display name: " + preset_help())
     ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="JSONL file, one {\"prompt\": ...} per line")
     ap.add_argument("--gamma", type=int, default=5, help="draft length γ (the maximum for dynamic policies)")
+    ap.add_argument("--gamma-max", type=int, default=None,
+                    help="maximum draft length of the dynamic policies (heuristic, confidence, adaptive); default "
+                         "--gamma. transformers' hf_default drafts up to 20")
     ap.add_argument("--epsilon", type=float, default=0.0, help="over-acceptance ε (0 = exact)")
     ap.add_argument("--variant", default="opt", choices=["opt", "uno"])
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -379,10 +395,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     try:
         args.settings = {p: DecodeSettings.checked(
-            gamma=args.gamma, epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
+            gamma=_gamma_for(p, args), epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
             top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
-            drafter=args.drafter, policy=p, tau=args.tau, branches=args.branches, tree_nodes=args.tree_nodes,
-            tree_mode=args.tree_mode) for p in policies}
+            drafter=args.drafter, policy="constant" if p == "base" else p, tau=args.tau, branches=args.branches, tree_nodes=args.tree_nodes,
+            tree_mode=args.tree_mode) for p in policies + ["base"]}
     except SettingsError as exc:
         ap.error(str(exc))
     args.policies = policies
@@ -392,7 +408,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings: dict[str, DecodeSettings] = args.settings
-    base = next(iter(settings.values()))
+    base = settings["base"]
     rows = read_prompts(args.prompts)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -449,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         print(prompt_table(prompts, agg, f"spec-{args.policies[0]}", [h for h in HF_CONFIGS if h in configs]))
     else:
         print(policy_table(agg, args.policies))
+        print(rate_table(prompts, agg, configs))
     for line in baseline_lines(agg) + LEGEND:
         print(line)
     if greedy and dtype in ("bfloat16", "float16") and not all(
@@ -457,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {
             "schema": "specviz.bench", "version": 2,
-            "settings": base.as_dict(), "policies": args.policies, "repeats": args.repeats, "configs": configs,
+            "settings": base.as_dict(), "gamma_max": args.gamma_max, "policies": args.policies,
+            "repeats": args.repeats, "configs": configs,
             "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
             "device": pair.device_label(), "dtype": dtype, "draft_quant": pair.draft_quant,
             "torch": torch.__version__, "transformers": transformers.__version__,

@@ -209,3 +209,24 @@ def test_bench_tree_drafter_takes_the_unique_tree_mode(prompts_file, tmp_path, c
     assert 1 <= doc["prompts"][0]["configs"]["spec-constant"]["tokens"] <= 8
     with pytest.raises(SystemExit):
         bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--drafter", "tree", "--tree-mode", "beam"])
+
+
+def test_gamma_max_applies_to_the_dynamic_policies_only(prompts_file, tmp_path, capsys):
+    """--gamma-max is the dynamic policies' maximum; constant (and hf_same, standard) keep --gamma."""
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "2", "--gamma-max", "4",
+                     "--tau", "0", "--max-new-tokens", str(MAX_NEW), "--repeats", "1", "--policy", "all",
+                     "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["settings"]["gamma"] == 2 and doc["gamma_max"] == 4
+    agg = doc["aggregate"]
+    assert agg["spec-constant"]["mean_draft_length"] <= 2
+    # τ = 0: the confidence policy never stops early, so it drafts past the constant γ up to 4.
+    assert 2 < agg["spec-confidence"]["mean_draft_length"] <= 4
+    # The per-prompt rate table: one row per prompt and ALL, one column per configuration.
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if "standard" in line and "confidence" in line
+                  and "adaptive" in line)
+    assert "heuristic" in header
+    assert any(line.split() and line.split()[0] == "ALL" for line in text.splitlines())
