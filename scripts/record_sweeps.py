@@ -68,8 +68,11 @@ def main() -> None:
     args.out.write_text(text, encoding="utf-8")
     print(f"wrote {args.out} ({len(text):,} bytes)")
     for r in rows:
-        print(f"  {r.label}: " + (f"did not run ({r.error})" if r.error else
-                                  f"{r.tokens_per_s:.2f} tok/s, {r.speedup or 0:.2f}×, α {r.alpha or 0:.2f}, c {r.c or 0:.3f}"))
+        if r.error:
+            print(f"  {r.label}: did not run ({r.error})")
+            continue
+        extra = f", α {r.alpha:.2f}, c {r.c:.3f}" if r.alpha is not None and r.c is not None else ""
+        print(f"  {r.label}: {r.tokens_per_s:.2f} tok/s, {r.speedup or 0:.2f}×{extra}")
 
 
 if __name__ == "__main__":
