@@ -248,7 +248,8 @@ def build() -> gr.Blocks:
                 tree_plot = gr.Plot(show_label=False, value=TRP.tree_sweep_plot(None), elem_id="sv-tree-sweep-plot")
 
             with gr.Tab("How it works", id="how"):
-                gr.Markdown(HOW_IT_WORKS + draft_heads_section(), elem_id="sv-how")
+                gr.Markdown(HOW_IT_WORKS.replace("\n**References.**", draft_heads_section() + "\n**References.**", 1),
+                            elem_id="sv-how")
 
         # ---- events ----
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,

@@ -87,15 +87,15 @@ def show_run(runs: Any, label: Any) -> LiveFrame:
 
 def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
     """The shipped recording of a γ sweep, an ε sweep and a shoot-out, every figure marked as recorded;
-    a missing or broken file gives a message on the status line and empty figures."""
+    a missing or broken file gives a message on the status line and empty figures.  The page builds
+    it inside its layout, so it creates no components (the runs' dropdown keeps its initial state)."""
     try:
         rec = recorded.load(path)
     except recorded.RecordedError as exc:
         return SweepFrame(status=f"*No recorded sweeps to show ({Path(path).name}: {exc}). A sweep takes several "
                                  "minutes on a CPU; lower max new tokens on the Live tab to go faster.*",
                           gamma_plot=TP.gamma_sweep_plot(None), eps_plot=TP.epsilon_sweep_plot(None),
-                          pareto=TP.pareto_plot(None, None), shootout_table=SV.table_html(None), shootout_plot=SV.chart(None),
-                          shootout_runs={}, shootout_pick=_pick({}))
+                          pareto=TP.pareto_plot(None, None), shootout_table=SV.table_html(None), shootout_plot=SV.chart(None))
     when = rec.when()
     s = rec.settings
     what = (f"{rec.models.get('draft', '?')} → {rec.models.get('target', '?')}, prompt “{rec.prompt[:60]}"
@@ -112,4 +112,4 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
                "replaces them.",
         gamma_plot=g.gamma_plot, eps_plot=e.eps_plot, pareto=e.pareto,
         shootout_table=SV.table_html(rows, f"Shoot-out {when}"),
-        shootout_plot=SV.mark_recorded(SV.chart(rows, what), when), shootout_runs={}, shootout_pick=_pick({}))
+        shootout_plot=SV.mark_recorded(SV.chart(rows, what), when))

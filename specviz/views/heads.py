@@ -33,7 +33,7 @@ def draft_heads_markdown(card: dict[str, Any] | None, rec: Any = None) -> str:
 Instead of a second model, a **draft head** reads the target's own last hidden state and proposes the next few
 tokens. IBM's MLP speculator (Wertheimer et al. 2024) is a chain of small **stages**: stage *i* mixes a state (at
 stage 0, the target's hidden state) with the embedding of the token proposed before it, normalises it, applies a
-GELU and scores the vocabulary, proposing token *t + 2 + i*. Each stage costs one small matrix product, not a
+GELU and scores the vocabulary, proposing token *t + 2 + i*. A stage is a few matrix products, not a
 transformer pass, and the hidden state it starts from comes free with the verify pass. Trained on the target's own
 outputs, the paper reports **2–3×** wall-clock speedups over highly optimised production models (Llama-2 7B/13B,
 Code Llama 13B, Granite 20B on GPUs), a gain that shrinks as batch size and prompt length grow. The acceptance rule

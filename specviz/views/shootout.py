@@ -84,9 +84,12 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
 
 
 def mark_recorded(fig: go.Figure, label: str) -> go.Figure:
-    """Say on a figure that its numbers were recorded elsewhere ("recorded on <machine>, <date>")."""
-    fig.add_annotation(text=f"<i>{esc(label)}</i>", x=1, y=1.0, xref="paper", yref="paper", xanchor="right",
-                       yanchor="bottom", yshift=30, showarrow=False, font=dict(size=12, color="#b45309"))
+    """Say on a figure that its numbers were recorded elsewhere ("recorded on <machine>, <date>"): a first
+    line of the subtitle, so it never collides with subplot titles or the legend."""
+    sub = fig.layout.title.subtitle.text if fig.layout.title and fig.layout.title.subtitle else None
+    mark = f"<span style='color:#b45309'><i>{esc(label)}</i></span>"
+    fig.update_layout(title_subtitle_text=mark + (f"<br>{sub}" if sub else ""),
+                      margin_t=(fig.layout.margin.t or 60) + 36)
     return fig
 
 
