@@ -36,7 +36,7 @@ stage 0, the target's hidden state) with the embedding of the token proposed bef
 GELU and scores the vocabulary, proposing token *t + 2 + i*. A stage is a few matrix products, not a
 transformer pass, and the hidden state it starts from comes free with the verify pass. Trained on the target's own
 outputs, the paper reports **2–3×** wall-clock speedups over highly optimised production models (Llama-2 7B/13B,
-Code Llama 13B, Granite 20B on GPUs), a gain that shrinks as batch size and prompt length grow. The acceptance rule
+Code Llama 13B, Granite 20B in production), a gain that shrinks as batch size and prompt length grow. The acceptance rule
 is unchanged, so the output is exact. Hover a token of a learned-head round to see which stage proposed it.
 """]
     if card:
@@ -44,7 +44,7 @@ is unchanged, so the output is exact. Hover a token of a learned-head round to s
         chain = h.get("chain") or []
         out.append(
             f"**Here**, the shipped head for {card.get('target', 'the default target')} has {m['n_predict']} stages and "
-            f"{m.get('params', 0):,} trained parameters, trained on this CPU in "
+            f"{m.get('params', 0):,} trained parameters, trained on {card.get('machine', {}).get('cpu', 'a CPU')} in "
             f"{card.get('minutes', {}).get('training', '?')} min ({t.get('steps', '?')} steps). On held-out text "
             f"its stages agree with the target's top token {_pct(h['top1'])} of the time (stage 0, 1, …)"
             + (f"; all stages up to each one agree {_pct(chain)}" if chain else "")
@@ -53,7 +53,8 @@ is unchanged, so the output is exact. Hover a token of a learned-head round to s
     rows = {r.key: r for r in getattr(rec, "shootout", [])} if rec is not None else {}
     head, model = rows.get("speculator"), rows.get("model")
     if head is not None and not head.error and head.speedup is not None:
-        line = (f"In the recorded shoot-out ({rec.when()}) the learned head ran at "
+        load = f", load average {rec.load_average[0]:g}" if rec.load_average else ""
+        line = (f"In the recorded shoot-out ({rec.when()}{load}) the learned head ran at "
                 f"**{head.speedup:.2f}×** standard decoding with α = {head.alpha or 0:.2f} and c = {head.c or 0:.3f}")
         why = ""
         if model is not None and not model.error and model.speedup is not None:
