@@ -22,7 +22,7 @@ from specviz.models import PRESETS
 from specviz.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
                               DecodeSettings)
-from specviz.ui import api, live, tabs, tree_ui
+from specviz.ui import api, live, shootout_ui, tabs, tree_ui
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -32,6 +32,7 @@ from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import theory_plots as TP
 from specviz.views import tree_plots as TRP
+from specviz.views.heads import section as draft_heads_section
 
 log = logging.getLogger("specviz.app")
 ROOT = Path(__file__).resolve().parent
@@ -57,6 +58,7 @@ run = hosting.gpu(duration=form_duration)(live.run)
 sweep = hosting.gpu(duration=form_sweep_duration)(tabs.sweep)
 api_trace = hosting.gpu(duration=hosting.run_duration)(api.api_trace)
 tree_sweep = hosting.gpu(duration=form_sweep_duration)(tabs.tree_sweep)
+shootout = hosting.gpu(duration=form_sweep_duration)(shootout_ui.shootout)
 
 HOW_IT_WORKS = """
 ### How speculative decoding works
@@ -98,7 +100,7 @@ def build() -> gr.Blocks:
         gr.HTML('<div class="sv-header"><h1>specviz</h1><p>Speculative decoding, live: a small <b>draft</b> model '
                 'guesses γ tokens, the big <b>target</b> model checks them all in one pass. Every round, every '
                 'accept and reject, real models, real timings.</p></div>')
-        with gr.Tabs():
+        with gr.Tabs() as page_tabs:
             with gr.Tab("Live", id="live"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=340, elem_id="sv-controls"):
@@ -220,25 +222,35 @@ def build() -> gr.Blocks:
                 b_plot = gr.Plot(show_label=False)
 
             with gr.Tab("Sweeps", id="sweeps"):
+                shown = shootout_ui.recorded_frame()  # the shipped recording, until a sweep replaces it
                 gr.Markdown("Run the prompt and settings of the **Live** tab (drafter and draft-length policy "
                             "included) many times on the loaded models. "
                             "γ sweep: γ = 1…12 and standard decoding once. ε sweep: ε ∈ {0, 0.05, 0.1, 0.2, 0.4, 0.8, 1}, "
-                            "Decoding-OPT and UNO.")
+                            "Decoding-OPT and UNO. Drafter shoot-out: every drafter in turn, then standard decoding.")
                 with gr.Row():
                     g_btn = gr.Button("Run γ sweep", variant="primary")
                     e_btn = gr.Button("Run ε sweep", variant="primary")
                     tree_btn = gr.Button("Measure verify time vs tree nodes", variant="primary", elem_id="sv-tree-sweep")
+                    sh_btn = gr.Button("Run drafter shoot-out", variant="primary", elem_id="sv-shootout-run")
                     sweep_stop = gr.Button("Stop sweep", variant="stop")
-                sweep_status = gr.Markdown("*No sweep yet. A sweep takes several minutes on a CPU; lower max new tokens "
-                                           "on the Live tab to go faster.*", elem_id="sv-sweep-status")
-                g_plot = gr.Plot(show_label=False, value=TP.gamma_sweep_plot(None))
+                sweep_status = gr.Markdown(shown.status, elem_id="sv-sweep-status")
+                g_plot = gr.Plot(show_label=False, value=shown.gamma_plot)
                 with gr.Row():
-                    e_plot = gr.Plot(show_label=False, value=TP.epsilon_sweep_plot(None))
-                    pareto = gr.Plot(show_label=False, value=TP.pareto_plot(None, None))
+                    e_plot = gr.Plot(show_label=False, value=shown.eps_plot)
+                    pareto = gr.Plot(show_label=False, value=shown.pareto)
+                gr.Markdown("#### Drafter shoot-out\n" + shootout_ui.POLICY_NOTE)
+                sh_table = gr.HTML(shown.shootout_table, elem_id="sv-shootout-table")
+                sh_plot = gr.Plot(show_label=False, value=shown.shootout_plot, elem_id="sv-shootout-plot")
+                sh_runs = gr.State({})  # {label: handle on the store} of this session's last shoot-out
+                with gr.Row(equal_height=True):
+                    sh_pick = gr.Dropdown([], label="Shoot-out runs", info=shootout_ui.NO_RUNS, interactive=False,
+                                          elem_id="sv-shootout-pick", scale=3)
+                    sh_show = gr.Button("Show on the Live tab", size="sm", scale=1, elem_id="sv-shootout-show")
                 tree_plot = gr.Plot(show_label=False, value=TRP.tree_sweep_plot(None), elem_id="sv-tree-sweep-plot")
 
             with gr.Tab("How it works", id="how"):
-                gr.Markdown(HOW_IT_WORKS)
+                gr.Markdown(HOW_IT_WORKS.replace("\n**References.**", draft_heads_section() + "\n**References.**", 1),
+                            elem_id="sv-how")
 
         # ---- events ----
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,
@@ -252,7 +264,8 @@ def build() -> gr.Blocks:
                       tree_mask=tree_mask, plot_tree_size=plot_tree_size, plot_tree_verify=plot_tree_verify)
         theory = Slots(TheoryFrame, note=t_note, speedup=t_speed, tokens=t_tokens, cost=t_cost, thm1=t_thm1)
         sweep_views = Slots(SweepFrame, status=sweep_status, gamma_plot=g_plot, eps_plot=e_plot, pareto=pareto,
-                            tree_plot=tree_plot)
+                            tree_plot=tree_plot, shootout_table=sh_table, shootout_plot=sh_plot,
+                            shootout_runs=sh_runs, shootout_pick=sh_pick)
 
         def on_run(values: dict, request: gr.Request = None, progress=gr.Progress()):
             for frame in run(form.read(values), getattr(request, "session_hash", None), progress):
@@ -352,7 +365,18 @@ def build() -> gr.Blocks:
                 yield sweep_views.write(frame)
         t_evt = tree_btn.click(on_tree_sweep, form.inputs, sweep_views.outputs, concurrency_limit=1,
                                concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
-        sweep_stop.click(None, None, None, cancels=[g_evt, e_evt, t_evt])
+
+        def on_shootout(values: dict, progress=gr.Progress()):
+            for frame in shootout(form.read(values), progress):
+                yield sweep_views.write(frame)
+        sh_evt = sh_btn.click(on_shootout, form.inputs, sweep_views.outputs, concurrency_limit=1,
+                              concurrency_id="sweeps", show_progress_on=[sweep_status], api_visibility="private")
+        sweep_stop.click(None, None, None, cancels=[g_evt, e_evt, t_evt, sh_evt])
+
+        def on_show_run(runs, label):  # a shoot-out run on the Live tab (step mode, export), and go there
+            frame = shootout_ui.show_run(runs, label)
+            return {**views.write(frame), page_tabs: gr.Tabs(selected="live") if frame.state else gr.skip()}
+        sh_show.click(on_show_run, [sh_runs, sh_pick], [*views.outputs, page_tabs], api_visibility="private")
 
         # The named API endpoint: one decode, streaming then returning both traces as JSON.
         gr.api(api_trace, api_name="trace", concurrency_limit=RUN_WORKERS, concurrency_id="runs")

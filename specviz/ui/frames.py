@@ -83,6 +83,10 @@ class SweepFrame(Frame):
     eps_plot: Any = SKIP
     pareto: Any = SKIP
     tree_plot: Any = SKIP  # verify time vs tree nodes
+    shootout_table: Any = SKIP  # HTML: the drafter shoot-out's table
+    shootout_plot: Any = SKIP  # its chart
+    shootout_runs: Any = SKIP  # {label: ui.store.Shown} of a fresh shoot-out's runs (for the Live tab)
+    shootout_pick: Any = SKIP  # the dropdown of those runs
 
 
 F = TypeVar("F")

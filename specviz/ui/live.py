@@ -62,7 +62,7 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
     if rnd.tree is not None:
         return step_tree(spec, rnd)
     round_html = V.round_html(rnd, spec.gamma, epsilon=spec.settings.epsilon, current=True,
-                              policy=spec.settings.policy)
+                              policy=spec.settings.policy, drafter=spec.settings.drafter)
     return V.narrate_html(rnd, spec), round_html + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted])
 
 

@@ -12,6 +12,7 @@ from .. import sweeps
 from ..models import ModelError
 from ..replay import GATE, Busy
 from ..service import InputError, describe_error
+from ..shootout import cost_ratio
 from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _number
 from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
 from ..views import html as V
@@ -49,16 +50,9 @@ def policy_info(policy: Any) -> str:
 
 
 def run_c(spec: Any) -> float | None:
-    """The run's cost ratio c: draft forward ÷ target forward, or for a drafter with no
-    forward passes (prompt lookup) its drafting time per token ÷ target forward, which is
-    what γ·c stands for in Thm 3.8 (the drafting cost of a round in target passes)."""
-    s = spec.summary() if spec else {}
-    if s.get("c") is not None:
-        return s["c"]
-    drafted, t_target = s.get("drafted") or 0, s.get("t_target_forward")
-    if drafted and t_target:
-        return sum(r.t_draft for r in spec.rounds) / drafted / t_target
-    return None
+    """The run's cost ratio c (specviz.shootout.cost_ratio: draft forward ÷ target forward, or a
+    lookup's drafting time per token ÷ target forward, which is what γ·c stands for in Thm 3.8)."""
+    return cost_ratio(spec)
 
 
 # ---- the theory inputs' gate: the same checks (and messages) as the run form's settings ---------

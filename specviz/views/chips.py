@@ -76,26 +76,37 @@ def _chip(status: str, text: str, tip: str, extra_cls: str = "") -> str:
     )
 
 
-def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool) -> str:
+def _stage(drafter: str, i: int) -> str:
+    """Who proposed draft token i (1-based): the learned head's stage is the token's place in the
+    round (stage 0 proposes the first token), as in the training card's per-stage table."""
+    return f"stage {i - 1} of the learned head" if drafter == "speculator" else ""
+
+
+def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, drafter: str = "") -> str:
     head = f"Draft token {i} · {tok_repr(tok.text)}"
+    stage = _stage(drafter, i)
+    who = [("proposed by", stage)] if stage else []
     if pending:
+        by = {"speculator": f"Proposed by {stage}, from the target's last hidden state",
+              "prompt-lookup": "Proposed by prompt lookup (copied from earlier text)"}.get(drafter, "Drafted by the small model")
         tip = _tip(
             f"{head} · pending",
-            [("id", str(tok.id)), ("q(x) draft", fnum(tok.q, 3))],
-            note="Drafted by the small model; the target has not checked it yet.",
+            [("id", str(tok.id)), *who, ("q(x) draft", fnum(tok.q, 3))],
+            note=f"{by}; the target has not checked it yet.",
         )
         return _chip("pending", tok.text, tip)
     status = rnd.status(i)
     if status == "discarded":
         tip = _tip(
             f"{head} · discarded",
-            [("id", str(tok.id)), ("q(x) draft", fnum(tok.q, 3))],
+            [("id", str(tok.id)), *who, ("q(x) draft", fnum(tok.q, 3))],
             note="Drafted after the rejection, so it was never verified and is thrown away.",
         )
         return _chip("discarded", tok.text, tip)
     pos = rnd.positions[i - 1]
     rows = [
         ("id", str(tok.id)),
+        *who,
         ("q(x) draft", fnum(pos.q, 3)),
         ("p(x) target", fnum(pos.p, 3)),
         (_b_label(eps), fnum(pos.b, 3)),
@@ -150,7 +161,7 @@ def _draft_stop_html(rnd: Round) -> str:
 
 def round_html(
     rnd: Round, gamma: int, pending: bool = False, *, epsilon: float = 0.0, current: bool = False,
-    policy: str = "constant",
+    policy: str = "constant", drafter: str = "",
 ) -> str:
     """One round as a row of chips.
 
@@ -160,13 +171,14 @@ def round_html(
     wording (b = min(1, (p+ε)/q)); ``current`` highlights the row (step mode).
     ``policy``: with the constant policy a pending round shows γ slots to fill;
     a dynamic policy decides when to stop, so γ is only the maximum and no
-    empty slots are drawn.
+    empty slots are drawn.  ``drafter`` (the run's drafter name) adds who proposed each draft
+    token to its tooltip where that differs by position (the learned head's stages).
     """
     gamma = max(int(gamma or 0), 0)
     fixed = policy == "constant"
     chips: list[str] = []
     for i, tok in enumerate(rnd.draft, start=1):
-        chips.append(_draft_chip(rnd, i, tok, epsilon, pending))
+        chips.append(_draft_chip(rnd, i, tok, epsilon, pending, drafter))
     if pending and fixed:
         for _ in range(max(gamma - len(rnd.draft), 0)):
             chips.append(_slot_chip())
@@ -242,13 +254,15 @@ def rounds_html(
     hidden = len(rounds) - len(shown)
 
     policy = getattr(trace.settings, "policy", "constant")
+    drafter = getattr(trace.settings, "drafter", "")
     rows = [
-        round_html(r, gamma, epsilon=eps, policy=policy,
+        round_html(r, gamma, epsilon=eps, policy=policy, drafter=drafter,
                    current=(upto is not None and k == len(shown) - 1 and pending_round is None))
         for k, r in enumerate(shown)
     ]
     if pending_round is not None:
-        rows.append(round_html(pending_round, gamma, pending=True, epsilon=eps, current=True, policy=policy))
+        rows.append(round_html(pending_round, gamma, pending=True, epsilon=eps, current=True, policy=policy,
+                               drafter=drafter))
     if newest_first:
         rows.reverse()
     if not rows:

@@ -1,0 +1,79 @@
+"""Record the sweeps shipped in assets/sweeps.json (shown on the Sweeps tab when the page opens).
+
+    python scripts/record_sweeps.py              # default offline pair, on this machine (a few minutes)
+
+A γ sweep, an ε sweep and a drafter shoot-out of the default pair on the first example prompt,
+greedy, 48 new tokens; metrics only (no traces), with the machine, the date and the settings.
+Record on an idle machine: the numbers are timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specviz import recorded, shootout, sweeps  # noqa: E402
+from specviz.models import DEFAULT_PRESET, load_pair  # noqa: E402
+from specviz.models.int8 import cpu_model  # noqa: E402
+from specviz.service import prepare  # noqa: E402
+
+# Fewer points than the page's sweeps (γ 1…12, seven ε) so that recording takes minutes, not tens.
+GAMMAS = (1, 2, 3, 4, 5, 6, 8, 10, 12)
+EPSILONS = (0.0, 0.1, 0.2, 0.4, 1.0)
+MAX_NEW_TOKENS = 48
+
+
+def _steps(label: str, gen, bar: tqdm) -> list:
+    """Drain a sweep generator, moving the bar per finished point; returns the results."""
+    out, last = [], 0.0
+    for frac, msg, res in gen:
+        bar.set_postfix_str(f"{label}: {msg}"[:60])
+        if isinstance(res, list):  # the shoot-out yields its rows so far
+            out = res
+        elif res is not None:
+            out.append(res)
+        bar.update(max(frac - last, 0.0))
+        last = frac
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=recorded.DEFAULT_PATH)
+    args = ap.parse_args()
+    example = json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))[0]
+    pair = load_pair(DEFAULT_PRESET)
+    req = prepare(pair, example["prompt"], gamma=5, temperature=0.0, max_new_tokens=MAX_NEW_TOKENS, seed=0)
+    with tqdm(total=3.0, desc="record", unit="sweep", bar_format="{l_bar}{bar}| {n:.2f}/{total:.0f} {postfix}") as bar:
+        gamma = _steps("γ sweep", sweeps.gamma_sweep(req, GAMMAS), bar)
+        eps = _steps("ε sweep", sweeps.epsilon_sweep(req, EPSILONS), bar)
+        rows = _steps("shoot-out", ((f, m, r) for f, m, r in shootout.run(req)), bar)
+    rec = recorded.Recorded(
+        schema="specviz.sweeps", version=recorded.VERSION, machine=f"{cpu_model()} ({pair.device})",
+        date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        load_average=[round(x, 2) for x in os.getloadavg()], models={"draft": pair.draft_name, "target": pair.target_name},
+        prompt=example["prompt"], settings=req.settings.as_dict(), gamma=gamma, epsilon=eps,
+        shootout=[r.as_dict() for r in rows])
+    text = rec.to_json()
+    recorded.parse(text)  # what the page will read must load
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {args.out} ({len(text):,} bytes)")
+    for r in rows:
+        if r.error:
+            print(f"  {r.label}: did not run ({r.error})")
+            continue
+        extra = f", α {r.alpha:.2f}, c {r.c:.3f}" if r.alpha is not None and r.c is not None else ""
+        print(f"  {r.label}: {r.tokens_per_s:.2f} tok/s, {r.speedup or 0:.2f}×{extra}")
+
+
+if __name__ == "__main__":
+    main()

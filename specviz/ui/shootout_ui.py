@@ -1,0 +1,115 @@
+"""The Sweeps tab's drafter shoot-out and the recorded sweeps shown when the page opens.
+
+`shootout` runs `specviz.shootout` on the loaded pair with the Live tab's form (through the live
+gate, like the other sweeps; Stop cancels it) and keeps each run's traces in the page's store, so
+`show_run` can put any of them on the Live tab (step mode, export).  `recorded_frame` draws
+`assets/sweeps.json` without a model.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import gradio as gr
+
+from .. import recorded, shootout as SO
+from ..models import ModelError
+from ..replay import GATE, Busy
+from ..service import InputError, describe_error
+from ..views import shootout as SV
+from ..views import theory_plots as TP
+from .form import RunForm
+from .frames import LiveFrame, SweepFrame
+from .live import final_frame, status_html
+from .store import STORE
+from .tabs import sweep_frame
+
+log = logging.getLogger("specviz.app")
+POLICY_NOTE = (f"The draft model runs under the **{SO.CHAIN_POLICY}** policy (τ from the Live tab); prompt lookup "
+               "and the learned head under the constant policy (drafting them costs next to nothing), the tree with "
+               "its default settings. All exact (ε = 0, Decoding-OPT).")
+NO_RUNS = "run a shoot-out to step through its runs"
+
+
+def _pick(runs: dict[str, Any]) -> Any:
+    labels = list(runs)
+    return gr.Dropdown(choices=labels, value=labels[0] if labels else None, interactive=bool(labels),
+                       info="put this run (and the standard run) on the Live tab: step through it, export it"
+                       if labels else NO_RUNS)
+
+
+def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:
+    """Every drafter in turn on the Live tab's prompt and settings, then standard decoding."""
+    report = (lambda f, m: progress(f, desc=m)) if progress else None
+    try:
+        req = form.request(progress=report)
+        for ahead in GATE.enter():  # live runs go first; the shoot-out waits its turn like one
+            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
+    except (InputError, ModelError, Busy) as exc:
+        yield SweepFrame(status=f"**The shoot-out did not start:** {exc}")
+        raise gr.Error(str(exc), print_exception=False)
+    where = f"{req.pair.draft_name} → {req.pair.target_name} on {req.pair.device}"
+    rows: list[SO.Row] = []
+    try:
+        for frac, msg, rows in SO.run(req):
+            if report:
+                report(frac, msg)
+            dicts = SV.rows_of(rows)
+            yield SweepFrame(status=f"Drafter shoot-out: {msg}", shootout_table=SV.table_html(dicts, f"Shoot-out: {where}"),
+                             shootout_plot=SV.chart(dicts, where))
+    except Exception as exc:
+        log.exception("shoot-out failed")
+        yield SweepFrame(status=f"**The shoot-out failed:** {describe_error(exc)}")
+        raise gr.Error(describe_error(exc), print_exception=False)
+    finally:
+        GATE.leave()
+    std = next((r.trace for r in rows if r.key == SO.STANDARD and r.trace is not None), None)
+    # The traces go to the page's bounded store; the page keeps only handles.
+    runs = {r.label: STORE.put(r.trace, std) for r in rows if r.trace is not None and r.key != SO.STANDARD}
+    ran = sum(1 for r in rows if not r.error)
+    yield SweepFrame(status=f"Drafter shoot-out done: {ran} of {len(rows)} ran on {where}. Pick a run below to "
+                            "step through it on the Live tab.", shootout_runs=runs, shootout_pick=_pick(runs))
+
+
+def show_run(runs: Any, label: Any) -> LiveFrame:
+    """One of the shoot-out's runs on the Live tab, with the standard run as its race partner."""
+    shown = (runs or {}).get(label) if isinstance(runs, dict) else None
+    spec, std = (shown.get("spec"), shown.get("std")) if shown else (None, None)
+    if spec is None:
+        msg = "That shoot-out run is no longer kept on the server; run the shoot-out again." if shown is not None \
+            else f"No shoot-out run to show: {NO_RUNS}."
+        return LiveFrame(status=status_html(msg, "warn"))
+    return final_frame(spec, std, status_html(f"Shoot-out run: {label} ({spec.n_tokens} tokens).", "ok"))
+
+
+def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
+    """The shipped recording of a γ sweep, an ε sweep and a shoot-out, every figure marked as recorded;
+    a missing or broken file gives a message on the status line and empty figures.  The page builds
+    it inside its layout, so it creates no components (the runs' dropdown keeps its initial state)."""
+    try:
+        rec = recorded.load(path)
+    except recorded.RecordedError as exc:
+        return SweepFrame(status=f"*No recorded sweeps to show ({Path(path).name}: {exc}). A sweep takes several "
+                                 "minutes on a CPU; lower max new tokens on the Live tab to go faster.*",
+                          gamma_plot=TP.gamma_sweep_plot(None), eps_plot=TP.epsilon_sweep_plot(None),
+                          pareto=TP.pareto_plot(None, None), shootout_table=SV.table_html(None), shootout_plot=SV.chart(None))
+    when = rec.when()
+    s = rec.settings
+    what = (f"{rec.models.get('draft', '?')} → {rec.models.get('target', '?')}, prompt “{rec.prompt[:60]}"
+            f"{'…' if len(rec.prompt) > 60 else ''}”, {s.get('max_new_tokens')} new tokens, "
+            f"{'greedy' if not s.get('temperature') else 'T = ' + str(s.get('temperature'))}")
+    load = f" (load average {rec.load_average[0]:g})" if rec.load_average else ""
+    g = sweep_frame("gamma", [r.model_dump() for r in rec.gamma], "")
+    e = sweep_frame("epsilon", [r.model_dump() for r in rec.epsilon], "")
+    rows = SV.rows_of(rec.shootout)
+    for fig in (g.gamma_plot, e.eps_plot, e.pareto):
+        SV.mark_recorded(fig, when)
+    return SweepFrame(
+        status=f"**Showing results {html.escape(when)}**{load}: {html.escape(what)}. A sweep or shoot-out you run "
+               "replaces them.",
+        gamma_plot=g.gamma_plot, eps_plot=e.eps_plot, pareto=e.pareto,
+        shootout_table=SV.table_html(rows, f"Shoot-out {when}"),
+        shootout_plot=SV.mark_recorded(SV.chart(rows, what), when))

@@ -1,0 +1,106 @@
+"""The drafter shoot-out drawn: one table and one chart, from rows of plain dicts (a fresh
+shoot-out's `specviz.shootout.Row.as_dict()` or a recording's), and the "recorded" marking."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ._fmt import esc
+from .theory_plots import NO_DATA, _layout, _message, _num, _safe
+
+SHORT = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
+         "speculator": "learned head", "standard": "standard"}
+COLORS = {"model": "#2563eb", "prompt-lookup": "#d97706", "tree": "#7c3aed", "speculator": "#059669",
+          "standard": "#6b7280"}
+# (key, column title, format, definition): the table's columns after the drafter's name, and the chart's panels.
+METRICS = (
+    ("alpha", "α", "{:.2f}", "acceptance rate: accepted ÷ verified drafts"),
+    ("mean_accepted_length", "tokens / target pass", "{:.2f}", "1 + accepted ÷ rounds (vLLM's mean acceptance length)"),
+    ("c", "c", "{:.3f}", "drafting time per draft token ÷ one target forward pass"),
+    ("tokens_per_s", "tok/s", "{:.2f}", "generated tokens ÷ wall time, prompt prefill included"),
+    ("speedup", "speedup", "{:.2f}×", "tok/s ÷ standard decoding's tok/s"),
+)
+TITLE = "Drafter shoot-out: the same prompt and settings, every drafter"
+
+
+def _fmt(row: dict, key: str, fmt: str) -> str:
+    v = _num(row.get(key))
+    return fmt.format(v) if v is not None else "—"
+
+
+def table_html(rows: Sequence[dict] | None, caption: str = "") -> str:
+    """The shoot-out table; a contender that did not run spans the metric columns with why."""
+    if not rows:
+        return '<div class="sv-metrics sv-empty">No shoot-out yet: press <b>Run drafter shoot-out</b>.</div>'
+    head = "".join(f'<th scope="col" title="{esc(d)}">{esc(t)}</th>' for _, t, _, d in METRICS)
+    out = [f'<table class="sv-metrics sv-shootout" data-rows="{len(rows)}">',
+           f"<caption>{esc(caption or TITLE)}</caption>",
+           f'<thead><tr><th scope="col">drafter</th><th scope="col">policy</th>{head}'
+           '<th scope="col" title="the same tokens as standard decoding">same text</th></tr></thead><tbody>']
+    for r in rows:
+        name = f'<th scope="row" class="sv-metric-k">{esc(str(r.get("label", "?")))}</th>'
+        policy = f'<td>{esc(str(r.get("policy") or ""))}</td>'
+        if r.get("error"):
+            out.append(f'<tr data-key="{esc(str(r.get("key", "")))}" data-error="1">{name}{policy}'
+                       f'<td class="sv-metric-d" colspan="{len(METRICS) + 1}">did not run: {esc(str(r["error"]))}</td></tr>')
+            continue
+        cells = "".join(f'<td class="sv-metric-v">{esc(_fmt(r, k, f))}</td>' for k, _, f, _ in METRICS)
+        same = {True: "yes", False: "no"}.get(r.get("same_text"), "—")
+        out.append(f'<tr data-key="{esc(str(r.get("key", "")))}">{name}{policy}{cells}<td>{same}</td></tr>')
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
+    """One figure, one panel per metric, one bar per contender that ran."""
+    ran = [r for r in (rows or []) if isinstance(r, dict) and not r.get("error")]
+    if not ran:
+        return _message(TITLE, f"{NO_DATA}: run a drafter shoot-out")
+
+    def build() -> go.Figure:
+        names = [SHORT.get(str(r.get("key")), str(r.get("label", "?"))) for r in ran]
+        fig = make_subplots(rows=1, cols=len(METRICS), shared_yaxes=True, horizontal_spacing=0.03,
+                            subplot_titles=[t for _, t, _, _ in METRICS])
+        colors = [COLORS.get(str(r.get("key")), "#1f77b4") for r in ran]
+        for col, (key, title, fmt, _) in enumerate(METRICS, 1):
+            xs = [_num(r.get(key)) for r in ran]
+            fig.add_trace(go.Bar(
+                x=xs, y=names, orientation="h", marker_color=colors, showlegend=False, name=title,
+                text=[fmt.format(x) if x is not None else "" for x in xs], textposition="auto",
+                hovertemplate="%{y}<br>" + title + " %{x:.3f}<extra></extra>"), row=1, col=col)
+        fig.add_vline(x=1.0, line=dict(color="black", width=1, dash="dash"), row=1, col=len(METRICS))
+        skipped = [SHORT.get(str(r.get("key")), str(r.get("label"))) for r in rows or [] if r.get("error")]
+        sub = subtitle + ("; " if subtitle and skipped else "") + (
+            f"did not run: {', '.join(skipped)} (see the table)" if skipped else "")
+        _layout(fig, TITLE, sub or None, height=340)
+        fig.update_layout(margin=dict(l=10, r=10, b=40))
+        fig.update_yaxes(autorange="reversed")
+        return fig
+
+    return _safe(TITLE, build)
+
+
+def mark_recorded(fig: go.Figure, label: str) -> go.Figure:
+    """Say on a figure that its numbers were recorded elsewhere ("recorded on <machine>, <date>"): a first
+    line of the subtitle, so it never collides with subplot titles or the legend."""
+    sub = fig.layout.title.subtitle.text if fig.layout.title and fig.layout.title.subtitle else None
+    mark = f"<span style='color:#b45309'><i>{esc(label)}</i></span>"
+    fig.update_layout(title_subtitle_text=mark + (f"<br>{sub}" if sub else ""),
+                      margin_t=(fig.layout.margin.t or 60) + 36)
+    return fig
+
+
+def rows_of(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Plain dicts from Rows (as_dict) or pydantic rows (model_dump), for the views."""
+    out = []
+    for r in items:
+        if hasattr(r, "as_dict"):
+            out.append(r.as_dict())
+        elif hasattr(r, "model_dump"):
+            out.append(r.model_dump())
+        else:
+            out.append(dict(r))
+    return out
