@@ -150,8 +150,13 @@ def speculative_stream(
         with torch.inference_mode():
             drafter.start(ids)
             trace.draft_prefill = clock()
-            # The target's hidden state that produced ids[-1], for drafters that read it.
-            hidden = target.prefill(ids, hidden=drafter.needs_hidden)
+            # The target's prompt pass is merged into the first verify pass (one pass fewer, as in
+            # transformers' assisted generation), except for a drafter that reads the target's hidden
+            # state before it drafts (the learned head) and for trees (their mask needs a cached prefix).
+            hidden = None
+            if drafter.needs_hidden or tree is not None:
+                # The target's hidden state that produced ids[-1], for drafters that read it.
+                hidden = target.prefill(ids, hidden=drafter.needs_hidden)
             trace.t_prefill = clock()
             trace.target_prefill = trace.t_prefill - trace.draft_prefill
             done = False
@@ -213,6 +218,7 @@ def speculative_stream(
 
                 # 2. Verify: one target forward over the uncached suffix + the k drafts.
                 fed = len(ids) + k - target.cached
+                rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
                 out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
                 p_all = warp(out.logits)  # p_1..p_{k+1}
                 # No drafts (the budget left room for one token only, or the drafter had
@@ -266,7 +272,7 @@ def speculative_stream(
                 rnd.t_end = clock()
                 rnd.t_verify = rnd.t_end - t_v0
                 policy.observe([(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], k, rnd.t_draft,
-                               rnd.draft_forwards, fed, rnd.t_verify)
+                               rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify)
                 if not done and len(ids) - n_prompt >= budget:
                     done, trace.stop_reason = True, "max_new_tokens"
                 trace.rounds.append(rnd)
@@ -304,13 +310,15 @@ def standard_stream(
     clock = Clock(device)
     try:
         with torch.inference_mode():
-            target.prefill(ids)
-            trace.t_prefill = trace.target_prefill = clock()
+            # No separate prompt pass: the first step feeds the prompt and gives the first token
+            # (one pass fewer, as transformers' generate does; the speculative loop does the same).
+            trace.t_prefill = trace.target_prefill = 0.0
             while len(ids) - n_prompt < settings.max_new_tokens:
                 if should_stop():
                     trace.stop_reason = "stopped"
                     break
                 rnd = Round(index=len(trace.rounds), n_before=len(ids) - n_prompt, t_start=clock())
+                rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
                 p = warp(target.feed(ids).logits[-1])
                 y = sample(p, gen, warp.greedy)
                 rnd.extra = Extra(y, piece(y), "target", float(p[y]))

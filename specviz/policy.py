@@ -57,8 +57,9 @@ class Policy:
         return None
 
     def observe(self, verdicts: list[tuple[float, bool]], drafted: int, t_draft: float, draft_forwards: int,
-                fed: int, t_verify: float) -> None:
-        """After each round: (confidence, accepted) of each verified draft, timings."""
+                fed: int, t_verify: float | None) -> None:
+        """After each round: (confidence, accepted) of each verified draft, timings (t_verify None
+        when the pass also fed the prompt, so it says nothing about a typical pass)."""
 
 
 class Heuristic(Policy):
@@ -155,7 +156,8 @@ class Adaptive(Confidence):
             self.t_step = total / self.steps
         elif self.t_step is None and drafted:
             self.t_step = 0.0  # a drafter with no forward passes (lookup): drafting is free
-        self.verify.add(fed, t_verify)
+        if t_verify is not None:
+            self.verify.add(fed, t_verify)
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, Heuristic, Confidence, Adaptive)}

@@ -171,6 +171,9 @@ class Round:
     draft_forwards: int = 0
     target_forwards: int = 1
     draft_stop: str = ""  # why drafting stopped: one of specviz.policy.STOP_REASONS ("" in old recordings)
+    # Prompt tokens this round's target pass also fed: the target's prefill, merged into the first pass
+    # (as transformers' generate does) instead of a pass of its own; 0 for every other round.
+    prompt_fed: int = 0
     tree: RoundTree | None = None  # the token tree of a tree-drafter round (None for a chain round)
 
     @property
@@ -255,7 +258,8 @@ class Trace:
         """
         rounds = self.rounds
         n_tokens = self.n_tokens
-        decode_time = max(self.t_total - self.t_prefill, 1e-9)
+        decode_time = max(self.t_total - rounds[0].t_end, 1e-9) if rounds else 1e-9
+        decode_tokens = n_tokens - len(rounds[0].emitted) if rounds else 0
         out: dict[str, Any] = {
             "kind": self.kind,
             "tokens": n_tokens,
@@ -265,11 +269,13 @@ class Trace:
             "t_prefill": self.t_prefill,
             "ttft": rounds[0].t_end if rounds else None,
             "tokens_per_s": n_tokens / self.t_total if self.t_total > 0 else 0.0,
-            "decode_tokens_per_s": n_tokens / decode_time if n_tokens else 0.0,
+            # After the first round (which reads the prompt): the steady decoding rate.
+            "decode_tokens_per_s": decode_tokens / decode_time if decode_tokens > 0 else 0.0,
             "stop_reason": self.stop_reason,
             "tracing_overhead": self.t_tracing / self.t_total if self.t_total > 0 else 0.0,
         }
-        t_verify = [r.t_verify for r in rounds if r.target_forwards]
+        # One pass's cost: rounds whose pass also fed the prompt are not typical passes.
+        t_verify = [r.t_verify for r in rounds if r.target_forwards and not r.prompt_fed]
         target_fwd = sum(t_verify) / len(t_verify) if t_verify else None
         out["t_target_forward"] = target_fwd
         if self.kind != "speculative":

@@ -207,6 +207,7 @@ class RoundIn(_In):
     draft_forwards: Count
     target_forwards: Count
     draft_stop: Literal[T.DRAFT_STOPS] = ""  # absent in version 1
+    prompt_fed: Count = 0  # absent before the prefill was merged into the first pass
     tree: dict | None = None  # a tree-drafter round's token tree: checked by TraceIn, which knows γ
 
     @model_validator(mode="after")

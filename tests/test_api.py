@@ -61,7 +61,10 @@ def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = Tru
         else:
             assert tr.stop_reason == "eos", tr.stop_reason
             assert 1 <= n <= settings["max_new_tokens"]
-        assert 0 < tr.t_prefill <= tr.t_total
+        assert 0 <= tr.t_prefill <= tr.t_total
+        # The target reads the prompt in its first pass (no pass of its own), as transformers does.
+        assert tr.rounds[0].prompt_fed == tr.prompt_tokens - 1
+        assert all(r.prompt_fed == 0 for r in tr.rounds[1:])
         assert [r.index for r in tr.rounds] == list(range(len(tr.rounds)))
 
     summary = doc["speculative"]["summary"]

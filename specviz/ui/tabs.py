@@ -112,7 +112,7 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any) -> Theo
         note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}, γ = {measured['gamma']} "
                  f"({spec.settings.policy} policy), mean draft length {dl or 0:.2f}, measured speedup "
                  f"{measured['speedup'] or 0:.2f}× (the marker, at the mean draft length; it includes the prompt "
-                 "prefill, which Thm 3.8 does not model).")
+                 "pass, which Thm 3.8 does not model).")
         g_axis = max(g_axis, math.ceil(dl or 0), int(measured["gamma"]))
     return TheoryFrame(note=note, speedup=TP.speedup_curves(alpha, c, g_axis, measured),
                        tokens=TP.tokens_per_round_curves(alpha, THEORY_GAMMA_MAX),

@@ -41,14 +41,15 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None) -> list[tuple
             "Output",
             "Target forward passes",
             _num(s.get("target_forwards"), "{:d}"),
-            "calls to the big model after prefill" + ("" if spec else ": one per token in standard decoding"),
+            "calls to the big model (the first also reads the prompt)"
+            + ("" if spec else ": one per token in standard decoding"),
         )
     )
 
-    add(("Speed", "Wall time", fsec(s.get("t_total")), f"start to last token, incl. prompt prefill ({fsec(s.get('t_prefill'))})"))
+    add(("Speed", "Wall time", fsec(s.get("t_total")), "start to last token, reading the prompt included"))
     add(("Speed", "Time to first token", fsec(s.get("ttft")), "start to the end of the first round"))
     add(("Speed", "Throughput", _num(s.get("tokens_per_s"), "{:.1f}", " tok/s"), "tokens ÷ wall time"))
-    add(("Speed", "Decode throughput", _num(s.get("decode_tokens_per_s"), "{:.1f}", " tok/s"), "tokens ÷ (wall time − prefill)"))
+    add(("Speed", "Decode throughput", _num(s.get("decode_tokens_per_s"), "{:.1f}", " tok/s"), "after the first round: tokens ÷ time (the prompt's cost left out)"))
     add(
         (
             "Speed",

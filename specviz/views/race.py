@@ -131,7 +131,7 @@ def _stats(side: RaceSide | None) -> str:
         ]
     labels = [
         ("tokens", "new tokens generated"),
-        ("wall time", "seconds since start, prompt prefill included"),
+        ("wall time", "seconds since start, reading the prompt included"),
         ("tokens/s", "tokens ÷ wall time"),
         ("first token", "time to first token (end of the first round)"),
         ("target passes", "target-model forward passes (the expensive part)"),
