@@ -251,7 +251,10 @@ def test_a_recording_too_large_to_draw_gets_a_message(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with launch_app(tmp_path_factory.mktemp("crowd")) as srv:
+    tmp = tmp_path_factory.mktemp("crowd")
+    uploads = tmp / "gradio"  # Gradio's own copies of uploads: the refused upload must leave none
+    with launch_app(tmp, env={"GRADIO_TEMP_DIR": str(uploads)}) as srv:
+        srv.uploads = uploads
         yield srv
 
 
@@ -284,4 +287,32 @@ def test_raw_http_call_with_a_partial_list_runs_with_the_defaults(server):
     assert event == "complete", payload
     spec = Trace.from_dict(payload[0]["speculative"])
     assert spec.settings == DecodeSettings(max_new_tokens=32) and spec.n_tokens <= 32
+    assert "Traceback" not in server.log()
+
+
+def upload(url: str, name: str, nbytes: int):
+    """POST a file of `nbytes` to Gradio's upload route, as the page's "Load a trace" box does."""
+    import httpx
+
+    body = b"{" + b" " * (nbytes - 2) + b"}"
+    return httpx.post(url + "gradio_api/upload", files={"files": (name, body, "application/json")}, timeout=60)
+
+
+def test_uploads_over_the_size_limit_are_refused(server):
+    """app.py launches with max_file_size 10 MB: Gradio refuses an 11 MB upload before it is stored
+    (an upload of 50 MB used to be accepted, copied to disk and refused only when read)."""
+    import app
+
+    assert app.MAX_UPLOAD == "10mb"
+    small = upload(server.url, "small.json", 2**20)
+    assert small.status_code == 200, small.text
+    (kept,) = small.json()
+    assert Path(kept).stat().st_size == 2**20  # a 1 MB upload still works
+    stored = {p for p in server.uploads.rglob("*") if p.is_file()}
+
+    big = upload(server.url, "big.json", 11 * 2**20)
+    assert big.status_code == 413, (big.status_code, big.text[:300])
+    assert "maximum allowed size" in big.text
+    assert {p for p in server.uploads.rglob("*") if p.is_file()} == stored  # nothing of it kept
+    assert upload(server.url, "again.json", 1000).status_code == 200  # and the server carries on
     assert "Traceback" not in server.log()
