@@ -316,3 +316,31 @@ def test_uploads_over_the_size_limit_are_refused(server):
     assert {p for p in server.uploads.rglob("*") if p.is_file()} == stored  # nothing of it kept
     assert upload(server.url, "again.json", 1000).status_code == 200  # and the server carries on
     assert "Traceback" not in server.log()
+
+
+def test_the_crowd_script_runs_end_to_end_on_the_tiny_pair(server, tmp_path, capsys):
+    """scripts/crowd.py as the lead runs it on the real pair, here with --preset tiny and a small room:
+    everyone is served, the identical example requests become replays, and it prints the served count
+    and the p50/p95 waits for examples and unique prompts separately."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crowd", ROOT / "scripts" / "crowd.py")
+    crowd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crowd)
+    out = tmp_path / "crowd.json"
+    rc = crowd.main(["--url", server.url, "--attendees", "8", "--unique", "2", "--spread", "0.5", "--preset", "tiny",
+                     "--json", str(out)])
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert rc == 0, printed
+    assert s["attendees"] == 8 and s["served"] == 8
+    assert s["example"]["n"] == 6 and s["unique"]["n"] == 2 and s["unique"]["served"] == 2
+    assert s["example"]["replays"] >= 6 - 4  # at most one live run per distinct example
+    assert all(r["replay"] is False for r in doc["results"] if r["kind"] == "unique")
+    for kind in ("example", "unique"):
+        assert 0 < s[kind]["wait_p50"] <= s[kind]["wait_p95"] <= s[kind]["total_p95"]
+    assert "8 of 8 served" in printed
+    assert "examples:        6/6 served" in printed and "unique prompts:  2/2 served" in printed
+    assert printed.count("wait to first output p50") == 2
+    assert "Traceback" not in server.log()
