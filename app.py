@@ -48,6 +48,11 @@ RUN_WORKERS = max(1, int(os.environ.get("SPECVIZ_WORKERS") or 32))
 MAX_THREADS = RUN_WORKERS + 24  # every running event holds a thread; the other events need some too
 MAX_UPLOAD = "10mb"  # Gradio refuses bigger uploads; the page draws recordings up to live.MAX_DRAW_BYTES
 STATE_TTL_S = 3 * 3600  # a session's shown run is dropped from the store this long after it last changed
+# Gradio keeps, per session, a copy of the page's config with the last value of every output it was
+# sent (the race and rounds HTML, the plots' JSON: ~2.4 MiB for a 2 MB recording) until the session is
+# evicted, least recently used first, past this many sessions; its own default, 10,000, grew RSS by
+# ~5-20 MiB per new session without bound.  A room of 30 fits four times over.
+SESSIONS = max(1, int(os.environ.get("SPECVIZ_SESSIONS") or 128))
 DELETE_CACHE = (900, 3600)  # every 15 min, Gradio deletes its copies of files older than an hour
 if replay.CACHE.enabled:
     # Identical requests for the page's examples are replayed from the shipped recordings.
@@ -402,6 +407,7 @@ def main() -> None:
     demo = build()
     host, port = hosting.server_address()
     demo.launch(server_name=host, server_port=port, max_file_size=MAX_UPLOAD, max_threads=MAX_THREADS,
+                state_session_capacity=SESSIONS,
                 css=V.load_css(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .engine import speculative_decode, standard_decode
 from .service import Request
+from .sweep_budget import within
 
 GAMMAS = tuple(range(1, 13))
 EPSILONS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
@@ -31,34 +32,48 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def gamma_sweep(req: Request, gammas=GAMMAS) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
+def gamma_sweep(req: Request, gammas=GAMMAS, should_stop: Callable[[], bool] = lambda: False,
+                ) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
     """Yields (fraction done, message, result or None). The first result is the
-    standard run (gamma 0), then one per γ with the measured speedup."""
+    standard run (gamma 0), then one per γ with the measured speedup.  `should_stop` (the
+    sweep's time budget) ends the decode in progress at a round boundary and the sweep with it:
+    a point cut short is not yielded."""
     n = len(gammas) + 1
     yield 0.0, "standard decoding (baseline)…", None
-    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt)
+    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
+    if std.stop_reason == "stopped":
+        return
     std_tps = std.summary()["tokens_per_s"]
     yield 1 / n, f"baseline: {std_tps:.2f} tok/s", {"gamma": 0, "tokens_per_s": std_tps}
-    for k, g in enumerate(gammas, 2):
-        tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, gamma=g), prompt=req.prompt)
+    for k, g in enumerate(within(gammas, should_stop), 2):
+        tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, gamma=g), prompt=req.prompt,
+                                should_stop=should_stop)
+        if tr.stop_reason == "stopped":
+            return
         s = tr.summary()
         res = {"gamma": g, "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / std_tps,
                "alpha": s["alpha"], "c": s["c"], "theoretical_speedup": s["theoretical_speedup"]}
         yield k / n, f"γ = {g}: {res['speedup']:.2f}×", res
 
 
-def epsilon_sweep(req: Request, epsilons=EPSILONS) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
+def epsilon_sweep(req: Request, epsilons=EPSILONS, should_stop: Callable[[], bool] = lambda: False,
+                  ) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
     """Yields (fraction done, message, result or None) for each ε, with how far the
-    text drifts from the ε = 0 text (first diverging token, edit distance)."""
+    text drifts from the ε = 0 text (first diverging token, edit distance).  `should_stop`:
+    as for gamma_sweep."""
     eps = sorted(set(epsilons) | {0.0})
     yield 0.0, "standard decoding (baseline)…", None
-    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt)
+    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
+    if std.stop_reason == "stopped":
+        return
     std_tps = std.summary()["tokens_per_s"]
     base: list[int] | None = None
-    for k, e in enumerate(eps, 1):
+    for k, e in enumerate(within(eps, should_stop), 1):
         for variant in ("opt", "uno"):
             tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, epsilon=e, variant=variant),
-                                    prompt=req.prompt)
+                                    prompt=req.prompt, should_stop=should_stop)
+            if tr.stop_reason == "stopped":
+                return
             s = tr.summary()
             ids = [t.id for t in tr.tokens]
             if base is None:

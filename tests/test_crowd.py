@@ -251,7 +251,10 @@ def test_a_recording_too_large_to_draw_gets_a_message(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with launch_app(tmp_path_factory.mktemp("crowd")) as srv:
+    tmp = tmp_path_factory.mktemp("crowd")
+    uploads = tmp / "gradio"  # Gradio's own copies of uploads: the refused upload must leave none
+    with launch_app(tmp, env={"GRADIO_TEMP_DIR": str(uploads)}) as srv:
+        srv.uploads = uploads
         yield srv
 
 
@@ -284,4 +287,60 @@ def test_raw_http_call_with_a_partial_list_runs_with_the_defaults(server):
     assert event == "complete", payload
     spec = Trace.from_dict(payload[0]["speculative"])
     assert spec.settings == DecodeSettings(max_new_tokens=32) and spec.n_tokens <= 32
+    assert "Traceback" not in server.log()
+
+
+def upload(url: str, name: str, nbytes: int):
+    """POST a file of `nbytes` to Gradio's upload route, as the page's "Load a trace" box does."""
+    import httpx
+
+    body = b"{" + b" " * (nbytes - 2) + b"}"
+    return httpx.post(url + "gradio_api/upload", files={"files": (name, body, "application/json")}, timeout=60)
+
+
+def test_uploads_over_the_size_limit_are_refused(server):
+    """app.py launches with max_file_size 10 MB: Gradio refuses an 11 MB upload before it is stored
+    (an upload of 50 MB used to be accepted, copied to disk and refused only when read)."""
+    import app
+
+    assert app.MAX_UPLOAD == "10mb"
+    small = upload(server.url, "small.json", 2**20)
+    assert small.status_code == 200, small.text
+    (kept,) = small.json()
+    assert Path(kept).stat().st_size == 2**20  # a 1 MB upload still works
+    stored = {p for p in server.uploads.rglob("*") if p.is_file()}
+
+    big = upload(server.url, "big.json", 11 * 2**20)
+    assert big.status_code == 413, (big.status_code, big.text[:300])
+    assert "maximum allowed size" in big.text
+    assert {p for p in server.uploads.rglob("*") if p.is_file()} == stored  # nothing of it kept
+    assert upload(server.url, "again.json", 1000).status_code == 200  # and the server carries on
+    assert "Traceback" not in server.log()
+
+
+def test_the_crowd_script_runs_end_to_end_on_the_tiny_pair(server, tmp_path, capsys):
+    """scripts/crowd.py as the lead runs it on the real pair, here with --preset tiny and a small room:
+    everyone is served, the identical example requests become replays, and it prints the served count
+    and the p50/p95 waits for examples and unique prompts separately."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crowd", ROOT / "scripts" / "crowd.py")
+    crowd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crowd)
+    out = tmp_path / "crowd.json"
+    rc = crowd.main(["--url", server.url, "--attendees", "8", "--unique", "2", "--spread", "0.5", "--preset", "tiny",
+                     "--json", str(out)])
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert rc == 0, printed
+    assert s["attendees"] == 8 and s["served"] == 8
+    assert s["example"]["n"] == 6 and s["unique"]["n"] == 2 and s["unique"]["served"] == 2
+    assert s["example"]["replays"] >= 6 - 4  # at most one live run per distinct example
+    assert all(r["replay"] is False for r in doc["results"] if r["kind"] == "unique")
+    for kind in ("example", "unique"):
+        assert 0 < s[kind]["wait_p50"] <= s[kind]["wait_p95"] <= s[kind]["total_p95"]
+    assert "8 of 8 served" in printed
+    assert "examples:        6/6 served" in printed and "unique prompts:  2/2 served" in printed
+    assert printed.count("wait to first output p50") == 2
     assert "Traceback" not in server.log()

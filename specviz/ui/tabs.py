@@ -14,6 +14,7 @@ from ..replay import GATE, Busy
 from ..service import InputError, describe_error
 from ..shootout import cost_ratio
 from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _number
+from ..sweep_budget import sweep_budget, time_limit_note, within
 from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
@@ -163,15 +164,20 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
         yield SweepFrame(status=f"**The sweep did not start:** {exc}")
         raise gr.Error(str(exc), print_exception=False)
     results: list[dict] = []
-    gen = sweeps.gamma_sweep(req) if kind == "gamma" else sweeps.epsilon_sweep(req)
+    budget = sweep_budget()  # from here: the time spent waiting at the gate is not the sweep's
+    gen = (sweeps.gamma_sweep if kind == "gamma" else sweeps.epsilon_sweep)(req, should_stop=budget)
     what = f"drafter {req.settings.drafter}, {req.settings.policy} policy"
     try:
-        for frac, msg, res in gen:
+        for frac, msg, res in gen:  # its decodes stop (and the sweep with them) when the budget is spent
             if report:
                 report(frac, msg)
             if res is not None:
                 results.append(res)
             yield sweep_frame(kind, results, f"{msg} ({what})")
+        if budget.ran_out:
+            points = sum(r.get("gamma", 1) > 0 for r in results)  # the γ sweep's baseline is not a point
+            log.info("%s sweep stopped at its time limit (%g s) after %d points", kind, budget.seconds, points)
+            yield sweep_frame(kind, results, f"{time_limit_note(budget, points)} ({what})")
     except Exception as exc:
         log.exception("sweep failed")
         yield SweepFrame(status=f"**The sweep failed:** {describe_error(exc)}")
@@ -209,8 +215,9 @@ def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Ite
         raise gr.Error(str(exc), print_exception=False)
     rows: list[dict] = []
     sizes = sweeps.TREE_SIZES
+    budget = sweep_budget()
     try:
-        for k, n in enumerate(sizes):
+        for k, n in enumerate(within(sizes, budget)):
             msg = f"verify time vs tree nodes: {n} nodes ({k + 1}/{len(sizes)})"
             if report:
                 report(k / len(sizes), msg)
@@ -223,5 +230,8 @@ def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Ite
         raise gr.Error(describe_error(exc), print_exception=False)
     finally:
         GATE.leave()
+    if budget.ran_out:
+        yield SweepFrame(status=f"Verify time vs tree nodes: {time_limit_note(budget, len(rows))}")
+        return
     yield SweepFrame(status=f"Verify time vs tree nodes: {len(rows)} sizes measured on the loaded target "
                             "(median of 3 passes each).")
