@@ -18,6 +18,7 @@ import gradio as gr
 
 from specviz import hosting, replay
 from specviz.drafters import DRAFTERS
+from specviz.envvars import env_int
 from specviz.models import PRESETS
 from specviz.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
@@ -43,8 +44,8 @@ RECORDINGS = sorted((ASSETS / "traces").glob("*.json"))
 # requests (no model lock) start at once while live runs wait for the model lock inside a worker
 # (at most replay.LiveGate.max_waiting of them; the others are told when to retry).  QUEUE_SIZE
 # more events may wait in Gradio's queue for a worker; beyond, Gradio answers "Queue is full".
-QUEUE_SIZE = max(1, int(os.environ.get("SPECVIZ_QUEUE_SIZE") or 64))
-RUN_WORKERS = max(1, int(os.environ.get("SPECVIZ_WORKERS") or 32))
+QUEUE_SIZE = env_int("SPECVIZ_QUEUE_SIZE", 64)
+RUN_WORKERS = env_int("SPECVIZ_WORKERS", 32)
 MAX_THREADS = RUN_WORKERS + 24  # every running event holds a thread; the other events need some too
 MAX_UPLOAD = "10mb"  # Gradio refuses bigger uploads; the page draws recordings up to live.MAX_DRAW_BYTES
 STATE_TTL_S = 3 * 3600  # a session's shown run is dropped from the store this long after it last changed
@@ -52,7 +53,7 @@ STATE_TTL_S = 3 * 3600  # a session's shown run is dropped from the store this l
 # sent (the race and rounds HTML, the plots' JSON: ~2.4 MiB for a 2 MB recording) until the session is
 # evicted, least recently used first, past this many sessions; its own default, 10,000, grew RSS by
 # ~5-20 MiB per new session without bound.  A room of 30 fits four times over.
-SESSIONS = max(1, int(os.environ.get("SPECVIZ_SESSIONS") or 128))
+SESSIONS = env_int("SPECVIZ_SESSIONS", 128)
 DELETE_CACHE = (900, 3600)  # every 15 min, Gradio deletes its copies of files older than an hour
 if replay.CACHE.enabled:
     # Identical requests for the page's examples are replayed from the shipped recordings.

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .envvars import env_int, env_number
 from .models import PRESETS, ModelError, resolve_preset
 from .service import CUSTOM_PRESET, MODEL_LOCK, default_preset
 from .settings import DecodeSettings
@@ -34,17 +35,9 @@ from .trace import Trace, TraceError, load_recording, recording_to_json
 log = logging.getLogger("specviz.replay")
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name) or default)
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
-MAX_REPLAY_S = _env_float("SPECVIZ_MAX_REPLAY_S", 60.0)  # a replay takes at most this long (sped up past it)
-CACHE_ENTRIES = int(_env_float("SPECVIZ_CACHE_ENTRIES", 64))
-CACHE_BYTES = int(_env_float("SPECVIZ_CACHE_MB", 32) * 2**20)  # JSON bytes of the cached recordings
+MAX_REPLAY_S = env_number("SPECVIZ_MAX_REPLAY_S", 60.0)  # a replay takes at most this long (sped up past it)
+CACHE_ENTRIES = env_int("SPECVIZ_CACHE_ENTRIES", 64)
+CACHE_BYTES = int(env_number("SPECVIZ_CACHE_MB", 32.0) * 2**20)  # JSON bytes of the cached recordings
 
 
 def now_iso() -> str:
@@ -324,8 +317,8 @@ class LiveGate:
 
     def __init__(self, lock: Any = MODEL_LOCK, max_waiting: int | None = None, max_wait_s: float | None = None):
         self.lock = lock
-        self.max_waiting = max_waiting or int(_env_float("SPECVIZ_MAX_WAITING", 8))
-        self.max_wait_s = max_wait_s or _env_float("SPECVIZ_MAX_WAIT_S", 240.0)
+        self.max_waiting = max_waiting or env_int("SPECVIZ_MAX_WAITING", 8)
+        self.max_wait_s = max_wait_s or env_number("SPECVIZ_MAX_WAIT_S", 240.0)
         self._cond = threading.Lock()
         self.waiting = 0
         self.run_s = 30.0  # estimate of one live run, updated from measured ones

@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import gc
 import logging
-import math
 import os
 import re
 import sys
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .engine import Event, speculative_stream, standard_stream
+from .envvars import env_int, env_number
 from .models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                      resolve_preset, short_error)
 from .settings import DecodeSettings, SettingsError
@@ -71,27 +71,12 @@ def ui_presets() -> list[str]:
     return names + ([CUSTOM_PRESET] if custom_models_enabled() else [])
 
 
-def _env_limit(name: str, default: float, kind: type) -> Any:
-    """A positive limit from the environment; an unusable value falls back to the default, with a warning."""
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = kind(raw.strip())
-    except ValueError:
-        value = None
-    if value is None or not math.isfinite(value) or value <= 0:
-        log.warning("ignoring %s=%r (not a positive number); using %s", name, raw, default)
-        return default
-    return value
-
-
 def max_prompt_tokens() -> int:
-    return _env_limit("SPECVIZ_MAX_PROMPT_TOKENS", MAX_PROMPT_TOKENS, int)
+    return env_int("SPECVIZ_MAX_PROMPT_TOKENS", MAX_PROMPT_TOKENS)
 
 
 def job_seconds() -> float:
-    return _env_limit("SPECVIZ_JOB_SECONDS", JOB_SECONDS, float)
+    return env_number("SPECVIZ_JOB_SECONDS", JOB_SECONDS)
 
 
 def clean_prompt(text: Any) -> str:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from .service import JobBudget, _env_limit
+from .envvars import env_number
+from .service import JobBudget
 
 # Default: a γ or ε sweep of 64 new tokens on the default pair takes 2-3 minutes on a 2-core CPU,
 # one of 256 tokens about 8; past 10 minutes the model lock is better given back to the room.
@@ -32,7 +33,7 @@ T = TypeVar("T")
 
 
 def sweep_seconds() -> float:
-    return _env_limit("SPECVIZ_SWEEP_SECONDS", SWEEP_SECONDS, float)
+    return env_number("SPECVIZ_SWEEP_SECONDS", SWEEP_SECONDS)
 
 
 def sweep_budget(seconds: float | None = None) -> JobBudget:

@@ -9,17 +9,17 @@ by the recordings' JSON bytes.  A handle whose traces were dropped reads as noth
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from ..envvars import env_number
 from ..trace import Trace, recording_to_json
 
 STORE_ENTRIES = 256
 # JSON bytes of the held recordings; in memory a trace with its views takes ~6× its JSON.
-STORE_BYTES = int(float(os.environ.get("SPECVIZ_STORE_MB") or 24) * 2**20)
+STORE_BYTES = int(env_number("SPECVIZ_STORE_MB", 24.0) * 2**20)
 
 
 @dataclass(frozen=True)
