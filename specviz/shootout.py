@@ -25,6 +25,7 @@ from .engine import speculative_decode, standard_decode
 from .models import ModelError
 from .service import describe_error
 from .settings import GAMMA_MAX, DecodeSettings, SettingsError
+from .sweep_budget import within
 
 log = logging.getLogger("specviz.shootout")
 CHAIN_POLICY = "confidence"  # the draft model's policy in the shoot-out (say so wherever it is shown)
@@ -128,13 +129,15 @@ def run(req: Any, contenders: list[Contender] | None = None,
         should_stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[float, str, list[Row]]]:
     """Run each contender in turn on the request's pair and prompt.  Yields (fraction done,
     message, rows so far) before each run and after it; the rows end with standard decoding,
-    and the speedups are filled in once it has run."""
+    and the speedups are filled in once it has run.
+
+    `should_stop` (the sweep's time budget, specviz.sweep_budget) is checked before each
+    contender but the first and passed to the decodes: a run it cuts short is dropped (its
+    numbers are not comparable with the others') and the shoot-out ends with the rows it finished."""
     contenders = contenders if contenders is not None else lineup(req.settings)
     rows: list[Row] = []
     n = len(contenders)
-    for k, c in enumerate(contenders):
-        if should_stop():
-            return
+    for k, c in enumerate(within(contenders, should_stop)):
         yield k / n, f"{c.label} ({k + 1}/{n})…", rows
         try:
             if c.key == STANDARD:
@@ -142,6 +145,8 @@ def run(req: Any, contenders: list[Contender] | None = None,
             else:
                 tr = speculative_decode(req.pair, req.prompt_ids, c.settings, prompt=req.prompt,
                                         should_stop=should_stop)
+            if tr.stop_reason == "stopped":  # cut short (the budget): not a result
+                return
             row = _row(c, tr)
             msg = f"{c.label}: {row.tokens_per_s:.2f} tok/s"
         except (ModelError, SettingsError) as exc:  # cannot run for this pair: say why, go on

@@ -123,3 +123,54 @@ def test_sweep_budget_env(monkeypatch):
     for bad in ("0", "-5", "nan", "inf", "later"):
         monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", bad)
         assert sweep_seconds() == 600
+
+
+# ---- the drafter shoot-out has the same limit ------------------------------------------------
+
+
+def shootout_frames(clock: Clock, when: str, seconds: float = 100):
+    """The shoot-out on the tiny pair, the clock moving `seconds` at each report of a drafter
+    starting ("… (k/5)…", when="start") or finishing ("…: x tok/s", when="done")."""
+    from specviz.ui import shootout_ui
+
+    def progress(frac, desc):
+        if (when == "start" and desc.endswith(")…")) or (when == "done" and desc.endswith("tok/s")):
+            clock.advance(seconds)
+    return list(shootout_ui.shootout(form(gamma=2), progress=progress))
+
+
+def test_the_shootout_stops_between_drafters_at_its_time_limit(clock, monkeypatch):
+    """The clock moves 100 s as each drafter finishes: the draft model (100 s) and prompt lookup
+    (200 s) finish; the budget (150 s) is checked before the tree, which never starts."""
+    from specviz.replay import GATE
+
+    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "150")
+    frames = shootout_frames(clock, "done")
+    final = frames[-1]
+    assert not GATE.lock.locked()
+    assert "time limit reached" in final.status and "150 s per sweep" in final.status
+    assert "2 point(s) it finished" in final.status and "done:" not in final.status
+    assert not any("token tree" in str(f.status) for f in frames)
+    runs = final.shootout_runs  # the finished runs stay, to show on the Live tab
+    assert [k.split(" (")[0] for k in runs] == ["draft model", "prompt lookup"]
+    table = [f.shootout_table for f in frames if f.shootout_table is not SKIP][-1]
+    assert 'data-rows="2"' in table
+
+
+def test_a_drafter_cut_short_by_the_limit_is_dropped(clock, monkeypatch):
+    """The clock moves 100 s as each drafter starts: the tree starts at 300 s, past the 250 s
+    budget, so its decode stops at its first round and is not a row; the two before it are."""
+    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "250")
+    frames = shootout_frames(clock, "start")
+    assert any("token tree" in str(f.status) and "(3/5)…" in str(f.status) for f in frames)  # it started
+    assert not any("token tree" in str(f.status) and "tok/s" in str(f.status) for f in frames)  # never finished
+    assert "time limit reached" in frames[-1].status and "2 point(s)" in frames[-1].status
+    assert [k.split(" (")[0] for k in frames[-1].shootout_runs] == ["draft model", "prompt lookup"]
+    assert 'data-rows="3"' not in "".join(f.shootout_table for f in frames if f.shootout_table is not SKIP)
+
+
+def test_a_shootout_that_finished_is_not_called_cut_short(clock, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "1000")
+    frames = shootout_frames(clock, "start")
+    assert clock.t == 500 and "done: 4 of 5 ran" in frames[-1].status
+    assert not any("time limit" in str(f.status) for f in frames)

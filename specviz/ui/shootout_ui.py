@@ -19,6 +19,7 @@ from .. import recorded, shootout as SO
 from ..models import ModelError
 from ..replay import GATE, Busy
 from ..service import InputError, describe_error
+from ..sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
 from ..views import theory_plots as TP
 from .form import RunForm
@@ -53,8 +54,9 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
         raise gr.Error(str(exc), print_exception=False)
     where = f"{req.pair.draft_name} → {req.pair.target_name} on {req.pair.device}"
     rows: list[SO.Row] = []
+    budget = sweep_budget()  # from here: the time spent waiting at the gate is not the shoot-out's
     try:
-        for frac, msg, rows in SO.run(req):
+        for frac, msg, rows in SO.run(req, should_stop=budget):  # a run cut short by the budget is dropped
             if report:
                 report(frac, msg)
             dicts = SV.rows_of(rows)
@@ -70,8 +72,14 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
     # The traces go to the page's bounded store; the page keeps only handles.
     runs = {r.label: STORE.put(r.trace, std) for r in rows if r.trace is not None and r.key != SO.STANDARD}
     ran = sum(1 for r in rows if not r.error)
-    yield SweepFrame(status=f"Drafter shoot-out done: {ran} of {len(rows)} ran on {where}. Pick a run below to "
-                            "step through it on the Live tab.", shootout_runs=runs, shootout_pick=_pick(runs))
+    pick = " Pick a run below to step through it on the Live tab." if runs else ""
+    if budget.ran_out:
+        log.info("shoot-out stopped at its time limit (%g s) after %d rows", budget.seconds, len(rows))
+        yield SweepFrame(status=f"Drafter shoot-out on {where}: {time_limit_note(budget, len(rows))}{pick}",
+                         shootout_runs=runs, shootout_pick=_pick(runs))  # the table already shows the finished rows
+        return
+    yield SweepFrame(status=f"Drafter shoot-out done: {ran} of {len(rows)} ran on {where}.{pick}",
+                     shootout_runs=runs, shootout_pick=_pick(runs))
 
 
 def show_run(runs: Any, label: Any) -> LiveFrame:
