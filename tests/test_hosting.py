@@ -348,3 +348,31 @@ def test_spacefile_env_presets_are_read_by_the_app(spacefile):
     assert env["SPECVIZ_ALLOW_CUSTOM"]["default"] == "0", "custom models (arbitrary downloads) stay off by default"
     assert env["SPECVIZ_QUEUE_SIZE"]["default"] == "64"
     assert env["SPECVIZ_CACHE"]["default"].startswith("/tmp/"), "micros can only write under /tmp"
+
+
+# Read from the environment but not offered to a Space's operator: the tests' tiny random pair.
+NOT_OFFERED = {"SPECVIZ_SHOW_TINY"}
+
+
+def _sources() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "app.py", *(ROOT / "specviz").rglob("*.py")])
+
+
+def test_spacefile_offers_every_setting_the_app_reads(spacefile):
+    offered = {e["name"] for e in spacefile["micros"][0]["presets"]["env"]}
+    read = set(re.findall(r'"(SPECVIZ_[A-Z_]+)"', _sources()))
+    assert {"SPECVIZ_SESSIONS", "SPECVIZ_SWEEP_SECONDS", "SPECVIZ_JOB_SECONDS", "SPECVIZ_MAX_PROMPT_TOKENS",
+            "SPECVIZ_QUEUE_SIZE"} <= read
+    assert not read - offered - NOT_OFFERED, f"read by the app but not in the Spacefile: {read - offered - NOT_OFFERED}"
+
+
+def test_spacefile_number_defaults_are_the_apps(spacefile):
+    """Each numeric setting's default in the Spacefile is the one the code falls back to."""
+    from specviz import service, sweep_budget
+
+    env = {e["name"]: e.get("default") for e in spacefile["micros"][0]["presets"]["env"]}
+    found = re.findall(r'env_(?:int|number)\(\s*"(SPECVIZ_[A-Z_]+)",\s*([A-Za-z_][A-Za-z0-9_]*|[0-9.]+)', _sources())
+    assert len(found) >= 12
+    for name, default in found:
+        value = float(default) if default[0].isdigit() else getattr(service, default, None) or getattr(sweep_budget, default)
+        assert float(env[name]) == value, (name, env[name], value)
