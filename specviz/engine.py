@@ -272,7 +272,7 @@ def speculative_stream(
                 rnd.t_end = clock()
                 rnd.t_verify = rnd.t_end - t_v0
                 policy.observe([(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], k, rnd.t_draft,
-                               rnd.draft_forwards, fed, rnd.t_verify)
+                               rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify)
                 if not done and len(ids) - n_prompt >= budget:
                     done, trace.stop_reason = True, "max_new_tokens"
                 trace.rounds.append(rnd)

@@ -21,8 +21,7 @@ exact whatever it decides.
   tokens (â_{i+1} estimated by â_i: confidences are correlated); draft it only if
   that marginal rate beats the round's average rate E_i / T_i (the stopping rule
   that maximises tokens per second, up to that estimate).  Until a round has been
-  measured it stops like the confidence policy (the first round only: its verify
-  pass, which also reads the prompt, is a point of the fit).
+  measured it stops like the confidence policy.
 """
 
 from __future__ import annotations
@@ -58,9 +57,9 @@ class Policy:
         return None
 
     def observe(self, verdicts: list[tuple[float, bool]], drafted: int, t_draft: float, draft_forwards: int,
-                fed: int, t_verify: float) -> None:
-        """After each round: (confidence, accepted) of each verified draft, timings (`fed`: tokens the
-        verify pass fed; the first pass also feeds the prompt)."""
+                fed: int, t_verify: float | None) -> None:
+        """After each round: (confidence, accepted) of each verified draft, timings (t_verify None
+        when the pass also fed the prompt, so it says nothing about a typical pass)."""
 
 
 class Heuristic(Policy):
@@ -157,11 +156,8 @@ class Adaptive(Confidence):
             self.t_step = total / self.steps
         elif self.t_step is None and drafted:
             self.t_step = 0.0  # a drafter with no forward passes (lookup): drafting is free
-        # The first pass also reads the prompt: with the fit a + b·fed it is one more point (a pass's
-        # time grows about linearly with the tokens it feeds), which lets the cost rule start a round
-        # earlier; until a second size is seen the fit takes a flat cost, an overestimate that errs
-        # toward drafting longer.
-        self.verify.add(fed, t_verify)
+        if t_verify is not None:
+            self.verify.add(fed, t_verify)
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, Heuristic, Confidence, Adaptive)}
