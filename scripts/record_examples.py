@@ -1,6 +1,7 @@
 """Record the example runs shipped in assets/traces/ (shown before any model loads).
 
     python scripts/record_examples.py            # default offline pair, on this machine
+    python scripts/record_examples.py 6-summarisation   # only the named ones
 
 Each file is a specviz recording (speculative + standard trace) exactly as the
 app exports it; the page loads the first one at start-up.
@@ -8,6 +9,7 @@ app exports it; the page loads the first one at start-up.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -29,14 +31,22 @@ EXAMPLES = {
                               'the children."', DecodeSettings(gamma=4, temperature=0.7, max_new_tokens=40, seed=1)),
     "4-slow-case": ("Invent twelve random made-up words, each with a surprising one-line definition.",
                     DecodeSettings(gamma=8, temperature=1.2, max_new_tokens=40, seed=2)),
+
 }
+# The page's other examples, with the form's defaults (a room's identical clicks replay these).
+_PAGE = {e["label"]: e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))}
+EXAMPLES["5-code-binary-search"] = (_PAGE["Code: binary search"], DecodeSettings(gamma=5, max_new_tokens=48))
+EXAMPLES["6-summarisation"] = (_PAGE["Summarisation"], DecodeSettings(gamma=5, max_new_tokens=48))
 
 
 def main() -> None:
+    only = set(sys.argv[1:])  # names to record (default: all)
     pair = load_pair(DEFAULT_PRESET)
     out = ROOT / "assets" / "traces"
     out.mkdir(parents=True, exist_ok=True)
     for name, (prompt, settings) in EXAMPLES.items():
+        if only and name not in only:
+            continue
         req = Request(pair, prompt, encode_prompt(pair, prompt), settings)
         spec = std = None
         for up in race(req):
