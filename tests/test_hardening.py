@@ -179,7 +179,8 @@ def test_loading_is_all_or_nothing(tmp_path):
 def test_old_and_new_fields_still_load():
     """Version 1 recordings (no conf / draft_stop / drafter, an "error" field) and null optional
     seconds load with their defaults; unknown extra keys are ignored."""
-    d = example()
+    # A real version-1 recording: the shipped example as it was recorded before schema 2.
+    d = json.loads((ROOT / "tests" / "fixtures" / "v1-recording.json").read_text(encoding="utf-8"))
     s = d["speculative"]
     assert d["version"] == 1 and "error" in s
     s["draft_prefill"] = None
