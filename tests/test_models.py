@@ -811,3 +811,31 @@ def test_real_offline_default_pair():
     detok = Detokenizer(tok)
     assert "".join(detok.push(i) for i in emoji) == "🦜 日本"
     assert token_text(tok, tok.convert_tokens_to_ids("Ġfib")) == " fib"
+
+
+def test_the_output_head_gets_its_input_with_canonical_strides():
+    """logits_to_keep=1 over several tokens hands the head hidden[:, -1:, :], whose batch stride is the
+    whole tensor's; PyTorch's CPU bf16 linear leaves its fast kernel on such a view (seconds instead of
+    milliseconds for a 151,936-row head), so every loaded model's head gets a canonical copy: same values."""
+    import torch
+
+    from specviz.models import resolve_preset
+    from specviz.models.loading import canonical_head_input, load_pair
+
+    pair = load_pair(resolve_preset("tiny"))
+    model = pair.target
+    head = model.get_output_embeddings()
+    seen = []
+    hook = head.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))  # runs after ours
+    try:
+        ids = torch.tensor([[3, 5, 7, 9, 11, 13]])
+        with torch.inference_mode():
+            kept = model(input_ids=ids, logits_to_keep=1).logits[0, -1]
+            full = model(input_ids=ids).logits[0, -1]
+    finally:
+        hook.remove()
+    x = seen[0]
+    assert x.shape[-2] == 1 and x.stride() == torch.empty(x.shape).stride()  # canonical, not (6·H, H, 1)
+    assert torch.allclose(kept, full, atol=1e-5)
+    canonical_head_input(model)  # idempotent: one hook per head
+    assert sum(1 for h in head._forward_pre_hooks.values()) == 1

@@ -219,7 +219,10 @@ def load_pair(
         with _LOCK:
             if key not in _PAIRS:
                 _make_room()
-                _remember(key, build_tiny_pair())
+                tiny = build_tiny_pair()
+                for model in (tiny.draft, tiny.target):
+                    canonical_head_input(model)
+                _remember(key, tiny)
             report(progress, 1.0, "Tiny random pair ready")
             return _PAIRS[key]
 
