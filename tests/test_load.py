@@ -118,7 +118,10 @@ def test_concurrent_sessions(server):
           f"{statistics.median(tiny):.1f} s, max {tiny[-1]:.1f} s; default-pair latency "
           f"{', '.join(f'{x:.1f}' for x in default)} s; refused (queue full or busy): {full}")
     assert len(tiny) >= n_tiny_sessions, "most tiny runs should get through a queue of 16"
-    assert len(default) == 2
+    # A default-pair job that arrives while the live gate is full is told so cleanly (timing-dependent:
+    # the tiny runs may still hold the waiting slots); at least one gets through, none fails otherwise.
+    refused_default = [r for r in results if r[0] == "default" and r[1] in ("queue_full", "busy")]
+    assert len(default) >= 1 and len(default) + len(refused_default) == 2, results
     log = server.log()
     assert "Traceback" not in log, log[-4000:]
 
