@@ -31,7 +31,6 @@ from specviz.ui.store import STORE
 from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_info, theory_views, use_last_run
 from specviz.views import html as V
 from specviz.views import plots as P
-from specviz.views import theory_plots as TP
 from specviz.views import tree_plots as TRP
 from specviz.views.heads import section as draft_heads_section
 
