@@ -16,9 +16,6 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from .. import recorded, shootout as SO
-from ..models import ModelError
-from ..replay import GATE, Busy
-from ..service import InputError, describe_error
 from ..sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
 from ..views import theory_plots as TP
@@ -26,7 +23,7 @@ from .form import RunForm
 from .frames import LiveFrame, SweepFrame
 from .live import final_frame, status_html
 from .store import STORE
-from .tabs import sweep_frame
+from .tabs import enter_gate, sweep_frame, under_gate
 
 log = logging.getLogger("specviz.app")
 POLICY_NOTE = (f"The draft model runs under the **{SO.CHAIN_POLICY}** policy (τ from the Live tab); prompt lookup "
@@ -45,29 +42,21 @@ def _pick(runs: dict[str, Any]) -> Any:
 def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:
     """Every drafter in turn on the Live tab's prompt and settings, then standard decoding."""
     report = (lambda f, m: progress(f, desc=m)) if progress else None
-    try:
-        req = form.request(progress=report)
-        for ahead in GATE.enter():  # live runs go first; the shoot-out waits its turn like one
-            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
-    except (InputError, ModelError, Busy) as exc:
-        yield SweepFrame(status=f"**The shoot-out did not start:** {exc}")
-        raise gr.Error(str(exc), print_exception=False)
+    req = yield from enter_gate(form, report, "shoot-out")
     where = f"{req.pair.draft_name} → {req.pair.target_name} on {req.pair.device}"
     rows: list[SO.Row] = []
     budget = sweep_budget()  # from here: the time spent waiting at the gate is not the shoot-out's
-    try:
+
+    def frames() -> Iterator[SweepFrame]:
+        nonlocal rows
         for frac, msg, rows in SO.run(req, should_stop=budget):  # a run cut short by the budget is dropped
             if report:
                 report(frac, msg)
             dicts = SV.rows_of(rows)
             yield SweepFrame(status=f"Drafter shoot-out: {msg}", shootout_table=SV.table_html(dicts, f"Shoot-out: {where}"),
                              shootout_plot=SV.chart(dicts, where))
-    except Exception as exc:
-        log.exception("shoot-out failed")
-        yield SweepFrame(status=f"**The shoot-out failed:** {describe_error(exc)}")
-        raise gr.Error(describe_error(exc), print_exception=False)
-    finally:
-        GATE.leave()
+
+    yield from under_gate(frames(), "shoot-out")
     std = next((r.trace for r in rows if r.key == SO.STANDARD and r.trace is not None), None)
     # The traces go to the page's bounded store; the page keeps only handles.
     runs = {r.label: STORE.put(r.trace, std) for r in rows if r.trace is not None and r.key != SO.STANDARD}

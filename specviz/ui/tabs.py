@@ -147,6 +147,32 @@ def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any
 # ---- sweeps ---------------------------------------------------------------------------------
 
 
+def enter_gate(form: RunForm, report: Callable[..., Any] | None, what: str) -> Iterator[SweepFrame]:
+    """Check the form and wait at the live gate (live runs go first; a sweep waits its turn like one),
+    showing the queue; returns the request. `req = yield from enter_gate(...)`; pair it with `under_gate`."""
+    try:
+        req = form.request(progress=report)
+        for ahead in GATE.enter():
+            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
+    except (InputError, ModelError, Busy) as exc:
+        yield SweepFrame(status=f"**The {what} did not start:** {exc}")
+        raise gr.Error(str(exc), print_exception=False)
+    return req
+
+
+def under_gate(frames: Iterator[SweepFrame], what: str) -> Iterator[SweepFrame]:
+    """Relay a sweep's frames while it holds the gate: a failure is shown and raised, the gate is left
+    whatever happens (finished, failed or cancelled)."""
+    try:
+        yield from frames
+    except Exception as exc:
+        log.exception("%s failed", what)
+        yield SweepFrame(status=f"**The {what} failed:** {describe_error(exc)}")
+        raise gr.Error(describe_error(exc), print_exception=False)
+    finally:
+        GATE.leave()
+
+
 def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:
     """γ sweep or ε sweep on the loaded models with the Live tab's form (drafter and policy
     included), with progress; Stop cancels."""
@@ -156,18 +182,13 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
                "or prompt lookup on the Live tab (the γ sweep works with the tree drafter: γ is its depth).")
         yield SweepFrame(status=f"**The sweep did not start:** {msg}")
         raise gr.Error(msg, print_exception=False)
-    try:
-        req = form.request(progress=report)
-        for ahead in GATE.enter():  # live runs go first; a sweep waits its turn like one
-            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
-    except (InputError, ModelError, Busy) as exc:
-        yield SweepFrame(status=f"**The sweep did not start:** {exc}")
-        raise gr.Error(str(exc), print_exception=False)
+    req = yield from enter_gate(form, report, "sweep")
     results: list[dict] = []
     budget = sweep_budget()  # from here: the time spent waiting at the gate is not the sweep's
     gen = (sweeps.gamma_sweep if kind == "gamma" else sweeps.epsilon_sweep)(req, should_stop=budget)
     what = f"drafter {req.settings.drafter}, {req.settings.policy} policy"
-    try:
+
+    def frames() -> Iterator[SweepFrame]:
         for frac, msg, res in gen:  # its decodes stop (and the sweep with them) when the budget is spent
             if report:
                 report(frac, msg)
@@ -178,12 +199,8 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
             points = sum(r.get("gamma", 1) > 0 for r in results)  # the γ sweep's baseline is not a point
             log.info("%s sweep stopped at its time limit (%g s) after %d points", kind, budget.seconds, points)
             yield sweep_frame(kind, results, f"{time_limit_note(budget, points)} ({what})")
-    except Exception as exc:
-        log.exception("sweep failed")
-        yield SweepFrame(status=f"**The sweep failed:** {describe_error(exc)}")
-        raise gr.Error(describe_error(exc), print_exception=False)
-    finally:
-        GATE.leave()
+
+    yield from under_gate(frames(), "sweep")
 
 
 def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
@@ -206,17 +223,13 @@ def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Ite
     """The target's verify time against the number of tree nodes (sweeps.TREE_SIZES) on the
     loaded pair and the Live tab's prompt, one size at a time so the plot and progress move."""
     report = (lambda f, m: progress(f, desc=m)) if progress else None
-    try:
-        req = form.request(progress=report)
-        for ahead in GATE.enter():  # live runs go first, as for the other sweeps
-            yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
-    except (InputError, ModelError, Busy) as exc:
-        yield SweepFrame(status=f"**The measurement did not start:** {exc}")
-        raise gr.Error(str(exc), print_exception=False)
+    req = yield from enter_gate(form, report, "measurement")
     rows: list[dict] = []
     sizes = sweeps.TREE_SIZES
     budget = sweep_budget()
-    try:
+
+    def frames() -> Iterator[SweepFrame]:
+        nonlocal rows
         for k, n in enumerate(within(sizes, budget)):
             msg = f"verify time vs tree nodes: {n} nodes ({k + 1}/{len(sizes)})"
             if report:
@@ -224,12 +237,8 @@ def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Ite
             yield SweepFrame(status=msg)
             rows += sweeps.tree_verify_times(req.pair, req.prompt_ids, sizes=(n,))
             yield SweepFrame(tree_plot=TRP.tree_sweep_plot(rows))
-    except Exception as exc:
-        log.exception("tree sweep failed")
-        yield SweepFrame(status=f"**The measurement failed:** {describe_error(exc)}")
-        raise gr.Error(describe_error(exc), print_exception=False)
-    finally:
-        GATE.leave()
+
+    yield from under_gate(frames(), "measurement")
     if budget.ran_out:
         yield SweepFrame(status=f"Verify time vs tree nodes: {time_limit_note(budget, len(rows))}")
         return
