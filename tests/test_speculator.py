@@ -64,7 +64,8 @@ def test_stages_have_the_paper_shapes_and_read_the_frozen_target():
 
 def _tiny_config(**kw) -> TrainConfig:
     return TrainConfig(**{**dict(preset="tiny", inner=16, seq_len=48, train_seqs=24, heldout_seqs=6, top_k=6,
-                                 batch=32, epochs=3.0, lr=3e-3, warmup=2, eval_every=20, checkpoint_every=7), **kw})
+                                 batch=32, epochs=3.0, lr=3e-3, warmup=2, eval_every=20, checkpoint_every=7,
+                                 gen_requests=8, gen_heldout=4, gen_batch=4, threads=1), **kw})
 
 
 def test_training_lowers_the_loss_and_resumes_deterministically(tmp_path):
@@ -76,6 +77,11 @@ def test_training_lowers_the_loss_and_resumes_deterministically(tmp_path):
     held = card["training"]["heldout_curve"]
     assert held[-1][1] < held[0][1], held  # held-out files, too
     assert (tmp_path / "a" / "card.md").read_text().startswith("# MLP speculator for tiny-target")
+    # The target's own answers are part of the data: the requests asked, and held-out answers measured alone.
+    answers = card["data"]["answers"]
+    assert answers["requests"] == 8 and answers["heldout_requests"] == 4 and answers["tokens"] > 8 * 10
+    assert len(card["heldout"]["answers"]["top1"]) == card["model"]["n_predict"]
+    assert "The target's own answers: 8 requests" in (tmp_path / "a" / "card.md").read_text()
 
     # Stopped after 13 steps, then resumed from the checkpoint: the very same weights.
     train(_tiny_config(stop_at=13), pair=pair, out=tmp_path / "b", work=tmp_path / "work-b", site=CORPUS)

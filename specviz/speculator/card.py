@@ -23,6 +23,14 @@ def markdown(card: dict) -> str:
     stop = " (stopped by the time budget)" if t["stopped_by_time_budget"] else ""
     load = card["machine"].get("load_average_at_end")
     load = f"; load average (1, 5, 15 min) at the end: {load}, on 2 cores shared with other work" if load else ""
+    a = d.get("answers")
+    answers = (f"- The target's own answers: {a['requests']} requests, {a['tokens']:,} answer tokens "
+               f"({a['sampled_fraction']:.0%} sampled at temperature 0.8, the rest greedy); "
+               f"{a['heldout_requests']} held-out requests.\n") if a and a.get("requests") else ""
+    own = h.get("answers")
+    own = ("\n\nOn the target's held-out answers alone (what a run of the app meets): top-1 per stage "
+           + ", ".join(f"{x:.3f}" for x in own["top1"]) + "; all agree " + ", ".join(f"{x:.3f}" for x in own["chain"])
+           + f"; expected accepted tokens per greedy round {own['expected_accepted_greedy']}.") if own else ""
     return f"""# MLP speculator for {card['target']}
 
 A learned draft head (Wertheimer et al. 2024): {m['n_predict']} stages, inner width {m['inner']},
@@ -34,7 +42,7 @@ Restricted vocabulary: {m['vocab']:,} tokens ({d['vocab_rule']}).
 - {d['source']}
 - {d['train_windows']} training windows and {d['heldout_windows']} held-out windows of {d['window_tokens']} tokens;
   {d['tokens_through_target']:,} tokens through the target; {d['chat_fraction']:.0%} wrapped in the chat template.
-- Held out: {d['heldout_rule']}.
+{answers}- Held out: {d['heldout_rule']}.
 - Labels: the target's own next-token distribution (top {d['label_top_k']}, temperature 1), from the same
   forward pass that gives the hidden states (self-distillation).
 
@@ -54,7 +62,7 @@ Restricted vocabulary: {m['vocab']:,} tokens ({d['vocab_rule']}).
 {rows}
 
 Expected accepted tokens per greedy round (sum of the last column): {h['expected_accepted_greedy']}.
-Held-out loss: {h['loss']}.
+Held-out loss: {h['loss']}.{own}
 
 ## Cost
 

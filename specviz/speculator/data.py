@@ -47,6 +47,11 @@ class DataSpec:
     top_k: int = 16
     seed: int = 0
     heldout_every: int = 16  # one file in this many (by path hash) is held out
+    # The target's own answers to requests (prompts.py, generate.py): windows of seq_len.
+    gen_requests: int = 448
+    gen_heldout: int = 64
+    gen_batch: int = 64
+    gen_sample_fraction: float = 0.25
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -175,5 +180,21 @@ def precompute(target: torch.nn.Module, seqs: list[list[int]], out: Path, top_k:
 
 
 def load_shards(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Shards of source windows and of generated answers, as one set; `valid` marks the
+    positions that hold real tokens (every position of a source window)."""
     parts = [torch.load(p) for p in paths]
+    for p in parts:
+        p.setdefault("valid", torch.ones(p["ids"].shape, dtype=torch.bool))
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else {}
+
+
+def requests(spec: DataSpec, heldout: bool, root: Path | None = None) -> list[str]:
+    """The requests the target answers for one side of the split (prompts.py), as many as the spec asks."""
+    from . import prompts
+
+    root = root or site_packages()
+    files = corpus_files(root)
+    side = [f for f in files if not is_heldout(f, root, spec.heldout_every)], \
+        [f for f in files if is_heldout(f, root, spec.heldout_every)]
+    return prompts.requests(*side, root, heldout, spec.heldout_every, spec.seed,
+                            spec.gen_heldout if heldout else spec.gen_requests)

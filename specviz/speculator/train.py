@@ -50,18 +50,22 @@ class TrainConfig:
     tie: bool = False  # share the stages' weights (model.SpeculatorConfig.tie)
     max_vocab: int = 16384
     seq_len: int = 256
-    train_seqs: int = 480
+    train_seqs: int = 160  # windows of installed Python source
     heldout_seqs: int = 32
+    gen_requests: int = 448  # the target's own answers to requests (generate.py), the larger share
+    gen_heldout: int = 64
+    gen_batch: int = 64
+    gen_sample_fraction: float = 0.25
     chat_fraction: float = 0.5
     top_k: int = 16
     batch: int = 256
-    epochs: float = 3.0
+    epochs: float = 2.0
     lr: float = 2e-3
     weight_decay: float = 0.01
     warmup: int = 20
     seed: int = 0
-    threads: int = 1
-    data_minutes: float = 24.0  # the target pass starts no new shard after this
+    threads: int = 2
+    data_minutes: float = 25.0  # the target pass starts no new shard after this
     max_minutes: float = 44.0  # the whole run, target pass included; training stops in time to save
     checkpoint_every: int = 50
     stop_at: int = 0  # end this process after this step (0: run to the end); a later run resumes there
@@ -69,7 +73,8 @@ class TrainConfig:
 
     def data_spec(self, fingerprint: str) -> D.DataSpec:
         return D.DataSpec(fingerprint, self.seq_len, self.train_seqs, self.heldout_seqs, self.chat_fraction,
-                          self.top_k, self.seed)
+                          self.top_k, self.seed, gen_requests=self.gen_requests, gen_heldout=self.gen_heldout,
+                          gen_batch=self.gen_batch, gen_sample_fraction=self.gen_sample_fraction)
 
 
 @dataclass
@@ -88,7 +93,8 @@ class Progress:
 def build_vocab(train: dict[str, torch.Tensor], max_vocab: int, always: list[int], vocab_size: int,
                 predicted: int = 4) -> torch.Tensor:
     """V_r: corpus tokens and the target's top-`predicted` guesses, most frequent first, ascending ids."""
-    ids = torch.cat([train["ids"].reshape(-1), train["top_ids"][..., :predicted].reshape(-1)]).long()
+    ok = train["valid"]
+    ids = torch.cat([train["ids"][ok].reshape(-1), train["top_ids"][ok][:, :predicted].reshape(-1)]).long()
     counts = torch.bincount(ids, minlength=vocab_size).float()
     counts[torch.tensor(always, dtype=torch.long)] = float("inf")
     seen = int((counts > 0).sum())
@@ -103,10 +109,14 @@ def lookup_table(vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return lut
 
 
-def batch_at(d: dict[str, torch.Tensor], index: torch.Tensor, n: int, lut: torch.Tensor):
-    """Examples by flat index (window, t): h_t, x_{t+1..t+n}, and the labels at t+1..t+n."""
-    per = d["ids"].shape[1] - n  # t = 0 .. L-1-n
-    s, t = index // per, index % per
+def examples(d: dict[str, torch.Tensor], n: int) -> torch.Tensor:
+    """[E, 2] (window, t) of every example: h_t with the n labels at t+1..t+n all on real tokens."""
+    return d["valid"][:, n:].nonzero()
+
+
+def batch_at(d: dict[str, torch.Tensor], pairs: torch.Tensor, n: int, lut: torch.Tensor):
+    """Examples (window, t): h_t, x_{t+1..t+n}, and the labels at t+1..t+n."""
+    s, t = pairs[:, 0], pairs[:, 1]
     offs = t[:, None] + 1 + torch.arange(n)
     hidden = d["hidden"][s, t]
     tokens = d["ids"][s[:, None], offs].long()
@@ -133,17 +143,17 @@ def evaluate(spec: MLPSpeculator, d: dict[str, torch.Tensor], lut: torch.Tensor,
     """Held-out teacher-forced numbers: loss, top-1 agreement with the target's argmax per
     stage, and the chance that stages 0..i all agree (a greedy round's accepted prefix)."""
     n = spec.config.n_predict
-    total = d["ids"].shape[0] * (d["ids"].shape[1] - n)
+    ex = examples(d, n)
+    total = len(ex)
     agree, chain, loss, count = torch.zeros(n), torch.zeros(n), torch.zeros(n), 0
     for s in range(0, total, batch):
-        index = torch.arange(s, min(total, s + batch))
+        index = ex[s: s + batch]
         hidden, tokens, lab, p = batch_at(d, index, n, lut)
         logits = spec(hidden, tokens)
         loss += soft_ce(logits, lab, p) * len(index)
         guess = torch.stack([spec.vocab_ids[z.argmax(-1)] for z in logits], 1)  # [B, n] full ids
-        per = d["ids"].shape[1] - n
-        offs = (index % per)[:, None] + 1 + torch.arange(n)
-        truth = d["top_ids"][(index // per)[:, None], offs, 0].long()
+        offs = index[:, 1:2] + 1 + torch.arange(n)
+        truth = d["top_ids"][index[:, :1], offs, 0].long()
         hit = (guess == truth).float()
         agree += hit.sum(0)
         chain += hit.cumprod(1).sum(0)
@@ -191,11 +201,30 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     train_seqs, held_seqs, files = D.select(pair.tokenizer, spec_data, site)
     if not train_seqs or not held_seqs:
         raise SystemExit(f"not enough Python source of {cfg.seq_len}+ tokens under {site or D.site_packages()}")
+    data_deadline = t0 + cfg.data_minutes * 60
     held_shards, held_s = D.precompute(target, held_seqs, work / "heldout", cfg.top_k, desc="target pass, held-out")
     shards, train_s = D.precompute(target, train_seqs, work / "train", cfg.top_k, desc="target pass, training",
-                                   deadline=t0 + cfg.data_minutes * 60)
-    held, tr = D.load_shards(held_shards), D.load_shards(shards)
-    data_minutes = (held_s + train_s) / 60
+                                   deadline=data_deadline)
+    # The target's own answers (the paper's second stage): the held-out ones first, so a
+    # time budget shortens the training answers, never the measurement.
+    from ..models import encode_prompt
+    from . import generate as G
+
+    gen_args = dict(length=cfg.seq_len, top_k=cfg.top_k, pad_id=_pad_id(pair), eos_ids=list(pair.eos_token_ids),
+                    batch=cfg.gen_batch, sample_fraction=cfg.gen_sample_fraction, seed=cfg.seed)
+    req_held, req_train = D.requests(spec_data, True, site), D.requests(spec_data, False, site)
+    gheld, gheld_s = G.generate_shards(target, [encode_prompt(pair, r) for r in req_held], work / "gen-heldout",
+                                       desc="target answers, held-out", **gen_args)
+    gtrain, gtrain_s = G.generate_shards(target, [encode_prompt(pair, r) for r in req_train], work / "gen-train",
+                                         desc="target answers, training", deadline=data_deadline, **gen_args)
+    held = D.load_shards(held_shards + gheld)
+    site_tr, gen_tr = D.load_shards(shards), D.load_shards(gtrain)
+    tr = {k: torch.cat([site_tr[k], gen_tr[k]]) for k in site_tr} if site_tr and gen_tr else site_tr or gen_tr
+    data_minutes = (held_s + train_s + gheld_s + gtrain_s) / 60
+    n_answers = int(gen_tr["ids"].shape[0]) if gen_tr else 0
+    answers = {"requests": n_answers, "heldout_requests": len(req_held),
+               "tokens": int(gen_tr["valid"].sum()) if gen_tr else 0,
+               "sampled_fraction": cfg.gen_sample_fraction, "first_requests": req_train[:5]}
 
     # 2. V_r and the model.
     vocab_ids = build_vocab(tr, cfg.max_vocab, list(pair.eos_token_ids), pair.vocab_size)
@@ -204,7 +233,8 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     spec = MLPSpeculator(SpeculatorConfig(hidden_size, cfg.inner, cfg.n_predict, cfg.tie)).attach(target, vocab_ids)
     params = [p for p in spec.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n_examples = tr["ids"].shape[0] * (cfg.seq_len - cfg.n_predict)
+    train_ex = examples(tr, cfg.n_predict)
+    n_examples = len(train_ex)
     per_epoch = max(1, n_examples // cfg.batch)
     total = max(1, int(cfg.epochs * per_epoch))
 
@@ -240,7 +270,7 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
                 break
             epoch, k = divmod(prog.step, per_epoch)
             perm = torch.randperm(n_examples, generator=torch.Generator().manual_seed(cfg.seed * 100_003 + epoch))
-            index = perm[k * cfg.batch : (k + 1) * cfg.batch]
+            index = train_ex[perm[k * cfg.batch : (k + 1) * cfg.batch]]
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * _lr(prog.step, total, cfg.warmup)
             hidden, tokens, lab, p = batch_at(tr, index, cfg.n_predict, lut)
@@ -270,6 +300,8 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     spec.eval()
     final = evaluate(spec, held, lut)
     prog.heldout_curve.append([prog.step, final["loss"], final["top1"]])
+    if gheld:  # on the target's own held-out answers alone: what a run of the app meets
+        final["answers"] = evaluate(spec, D.load_shards(gheld), lut)
     train_minutes = prog.minutes + (time.monotonic() - t_train) / 60
 
     # 4. Weights and card.
@@ -281,12 +313,16 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
         "model": {**spec.config.as_dict(), "params": sum(p.numel() for p in params), "vocab": len(vocab_ids),
                   "frozen_from_target": "input embedding (token inputs) and output head rows V_r (logits)"},
         "data": {
-            "source": f"Python files shipped in site-packages ({site or D.site_packages()})",
-            "train_windows": int(tr["ids"].shape[0]), "first_train_files": files[:5],
+            "source": f"Python files shipped in site-packages ({site or D.site_packages()}), and the target's own "
+                      f"answers to requests built from them (documented functions) and to SQL and algorithm exercises",
+            "train_windows": int(site_tr["ids"].shape[0]) if site_tr else 0, "first_train_files": files[:5],
             "heldout_windows": int(held["ids"].shape[0]), "window_tokens": cfg.seq_len,
-            "tokens_through_target": int(tr["ids"].numel() + held["ids"].numel()),
+            "tokens_through_target": int(tr["valid"].sum() + held["valid"].sum()),
+            "answers": answers,
             "chat_fraction": cfg.chat_fraction, "label_top_k": cfg.top_k,
-            "heldout_rule": f"files whose path hash is 0 mod {spec_data.heldout_every}; assets/prompts.jsonl unused",
+            "heldout_rule": f"files (and SQL/algorithm requests) whose path (text) hash is 0 mod "
+                            f"{spec_data.heldout_every}; assets/prompts.jsonl unused, and no request names its "
+                            f"functions or schema",
             "vocab_rule": f"tokens of the training windows and the target's top-4 predictions, most frequent first, "
                           f"at most {cfg.max_vocab} (+ end-of-text tokens)",
         },
@@ -305,6 +341,12 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
                                            "heldout_top1": final["top1"]})
     write_card(out, card)
     return card
+
+
+def _pad_id(pair: Any) -> int:
+    tok = pair.tokenizer
+    pad = getattr(tok, "pad_token_id", None)
+    return int(pad if pad is not None else sorted(pair.eos_token_ids)[0])
 
 
 def _run_key(cfg: TrainConfig, vocab_ids: torch.Tensor) -> str:
