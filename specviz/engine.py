@@ -30,7 +30,7 @@ from .drafters import DraftContext, Drafter, make_drafter
 from .kv import CachedLM
 from .models.tokens import Detokenizer, token_text
 from .policy import make_policy
-from .sampling import Warp, rule_stats, sample, verdicts
+from .sampling import Warp, greedy_rule, rule_stats, sample, verdicts
 from .settings import DecodeSettings
 from .trace import DraftToken, Extra, Position, Round, Token, Trace
 from .tree_round import TreeRun
@@ -151,10 +151,11 @@ def speculative_stream(
             drafter.start(ids)
             trace.draft_prefill = clock()
             # The target's prompt pass is merged into the first verify pass (one pass fewer, as in
-            # transformers' assisted generation), except for a drafter that reads the target's hidden
-            # state before it drafts (the learned head) and for trees (their mask needs a cached prefix).
+            # transformers' assisted generation; a tree's mask lets the prompt attend causally and
+            # the nodes attend to it), except for a drafter that reads the target's hidden state
+            # before it drafts (the learned head).
             hidden = None
-            if drafter.needs_hidden or tree is not None:
+            if drafter.needs_hidden:
                 # The target's hidden state that produced ids[-1], for drafters that read it.
                 hidden = target.prefill(ids, hidden=drafter.needs_hidden)
             trace.t_prefill = clock()
@@ -220,30 +221,35 @@ def speculative_stream(
                 fed = len(ids) + k - target.cached
                 rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
                 out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
-                p_all = warp(out.logits)  # p_1..p_{k+1}
                 # No drafts (the budget left room for one token only, or the drafter had
                 # nothing): a plain target step, not a bonus.
-                n_acc, extra_kind, extra_dist = k, ("bonus" if k else "target"), p_all[k]
+                n_acc, extra_kind = k, ("bonus" if k else "target")
+                if warp.greedy:  # one-hot p and q: the rule from token ids (sampling.greedy_rule)
+                    t_ids = out.logits.argmax(-1).tolist()  # the target's token at each position
+                    rule = greedy_rule(t_ids[:k], tokens, eps)
+                else:
+                    p_all = warp(out.logits)  # p_1..p_{k+1}
+                    extra_dist = p_all[k]
+                    rule = []
+                    if k:
+                        q_all = torch.stack(qs)
+                        v = verdicts(p_all[:k], q_all, eps, settings.variant, detail=False)
+                        t_s = time.perf_counter()  # the explainer's statistics, timed as tracing cost
+                        v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q_all, v.b, v.fallback)
+                        trace.t_tracing += time.perf_counter() - t_s
+                        xs = torch.tensor(tokens, device=device)
+                        rows = torch.arange(k, device=device)
+                        rule = list(zip(v.b[rows, xs].tolist(), p_all[rows, xs].tolist(), q_all[rows, xs].tolist(),
+                                        v.reject_prob.tolist(), v.tv.tolist(), v.bias.tolist()))
                 if k:
-                    q_all = torch.stack(qs)
-                    v = verdicts(p_all[:k], q_all, eps, settings.variant, detail=False)
-                    t_s = time.perf_counter()  # the explainer's statistics, timed as tracing cost
-                    v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q_all, v.b, v.fallback)
-                    trace.t_tracing += time.perf_counter() - t_s
-                    xs = torch.tensor(tokens, device=device)
-                    rows = torch.arange(k, device=device)
-                    b_x = v.b[rows, xs].tolist()
-                    p_x = p_all[rows, xs].tolist()
-                    q_x = q_all[rows, xs].tolist()
                     u = torch.rand(k, generator=gen, device=device).tolist()
-                    for i in range(k):
-                        ok = u[i] < b_x[i]
-                        rnd.positions.append(
-                            Position(i + 1, q_x[i], p_x[i], b_x[i], u[i], ok,
-                                     float(v.reject_prob[i]), float(v.tv[i]), float(v.bias[i]))
-                        )
+                    for i, (b_x, p_x, q_x, r_i, tv_i, bias_i) in enumerate(rule):
+                        ok = u[i] < b_x
+                        rnd.positions.append(Position(i + 1, q_x, p_x, b_x, u[i], ok, r_i, tv_i, bias_i))
                         if not ok:
-                            n_acc, extra_kind, extra_dist = i, "correction", v.fallback[i]
+                            n_acc, extra_kind = i, "correction"
+                            if not warp.greedy:
+                                extra_dist = v.fallback[i]
                             break
 
                 accepted = tokens[:n_acc]
@@ -255,8 +261,12 @@ def speculative_stream(
                 if accepted and accepted[-1] in eos:
                     done, trace.stop_reason = True, "eos"
                 else:
-                    y = sample(extra_dist, gen, warp.greedy)
-                    rnd.extra = Extra(y, piece(y), extra_kind, float(p_all[n_acc][y]))
+                    if warp.greedy:  # the residual of one-hot p and q is p: the target's token
+                        y, p_y = t_ids[n_acc], 1.0
+                    else:
+                        y = sample(extra_dist, gen, warp.greedy)
+                        p_y = float(p_all[n_acc][y])
+                    rnd.extra = Extra(y, piece(y), extra_kind, p_y)
                     rnd.emitted.append(Token(y, detok.push(y), extra_kind))
                     ids.append(y)
                     if out.hidden is not None:

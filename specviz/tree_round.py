@@ -64,6 +64,8 @@ class TreeRun:
             rnd.draft_stop = ("budget" if limit < gamma else "limit") if depth >= limit else "exhausted"
         t_v0 = clock()
         rnd.t_draft = t_v0 - rnd.t_start
+        # The first round's pass also reads the prompt: per-pass cost estimates leave it out.
+        rnd.prompt_fed = len(ids) - 1 if self.target.cached == 0 else 0
         if tree is None or not len(tree):  # nothing drafted: a plain target step
             rnd.tree = None
             rnd.draft = []

@@ -282,3 +282,29 @@ def test_a_different_drafter_plugs_in_and_stays_exact():
         s = DecodeSettings(gamma=2, temperature=1.0, max_new_tokens=2, seed=seed)
         firsts.append((speculative_decode(pair, prompt, s, drafter=PromptLookupDrafter(6)).tokens[0].id,))
     assert_matches(firsts, {(x,): float(p[x]) for x in range(6) if p[x] > 0})
+
+
+@pytest.mark.parametrize("variant", ["opt", "uno"])
+@pytest.mark.parametrize("eps", [0.0, 0.25, 1.0])
+def test_greedy_rule_from_token_ids_equals_the_vector_rule(eps, variant):
+    """Greedy rounds skip the [k, V] vectors (sampling.greedy_rule): the same b(x), p(x), q(x),
+    rejection probability, TV and bias as the rule and its statistics on one-hot p and q."""
+    from specviz.sampling import greedy_rule, rule_stats, verdicts
+
+    g = torch.Generator().manual_seed(0)
+    vocab, k = 50, 12
+    t_ids = torch.randint(0, vocab, (k,), generator=g).tolist()
+    x_ids = [t if i % 3 else (t + 1) % vocab for i, t in enumerate(t_ids)]  # matches and misses
+    onehot = lambda ids: torch.nn.functional.one_hot(torch.tensor(ids), vocab).float()  # noqa: E731
+    p, q = onehot(t_ids), onehot(x_ids)
+    v = verdicts(p, q, eps, variant, detail=False)
+    r, tv, bias = rule_stats(p, q, v.b, v.fallback)
+    rows, xs = torch.arange(k), torch.tensor(x_ids)
+    want = list(zip(v.b[rows, xs].tolist(), p[rows, xs].tolist(), q[rows, xs].tolist(), r.tolist(), tv.tolist(),
+                    bias.tolist()))
+    got = greedy_rule(t_ids, x_ids, eps)
+    assert len(got) == k and any(w[1] == 0 for w in want) and any(w[1] == 1 for w in want)  # misses and matches
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=1e-6)
+    # A rejection falls back on the target's own token, for both variants.
+    assert all(int(v.fallback[i].argmax()) == t_ids[i] for i in range(k) if x_ids[i] != t_ids[i])

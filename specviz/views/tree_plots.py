@@ -42,7 +42,8 @@ def tree_sizes(trace: Trace | None) -> go.Figure:
 def tree_verify_scatter(trace: Trace | None) -> go.Figure:
     """The target's verify pass time against the tokens it scored (tree nodes + the last token)."""
     title = "Verify time vs tree nodes scored"
-    rounds = _tree_rounds(trace)
+    # The first round's pass also read the prompt: a point about the prompt, not the tree.
+    rounds = [r for r in _tree_rounds(trace) if not r.prompt_fed]
     if not rounds:
         return empty_figure(title, "No tree rounds: run with the tree drafter")
     fig = go.Figure(go.Scatter(
