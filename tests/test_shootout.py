@@ -163,7 +163,12 @@ def test_how_it_works_reads_the_card_and_the_recording():
     rec = recorded.load(ASSET)
     text = heads.draft_heads_markdown(card, rec)
     assert "2–3×" in text and "Wertheimer" in text
-    assert f"{card['heldout']['top1'][0]:.0%}" in text and f"{card['model']['params']:,}" in text
+    # The target's own held-out answers, where the card has them (what a run meets); else held-out text.
+    own = card["heldout"]["answers"]
+    assert f"{own['top1'][0]:.0%}" in text and "own held-out answers" in text and f"{card['model']['params']:,}" in text
+    old = {**card, "heldout": {k: v for k, v in card["heldout"].items() if k != "answers"}}
+    older = heads.draft_heads_markdown(old, rec)
+    assert f"{card['heldout']['top1'][0]:.0%}" in older and "On held-out text" in older
     head = next(r for r in rec.shootout if r.key == "speculator")
     if not head.error:
         assert f"{head.speedup:.2f}×" in text and rec.when() in text

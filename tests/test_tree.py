@@ -150,6 +150,11 @@ def test_greedy_tree_equals_standard_decoding_on_tiny_models(mode, branches):
         assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
         assert spec.n_tokens == 30 and spec.summary()["rejections"] > 0  # rollback was exercised
         assert all(r.tree is None or len(r.tree.nodes) <= 12 for r in spec.rounds)
+        # The target reads the prompt in the first round's tree pass, as the chain loop does: no pass of its own.
+        first = spec.rounds[0]
+        assert first.prompt_fed == len(prompt) - 1 and spec.target_prefill < 0.05
+        assert first.tree is not None and first.tree.fed == len(prompt) + len(first.tree.nodes)
+        assert all(r.prompt_fed == 0 for r in spec.rounds[1:])
 
 
 # ---- exactness -----------------------------------------------------------------------

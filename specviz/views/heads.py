@@ -41,11 +41,15 @@ is unchanged, so the output is exact. Hover a token of a learned-head round to s
 """]
     if card:
         h, m, t = card["heldout"], card["model"], card.get("training", {})
+        # The target's own held-out answers, where the card has them: the text a run of the app meets.
+        own = h.get("answers") if isinstance(h.get("answers"), dict) and h["answers"].get("top1") else None
+        where = "the target's own held-out answers" if own else "held-out text"
+        h = own or h
         chain = h.get("chain") or []
         out.append(
             f"**Here**, the shipped head for {card.get('target', 'the default target')} has {m['n_predict']} stages and "
             f"{m.get('params', 0):,} trained parameters, trained on {card.get('machine', {}).get('cpu', 'a CPU')} in "
-            f"{card.get('minutes', {}).get('training', '?')} min ({t.get('steps', '?')} steps). On held-out text "
+            f"{card.get('minutes', {}).get('training', '?')} min ({t.get('steps', '?')} steps). On {where} "
             f"its stages agree with the target's top token {_pct(h['top1'])} of the time (stage 0, 1, …)"
             + (f"; all stages up to each one agree {_pct(chain)}" if chain else "")
             + f", about {h.get('expected_accepted_greedy', '?')} accepted tokens per greedy round. "
