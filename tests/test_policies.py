@@ -8,6 +8,7 @@ enumerated from the tiny target (vocabulary 6: at most 216 continuations).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 
@@ -220,7 +221,7 @@ def test_adaptive_cost_rule_decides_as_its_formula_says():
     V = 0.05
     probe = calibrated_adaptive(0.85, accepted=60, of=80, t_step=0.01, t_verify=V)
     a_hat = probe.accept_prob(0.85)
-    assert a_hat == pytest.approx((2 * 0.85 + 60) / (2 + 80))  # prior of 2 at the bin centre, then counts
+    assert abs(a_hat - 60 / 80) < 0.01  # 80 verdicts outweigh the prior (â = c = 0.85) worth two
     t_star = a_hat**2 * V / (1 + a_hat - a_hat**2)
     cheap = calibrated_adaptive(0.85, 60, 80, t_step=0.8 * t_star, t_verify=V)
     dear = calibrated_adaptive(0.85, 60, 80, t_step=1.25 * t_star, t_verify=V)
@@ -238,6 +239,25 @@ def test_adaptive_stops_early_when_drafting_is_dear_and_acceptance_low():
     for _ in range(10):
         mixed.observe([(0.15, False)] * 8, 8, 0.08, 8, 9, 0.06)
     assert mixed.stop([0.95]) is None and mixed.stop([0.15]) == "cost"
+
+
+def test_calibration_is_the_penalised_logistic_fit_and_informs_neighbouring_confidences():
+    from specviz.policy import _Calibration
+
+    cal = _Calibration()
+    assert cal(0.3) == pytest.approx(0.3) and cal(0.9) == pytest.approx(0.9)  # no evidence: â = c
+    verdicts = [(0.97, True)] * 30 + [(0.6, True)] * 4 + [(0.55, False)] + [(0.2, False)] * 5 + [(0.25, True)]
+    cal.add(verdicts[:20])
+    cal.add(verdicts[20:])  # in two rounds, as the engine feeds it: the same fit
+    # Stationary point of Σ log-likelihood − (prior / 2)·(w0² + (w1 − 1)²): the gradient vanishes.
+    xs = [cal._logit(c) for c, _ in verdicts]
+    res = [float(ok) - 1 / (1 + math.exp(-(cal.w0 + cal.w1 * x))) for x, (_, ok) in zip(xs, verdicts)]
+    assert abs(sum(res) - cal.prior * cal.w0) < 1e-6
+    assert abs(sum(r * x for r, x in zip(res, xs)) - cal.prior * (cal.w1 - 1)) < 1e-6
+    # Verdicts at 0.97 and 0.6 (nearly all accepted) lift a confidence never seen, 0.75, above 0.75;
+    # the refusals near 0.2 keep low confidences low; the curve rises with confidence.
+    assert cal(0.75) > 0.8 and cal(0.2) < 0.35
+    assert all(cal(a) < cal(b) for a, b in zip([0.1, 0.3, 0.5, 0.7, 0.9], [0.3, 0.5, 0.7, 0.9, 0.99]))
 
 
 def test_verify_cost_is_fitted_as_a_line_in_tokens_fed():
