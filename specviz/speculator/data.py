@@ -22,9 +22,10 @@ import json
 import os
 import random
 import sysconfig
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from tqdm import tqdm
@@ -146,37 +147,43 @@ def label(target: torch.nn.Module, ids: torch.Tensor, top_k: int, chunk: int = 2
     }
 
 
-def precompute(target: torch.nn.Module, seqs: list[list[int]], out: Path, top_k: int, batch: int = 4,
-               desc: str = "target pass", deadline: float | None = None) -> tuple[list[Path], float]:
-    """Label the windows in shards of `batch` under `out`; shards already there are kept
-    (so an interrupted run resumes).  Stops starting new shards after `deadline`
-    (time.monotonic()).  Returns the shards that exist, in order, and the seconds it took
-    to compute them (recorded per shard, so a cached pass still reports its real cost)."""
-    import time
-
+def cached_shards(parts: list[list], out: Path, compute: Callable[[int, list], dict[str, torch.Tensor]],
+                  size: Callable[[list], int], desc: str, unit: str,
+                  deadline: float | None = None) -> tuple[list[Path], float]:
+    """Compute shard i = compute(i, parts[i]) under `out`, keeping shards already there (so an
+    interrupted run resumes at the first missing one); no new shard starts after `deadline`
+    (time.monotonic()).  Returns the shards that exist, in order, and the seconds it took to
+    compute them (recorded per shard, so a cached pass still reports its real cost).  The
+    progress bar counts size(part) per shard."""
     out.mkdir(parents=True, exist_ok=True)
     cost_file = out / "seconds.json"
     cost = json.loads(cost_file.read_text()) if cost_file.exists() else {}
     shards = []
-    starts = range(0, len(seqs), batch)
-    with tqdm(total=len(seqs) * len(seqs[0]) if seqs else 0, desc=desc, unit="tok", smoothing=0.1) as bar:
-        for i, s in enumerate(starts):
+    with tqdm(total=sum(size(p) for p in parts), desc=desc, unit=unit, smoothing=0.1) as bar:
+        for i, part in enumerate(parts):
             path = out / f"shard-{i:05d}.pt"
-            part = seqs[s : s + batch]
             if not path.exists():
                 if deadline is not None and time.monotonic() > deadline:
-                    bar.write(f"{desc}: time budget reached after {len(shards)} of {len(starts)} shards")
+                    bar.write(f"{desc}: time budget reached after {len(shards)} of {len(parts)} shards")
                     break
                 t0 = time.perf_counter()
-                data = label(target, torch.tensor(part), top_k)
+                data = compute(i, part)
                 tmp = path.with_suffix(".tmp")
                 torch.save(data, tmp)
                 tmp.replace(path)  # atomic: a killed run never leaves half a shard
                 cost[path.name] = round(time.perf_counter() - t0, 2)
                 cost_file.write_text(json.dumps(cost))
             shards.append(path)
-            bar.update(len(part) * len(part[0]))
+            bar.update(size(part))
     return shards, sum(cost.get(p.name, 0.0) for p in shards)
+
+
+def precompute(target: torch.nn.Module, seqs: list[list[int]], out: Path, top_k: int, batch: int = 4,
+               desc: str = "target pass", deadline: float | None = None) -> tuple[list[Path], float]:
+    """Label the windows in shards of `batch` under `out` (cached_shards: resumable, with a deadline)."""
+    parts = [seqs[s : s + batch] for s in range(0, len(seqs), batch)]
+    return cached_shards(parts, out, lambda i, part: label(target, torch.tensor(part), top_k),
+                         lambda part: len(part) * len(part[0]), desc, "tok", deadline)
 
 
 def load_shards(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -188,13 +195,12 @@ def load_shards(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else {}
 
 
-def requests(spec: DataSpec, heldout: bool, root: Path | None = None) -> list[str]:
-    """The requests the target answers for one side of the split (prompts.py), as many as the spec asks."""
+def requests(spec: DataSpec, root: Path | None = None) -> tuple[list[str], list[str]]:
+    """The requests the target answers (prompts.py), held-out and training, as many as the spec asks."""
     from . import prompts
 
     root = root or site_packages()
     files = corpus_files(root)
-    side = [f for f in files if not is_heldout(f, root, spec.heldout_every)], \
-        [f for f in files if is_heldout(f, root, spec.heldout_every)]
-    return prompts.requests(*side, root, heldout, spec.heldout_every, spec.seed,
-                            spec.gen_heldout if heldout else spec.gen_requests)
+    train = [f for f in files if not is_heldout(f, root, spec.heldout_every)]
+    held = [f for f in files if is_heldout(f, root, spec.heldout_every)]
+    return prompts.requests(train, held, root, spec.heldout_every, spec.seed, spec.gen_requests, spec.gen_heldout)

@@ -16,12 +16,9 @@ positions after the row's end-of-text, or never reached, are masked out.
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 SAMPLE_TEMPERATURE = 0.8
 
@@ -82,31 +79,15 @@ def decode_labelled(target: torch.nn.Module, prompts: list[list[int]], length: i
 def generate_shards(target: torch.nn.Module, prompts: list[list[int]], out: Path, length: int, top_k: int,
                     pad_id: int, eos_ids: list[int], batch: int, sample_fraction: float, seed: int,
                     desc: str, deadline: float | None = None) -> tuple[list[Path], float]:
-    """Decode the prompts in shards of `batch` under `out` (kept across runs: an interrupted
-    run resumes at the first missing shard); no new shard starts after `deadline`.
+    """Decode the prompts in shards of `batch` under `out` (data.cached_shards: kept across runs,
+    an interrupted run resumes at the first missing shard, no new shard after `deadline`).
     Returns the shards in order and the seconds they took to compute."""
-    out.mkdir(parents=True, exist_ok=True)
-    cost_file = out / "seconds.json"
-    cost = json.loads(cost_file.read_text()) if cost_file.exists() else {}
-    shards = []
-    starts = list(range(0, len(prompts), batch))
-    with tqdm(total=len(prompts), desc=desc, unit="answer", smoothing=0.1) as bar:
-        for i, s in enumerate(starts):
-            path = out / f"shard-{i:05d}.pt"
-            part = prompts[s: s + batch]
-            if not path.exists():
-                if deadline is not None and time.monotonic() > deadline:
-                    bar.write(f"{desc}: time budget reached after {len(shards)} of {len(starts)} shards")
-                    break
-                t0 = time.perf_counter()
-                gen = torch.Generator().manual_seed(seed * 1_000_003 + i)  # per shard: resumable, deterministic
-                rows = [torch.rand((), generator=gen).item() < sample_fraction for _ in part]
-                data = decode_labelled(target, part, length, top_k, pad_id, eos_ids, rows, gen)
-                tmp = path.with_suffix(".tmp")
-                torch.save(data, tmp)
-                tmp.replace(path)
-                cost[path.name] = round(time.perf_counter() - t0, 2)
-                cost_file.write_text(json.dumps(cost))
-            shards.append(path)
-            bar.update(len(part))
-    return shards, sum(cost.get(p.name, 0.0) for p in shards)
+    from .data import cached_shards
+
+    def compute(i: int, part: list[list[int]]) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)  # per shard: resumable, deterministic
+        rows = [torch.rand((), generator=gen).item() < sample_fraction for _ in part]
+        return decode_labelled(target, part, length, top_k, pad_id, eos_ids, rows, gen)
+
+    parts = [prompts[s: s + batch] for s in range(0, len(prompts), batch)]
+    return cached_shards(parts, out, compute, len, desc, "answer", deadline)
