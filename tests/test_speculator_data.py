@@ -65,8 +65,7 @@ def test_requests_never_name_the_evaluation_prompts():
     root = D.site_packages()
     files = D.corpus_files(root)
     sides = [f for f in files if not D.is_heldout(f, root, 16)], [f for f in files if D.is_heldout(f, root, 16)]
-    train = P.requests(*sides, root, False, 16, 0, 600)
-    held = P.requests(*sides, root, True, 16, 0, 10**9)
+    held, train = P.requests(*sides, root, 16, 0, n_train=600, n_heldout=10**9)
     assert len(train) == 600 and len(held) > 50
     assert not any(P.leaks(r) for r in train + held)
     assert not set(train) & set(held)

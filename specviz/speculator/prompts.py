@@ -153,13 +153,11 @@ def _fixed() -> list[str]:
     return [r for r in sql + algo if not leaks(r)]
 
 
-def requests(train_files: list[Path], heldout_files: list[Path], root: Path, heldout: bool, every: int,
-             seed: int, limit: int) -> list[str]:
-    """The request bank for one side of the split, at most `limit` long: functions from that
-    side's files, SQL and algorithm requests split by a hash of their text.  The same function
+def requests(train_files: list[Path], heldout_files: list[Path], root: Path, every: int, seed: int,
+             n_train: int, n_heldout: int) -> tuple[list[str], list[str]]:
+    """The request banks (held-out, training), at most n_heldout and n_train long: functions from
+    each side's files, SQL and algorithm requests split by a hash of their text.  The same function
     can be documented alike in several files (vendored copies), so a training request never
-    repeats any request the held-out files give."""
-    held = _bank(heldout_files, root, True, every, seed, 10**9 if not heldout else limit, set())
-    if heldout:
-        return held
-    return _bank(train_files, root, False, every, seed, limit, set(held))
+    repeats any request the held-out files give (all of them are read for that: a few seconds)."""
+    held = _bank(heldout_files, root, True, every, seed, 10**9, set())
+    return held[:n_heldout], _bank(train_files, root, False, every, seed, n_train, set(held))

@@ -212,14 +212,15 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
 
     gen_args = dict(length=cfg.seq_len, top_k=cfg.top_k, pad_id=_pad_id(pair), eos_ids=list(pair.eos_token_ids),
                     batch=cfg.gen_batch, sample_fraction=cfg.gen_sample_fraction, seed=cfg.seed)
-    req_held, req_train = D.requests(spec_data, True, site), D.requests(spec_data, False, site)
+    req_held, req_train = D.requests(spec_data, site)
     gheld, gheld_s = G.generate_shards(target, [encode_prompt(pair, r) for r in req_held], work / "gen-heldout",
                                        desc="target answers, held-out", **gen_args)
     gtrain, gtrain_s = G.generate_shards(target, [encode_prompt(pair, r) for r in req_train], work / "gen-train",
                                          desc="target answers, training", deadline=data_deadline, **gen_args)
-    held = D.load_shards(held_shards + gheld)
+    gen_held = D.load_shards(gheld)
+    held = _cat(D.load_shards(held_shards), gen_held)
     site_tr, gen_tr = D.load_shards(shards), D.load_shards(gtrain)
-    tr = {k: torch.cat([site_tr[k], gen_tr[k]]) for k in site_tr} if site_tr and gen_tr else site_tr or gen_tr
+    tr = _cat(site_tr, gen_tr)
     data_minutes = (held_s + train_s + gheld_s + gtrain_s) / 60
     n_answers = int(gen_tr["ids"].shape[0]) if gen_tr else 0
     answers = {"requests": n_answers, "heldout_requests": len(req_held),
@@ -300,8 +301,8 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     spec.eval()
     final = evaluate(spec, held, lut)
     prog.heldout_curve.append([prog.step, final["loss"], final["top1"]])
-    if gheld:  # on the target's own held-out answers alone: what a run of the app meets
-        final["answers"] = evaluate(spec, D.load_shards(gheld), lut)
+    if gen_held:  # on the target's own held-out answers alone: what a run of the app meets
+        final["answers"] = evaluate(spec, gen_held, lut)
     train_minutes = prog.minutes + (time.monotonic() - t_train) / 60
 
     # 4. Weights and card.
@@ -341,6 +342,11 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
                                            "heldout_top1": final["top1"]})
     write_card(out, card)
     return card
+
+
+def _cat(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Two sets of shards (load_shards) as one; either may be empty."""
+    return {k: torch.cat([a[k], b[k]]) for k in a} if a and b else a or b
 
 
 def _pad_id(pair: Any) -> int:
