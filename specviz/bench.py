@@ -136,6 +136,7 @@ def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSett
     if config in HF_CONFIGS:
         new, seconds = hf_generate(pair, ids, base, config)
         return Run(tokens=len(new), seconds=seconds, decode_tokens=len(new), decode_seconds=seconds, ids=new)
+    # "spec-<policy>": the chosen drafter; "chain-<policy>" (--versus) keys its settings by the whole name
     return run_trace(speculative_decode(pair, ids, settings[config.removeprefix("spec-")], prompt=prompt))
 
 
@@ -229,8 +230,11 @@ def summarise(runs: dict[str, list[Run]], greedy: bool) -> dict[str, dict[str, A
 # ---- the benchmark ----------------------------------------------------------------
 
 
-def configurations(policies: list[str], compare_hf: bool) -> list[str]:
-    return ["standard"] + [f"spec-{p}" for p in policies] + (list(HF_CONFIGS) if compare_hf else [])
+def configurations(policies: list[str], compare_hf: bool, versus: list[str] | None = None) -> list[str]:
+    """Config names: "spec-<policy>" for the chosen drafter, "chain-<policy>" for the draft model's
+    chain beside it (--versus), then transformers' runs."""
+    return (["standard"] + [f"spec-{p}" for p in policies] + [f"chain-{p}" for p in versus or []]
+            + (list(HF_CONFIGS) if compare_hf else []))
 
 
 def rotated(configs: list[str], repeat: int) -> list[str]:
@@ -329,10 +333,15 @@ def prompt_table(prompts: list[dict[str, Any]], agg: dict[str, Any], spec: str, 
     return table(rows, headers)
 
 
-def policy_table(agg: dict[str, Any], policies: list[str]) -> str:
+def _label(config: str) -> str:
+    return config.removeprefix("spec-").replace("chain-", "chain ")
+
+
+def policy_table(agg: dict[str, Any], configs: list[str]) -> str:
+    """One row per speculative configuration ("spec-…", "chain-…")."""
     headers = [h for h, _ in SPEC_COLUMNS] + ["MAL", "draft stops"]
-    rows = [(p, [f(agg[f"spec-{p}"]) for _, f in SPEC_COLUMNS]
-             + [_num(agg[f"spec-{p}"]["mean_accepted_length"]), _stops(agg[f"spec-{p}"])]) for p in policies]
+    rows = [(_label(c), [f(agg[c]) for _, f in SPEC_COLUMNS] + [_num(agg[c]["mean_accepted_length"]), _stops(agg[c])])
+            for c in configs]
     return table(rows, headers)
 
 
@@ -340,7 +349,7 @@ def rate_table(prompts: list[dict[str, Any]], agg: dict[str, Any], configs: list
     """tok/s (median) of every configuration on every prompt: who wins where."""
     rows = [(name, [_num(m[c]["tok_s"]) for c in configs])
             for name, m in [(p["name"][:24], p["configs"]) for p in prompts] + [("ALL", agg)]]
-    return table(rows, [c.removeprefix("spec-") for c in configs])
+    return table(rows, [_label(c) for c in configs])
 
 
 def baseline_lines(agg: dict[str, Any]) -> list[str]:
@@ -389,6 +398,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tree-mode", default=None, choices=list(TREE_MODES),
                     help="tree drafter: i.i.d. batch drafts, a best-first top-k tree (default), or M distinct "
                          "children per node sampled without replacement (unique)")
+    ap.add_argument("--versus", default=None, metavar="POLICIES",
+                    help="also run the draft model's chain with these policies (comma-separated, or 'all') in "
+                         "the same interleaved runs: a tree or another drafter against the chain, on one clock")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration per prompt (median reported)")
     ap.add_argument("--compare-hf", action="store_true",
                     help="also time transformers' generate: plain, assisted with the same γ, assisted with its "
@@ -403,15 +415,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.threads is not None and args.threads < 1:
         ap.error("--threads must be at least 1")
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
+    versus = [] if not args.versus else list(POLICIES) if args.versus == "all" else args.versus.split(",")
+    unknown = [p for p in versus if p not in POLICIES]
+    if unknown:
+        ap.error(f"--versus: unknown policy {unknown[0]!r} (choose from {', '.join(POLICIES)} or all)")
+    if versus and args.drafter == "model":
+        ap.error("--versus runs the draft model's chain beside another drafter: pick --drafter tree, "
+                 "prompt-lookup or speculator (or use --policy all for the chain's policies)")
     try:
         args.settings = {p: DecodeSettings.checked(
             gamma=_gamma_for(p, args), epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
             top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
             drafter=args.drafter, policy="constant" if p == "base" else p, tau=args.tau, branches=args.branches, tree_nodes=args.tree_nodes,
             tree_mode=args.tree_mode) for p in policies + ["base"]}
+        for p in versus:
+            args.settings[f"chain-{p}"] = DecodeSettings.checked(
+                gamma=_gamma_for(p, args), epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
+                top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                drafter="model", policy=p, tau=args.tau)
     except SettingsError as exc:
         ap.error(str(exc))
-    args.policies = policies
+    args.policies, args.versus = policies, versus
     return args
 
 
@@ -444,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{pair.draft_quant or 'none'}; γ={base.gamma} ε={base.epsilon} T={base.temperature} "
           f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)
 
-    configs = configurations(args.policies, args.compare_hf)
+    configs = configurations(args.policies, args.compare_hf, args.versus)
     # Warm up every configuration once (first calls allocate and are slower).
     warm_ids = encode_prompt(pair, "Hello", chat=True)
     warm = {k: dataclasses.replace(s, max_new_tokens=4) for k, s in settings.items()}
@@ -471,10 +495,10 @@ def main(argv: list[str] | None = None) -> int:
             equal = [p["configs"][cfg]["greedy_equal"] for p in prompts]
             agg[cfg].update(greedy_equal=all(equal), greedy_equal_prompts=f"{sum(equal)}/{len(equal)}")
 
-    if len(args.policies) == 1:
+    if len(args.policies) == 1 and not args.versus:
         print(prompt_table(prompts, agg, f"spec-{args.policies[0]}", [h for h in HF_CONFIGS if h in configs]))
     else:
-        print(policy_table(agg, args.policies))
+        print(policy_table(agg, [c for c in configs if c.startswith(("spec-", "chain-"))]))
         print(rate_table(prompts, agg, configs))
     for line in baseline_lines(agg) + LEGEND:
         print(line)
@@ -485,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "schema": "specviz.bench", "version": 2,
             "settings": base.as_dict(), "gamma_max": args.gamma_max, "policies": args.policies,
+            "versus": args.versus,
             "repeats": args.repeats, "configs": configs,
             "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
             "device": pair.device_label(), "dtype": dtype, "draft_quant": pair.draft_quant,

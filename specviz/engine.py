@@ -171,7 +171,7 @@ def speculative_stream(
                 room = budget - n_gen - 1
                 limit = min(policy.limit(), room)
                 if tree is not None:
-                    if (yield from _relay(tree.round(rnd, limit, settings.gamma), clock, trace, rnd)):
+                    if (yield from _relay(tree.round(rnd, limit, settings.gamma, policy), clock, trace, rnd)):
                         done, trace.stop_reason = True, "eos"
                     if not done and len(ids) - n_prompt >= budget:
                         done, trace.stop_reason = True, "max_new_tokens"

@@ -26,6 +26,21 @@ exact whatever it decides.
   that marginal rate beats the round's average rate E_i / T_i (the stopping rule
   that maximises tokens per second, up to that estimate).  Until a round has been
   measured it stops like the confidence policy.
+
+With the tree drafter γ is the tree's greatest depth, and after each depth
+level the policy decides how many of the best frontier nodes the next draft
+pass expands — none stops the tree (`tree_expand`; i.i.d. and unique trees go on
+with all or none) — and, for best-first trees, how many of the drafted nodes the
+target verifies (`tree_keep`).  A node's *value* is the chance the walk accepts
+it: the product of tree_value(confidence) over its path (constant, heuristic
+and confidence policies: the draft's own probabilities, EAGLE-2's cumulative
+score; adaptive: its calibrated acceptance).  The values sum to the tree's
+expected accepted length, so the adaptive policy keeps the most valuable nodes
+while one more is worth its verify slot, and expands a node while its expected
+best child is worth what it adds to the draft pass (a first node: a whole pass;
+each further one: the pass's extra row, fitted from timed tree levels) — the
+chain rule above, with a tree's sums.  All of it reads the draft side and past
+rounds only, so the tree's rule stays exact.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ STOP_REASONS = {
     "confidence": "the draft's confidence fell below τ",
     "cost": "one more draft token was not worth its cost",
     "eos": "drafted an end-of-text token",
+    "nodes": "the tree reached its node budget",
     "exhausted": "the drafter had nothing more to propose",
     "none": "nothing drafted (a plain target step)",
 }
@@ -62,9 +78,30 @@ class Policy:
         return None
 
     def observe(self, verdicts: list[tuple[float, bool]], drafted: int, t_draft: float, draft_forwards: int,
-                fed: int, t_verify: float | None) -> None:
-        """After each round: (confidence, accepted) of each verified draft, timings (t_verify None
-        when the pass also fed the prompt, so it says nothing about a typical pass)."""
+                fed: int, t_verify: float | None, full: bool | None = None,
+                passes: list[tuple[int, float]] | None = None) -> None:
+        """After each round: (confidence, accepted) of each verified draft (a tree: every child
+        tried), timings (t_verify None when the pass also fed the prompt, so it says nothing about
+        a typical pass); `full`: the accepted path reached the round's draft length (default:
+        every verdict an acceptance, one per drafted token); `passes`: a tree round's draft
+        passes that expanded nodes, as (nodes fed, seconds)."""
+
+    # ---- trees: the drafter asks these while growing (draft side only) --------------------
+
+    def tree_value(self, confidence: float, rank_prob: float) -> float:
+        """The chance a drafted node is accepted once its parent was: the draft's own
+        probability (rank_prob: warped q, or the temperature-1 one in greedy mode)."""
+        return rank_prob
+
+    def tree_expand(self, candidates: list[tuple[float, float]], values: list[float], levels: int) -> tuple[int, str | None]:
+        """How many of `candidates` ((value, confidence) of the nodes the next level could
+        expand, best first) to expand: (n, None), or (0, a reason to stop growing).
+        `values`: every node's value so far; `levels`: draft passes this round has spent."""
+        return len(candidates), None
+
+    def tree_keep(self, values: list[float], levels: int) -> int:
+        """How many nodes (the most valuable ones; `values` sorted best first) to verify."""
+        return len(values)
 
 
 class Heuristic(Policy):
@@ -77,10 +114,10 @@ class Heuristic(Policy):
     def limit(self) -> int:
         return self.current
 
-    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify) -> None:
+    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify, full=None, passes=None) -> None:
         if not drafted:
             return
-        all_ok = len(verdicts) == drafted and all(ok for _, ok in verdicts)
+        all_ok = full if full is not None else len(verdicts) == drafted and all(ok for _, ok in verdicts)
         self.current = min(self.gamma, self.current + 2) if all_ok else max(1, self.current - 1)
 
 
@@ -89,6 +126,12 @@ class Confidence(Policy):
 
     def stop(self, confidences: list[float]) -> str | None:
         return "confidence" if confidences[-1] < self.tau else None
+
+    def tree_expand(self, candidates, values, levels) -> tuple[int, str | None]:
+        # The most valuable frontier node's own token, as the chain reads its last token.
+        if candidates and candidates[0][1] < self.tau:
+            return 0, "confidence"
+        return len(candidates), None
 
 
 @dataclass
@@ -191,24 +234,78 @@ class Adaptive(Confidence):
         self.verify = _Fit()
         self.t_step: float | None = None  # mean seconds per draft forward
         self.steps = 0
+        self.draft_rows = _Fit()  # tree rounds: a draft pass's seconds against the nodes it fed
 
     def stop(self, confidences: list[float]) -> str | None:
-        line = self.verify.line()
-        if line is None or self.t_step is None:  # nothing measured yet: the confidence rule
+        measured = self._measured()
+        if measured is None:  # nothing measured yet: the confidence rule
             return super().stop(confidences)
-        a, b = line
+        a, b, t_step = measured
         i = len(confidences)
         probs = [self.accept_prob(c) for c in confidences]
         p_all, expected = 1.0, 1.0
         for p in probs:
             p_all *= p
             expected += p_all
-        t_so_far = i * self.t_step + a + b * (i + 1)
+        t_so_far = i * t_step + a + b * (i + 1)
         gain = p_all * probs[-1]
-        return None if gain / max(self.t_step + b, 1e-9) > expected / t_so_far else "cost"
+        return None if gain / max(t_step + b, 1e-9) > expected / t_so_far else "cost"
 
-    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify) -> None:
+    def _measured(self) -> tuple[float, float, float] | None:
+        """(a, b, t_step): the verify pass's a + b·fed and the draft pass's time, once measured."""
+        line = self.verify.line()
+        return None if line is None or self.t_step is None else (*line, self.t_step)
+
+    def tree_value(self, confidence, rank_prob) -> float:
+        return self.accept_prob(confidence) if self._measured() else rank_prob
+
+    def _best_keep(self, values: list[float], levels: int) -> tuple[int, float]:
+        """(n, rate): the n most valuable nodes that maximise expected tokens per second
+        (1 + Σ values) / (levels·t_step + a + b·(n + 1))."""
+        a, b, t_step = self._measured()  # type: ignore[misc]
+        best, total = (0, 1.0 / (levels * t_step + a + b)), 1.0
+        for n, v in enumerate(values, 1):
+            total += v
+            rate = total / (levels * t_step + a + b * (n + 1))
+            if rate > best[1]:
+                best = (n, rate)
+        return best
+
+    def tree_keep(self, values, levels) -> int:
+        if not self._measured():
+            return len(values)
+        return max(self._best_keep(values, levels)[0], 1)
+
+    def _draft_pass(self, rows: int) -> float:
+        """Seconds of a draft pass over `rows` tree nodes; until passes of different widths
+        have been timed, each row is charged as a whole pass (so a second node is expanded
+        only when it is worth a pass of its own, which then times a wider pass)."""
+        line = self.draft_rows.line()
+        if line is None or self.draft_rows.sxx * self.draft_rows.n - self.draft_rows.sx ** 2 < 1e-9:
+            return (self.t_step or 0.0) * rows
+        return line[0] + line[1] * rows
+
+    def tree_expand(self, candidates, values, levels) -> tuple[int, str | None]:
+        measured = self._measured()
+        if measured is None:
+            return super().tree_expand(candidates, values, levels)
+        _, b, _ = measured
+        _, rate = self._best_keep(sorted(values, reverse=True), levels)
+        # A node's best child is worth about its own value times its acceptance (confidences
+        # along a path are correlated, as for the chain).  The first node expanded costs a
+        # draft pass, each further one the pass's extra row; each adds a verify slot.
+        n = 0
+        for i, (v, c) in enumerate(candidates):
+            extra = self._draft_pass(i + 1) - (self._draft_pass(i) if i else 0.0)
+            if v * self.accept_prob(c) / max(extra + b, 1e-9) <= rate:
+                break
+            n += 1
+        return n, None if n else "cost"
+
+    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify, full=None, passes=None) -> None:
         self.accept_prob.add(verdicts)
+        for rows, seconds in passes or []:
+            self.draft_rows.add(rows, seconds)
         if draft_forwards:
             total = (self.t_step or 0.0) * self.steps + t_draft
             self.steps += draft_forwards

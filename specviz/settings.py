@@ -157,17 +157,14 @@ class DecodeSettings:
         tree_nodes = _integer("tree nodes (node budget)", d["tree_nodes"], 1, TREE_NODES_MAX)
         tree_mode = _choice("tree mode", d["tree_mode"], TREE_MODES)
         if drafter == "tree":
-            # The tree's multi-candidate rule is exact only: ε's over-acceptance, UNO's corrections
-            # from p and the dynamic draft lengths are defined for a chain of drafts.
+            # The tree's multi-candidate rule is exact only: ε's over-acceptance and UNO's
+            # corrections from p are defined for a chain of drafts.
             if eps != 0.0:
                 raise SettingsError("ε (over-acceptance) applies to chain drafting only: the tree drafter "
                                     "verifies exactly, so set ε to 0")
             if variant != "opt":
                 raise SettingsError("the tree drafter samples corrections from the residual (Decoding-OPT); "
                                     "Decoding-UNO applies to chain drafting only")
-            if policy != "constant":
-                raise SettingsError("the tree drafter grows a tree of depth γ: use the constant draft-length "
-                                    "policy (the dynamic policies apply to chain drafting only)")
         return cls(gamma, eps, variant, temp, top_k, top_p, max_new, seed, drafter, policy, tau, branches,
                    tree_nodes, tree_mode)
 

@@ -37,7 +37,8 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
       "draft": [{"id", "text", "q", "conf"}],  # drafted tokens x_i with q_i(x_i) and the drafter's
                                      # temperature-1 probability of x_i; [] for standard decoding
       "draft_stop": str,             # why drafting stopped: limit, budget, confidence, cost, eos,
-                                     # exhausted (the drafter had no more), none (nothing drafted)
+                                     # nodes (a tree's node budget), exhausted (the drafter had no
+                                     # more), none (nothing drafted)
       "positions": [Position],       # verified positions: accepted ones, then the rejected one
       "extra": {"id", "text", "kind", "p"} | null,
                                      # kind: "correction" (sampled from the residual),
@@ -107,7 +108,7 @@ from .trace_tree import RoundTree
 SCHEMA_NAME = "specviz.trace"
 SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
 READ_VERSIONS = (1, 2)  # version 1 recordings load with the new fields at their defaults
-DRAFT_STOPS = ("", "limit", "budget", "confidence", "cost", "eos", "exhausted", "none")
+DRAFT_STOPS = ("", "limit", "budget", "confidence", "cost", "eos", "nodes", "exhausted", "none")
 MAX_TRACE_BYTES = 20 * 1024 * 1024  # a trace file larger than this is refused
 MAX_ROUNDS = 20_000
 

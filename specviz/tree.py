@@ -59,6 +59,8 @@ class DraftTree:
     tries: dict[int, list[int]] = field(default_factory=dict)
     dist: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> warped draft distribution q there
     forwards: int = 0  # draft forward passes spent
+    passes: list[int] = field(default_factory=list)  # tokens or nodes each of those passes fed
+    stop: str | None = None  # why it stopped growing (a key of specviz.policy.STOP_REASONS)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -96,7 +98,7 @@ class DraftTree:
         keep = sorted(keep)
         new = {old: k for k, old in enumerate(keep)}
         new[ROOT] = ROOT
-        out = DraftTree(self.mode, forwards=self.forwards)
+        out = DraftTree(self.mode, forwards=self.forwards, passes=self.passes, stop=self.stop)
         for old in keep:
             out.tokens.append(self.tokens[old])
             out.parents.append(new[self.parents[old]])

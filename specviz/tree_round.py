@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .drafters import DraftContext
+from .policy import Policy
 from .sampling import Warp, sample
 from .trace import DraftToken, Extra, Position, Round, Token
 from .trace_tree import RoundTree, TreeNode, TreeTry, TreeVisit
@@ -44,15 +45,22 @@ class TreeRun:
         self.piece, self.detok, self.clock = piece, detok, clock
         self.mode = mode  # settings.tree_mode, as the trace names it
 
-    def round(self, rnd: Round, limit: int, gamma: int) -> Iterator[None]:
+    def round(self, rnd: Round, limit: int, gamma: int, policy: Policy) -> Iterator[None]:
         """Draft, verify, emit and roll back; yields after each drafted depth.  Returns
-        True when the text ended (an end-of-text token was emitted)."""
+        True when the text ended (an end-of-text token was emitted).  The draft-length
+        policy shapes the tree (specviz.policy) and learns from the round's verdicts."""
         ids, clock, piece = self.ids, self.clock, self.piece
         tree = None
+        passes: list[tuple[int, float]] = []  # (nodes fed, seconds) of each draft pass
         rnd.draft_stop = "none"
         if limit > 0:
             ctx = DraftContext(ids, limit, self.warp, self.gen, self.device)
-            for tree in self.drafter.grow(ctx, self.eos):
+            t_level = rnd.t_start
+            for tree in self.drafter.grow(ctx, self.eos, policy):
+                now = clock()
+                if tree.forwards > len(passes):  # one draft pass since the last depth: time it
+                    passes.append((tree.passes[-1], now - t_level))
+                t_level = now
                 # While drafting, the chain fields show the tree's main line.
                 rnd.draft = [DraftToken(tree.tokens[n], piece(tree.tokens[n]), min(tree.q_tok[n], 1.0),
                                         min(tree.conf[n], 1.0)) for n in tree.first_line()]
@@ -60,8 +68,8 @@ class TreeRun:
                 rnd.draft_forwards = tree.forwards
                 rnd.t_draft = clock() - rnd.t_start
                 yield
-            depth = max((rnd.tree.nodes[-1].depth if rnd.tree and rnd.tree.nodes else 0), 0)
-            rnd.draft_stop = ("budget" if limit < gamma else "limit") if depth >= limit else "exhausted"
+            stop = tree.stop if tree is not None and tree.stop else "exhausted"
+            rnd.draft_stop = ("budget" if limit < gamma else "limit") if stop == "limit" else stop
         t_v0 = clock()
         rnd.t_draft = t_v0 - rnd.t_start
         # The first round's pass also reads the prompt: per-pass cost estimates leave it out.
@@ -69,6 +77,7 @@ class TreeRun:
         if tree is None or not len(tree):  # nothing drafted: a plain target step
             rnd.tree = None
             rnd.draft = []
+            fed = len(ids) - self.target.cached
             p = self.warp(self.target.feed(ids).logits[-1])
             y = sample(p, self.gen, self.warp.greedy)
             rnd.extra = Extra(y, piece(y), "target", float(p[y]))
@@ -79,6 +88,7 @@ class TreeRun:
             self.drafter.rollback(keep)
             rnd.t_end = clock()
             rnd.t_verify = rnd.t_end - t_v0
+            policy.observe([], 0, rnd.t_draft, rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify)
             return y in self.eos
 
         fed = len(ids) - self.target.cached + len(tree)
@@ -105,6 +115,12 @@ class TreeRun:
         assert self.target.cached == base + len(v.path)
         rnd.t_end = clock()
         rnd.t_verify = rnd.t_end - t_v0
+        # Every child tried is a verdict on a token of that confidence; the round was "full"
+        # when the accepted path reached the tree's depth.
+        depth = max(n.depth for n in rnd.tree.nodes)
+        policy.observe([(tree.conf[t.node], t.accepted) for vis in v.visits for t in vis.tries], depth,
+                       rnd.t_draft, rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify,
+                       full=len(v.path) >= depth, passes=passes[1:])  # the first pass fed the suffix
         return done
 
     def _record(self, rnd: Round, tree: DraftTree, p: torch.Tensor, v: TreeVerdict, fed: int,

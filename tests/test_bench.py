@@ -230,3 +230,27 @@ def test_gamma_max_applies_to_the_dynamic_policies_only(prompts_file, tmp_path, 
                   and "adaptive" in line)
     assert "heuristic" in header
     assert any(line.split() and line.split()[0] == "ALL" for line in text.splitlines())
+
+
+def test_versus_runs_the_draft_models_chain_beside_a_tree_on_one_clock(prompts_file, tmp_path, capsys):
+    """--versus: the tree (with the adaptive policy) and the chain's policies run interleaved in the
+    same repeats, and both appear in the tables and the JSON."""
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "2", "--gamma-max", "4",
+                     "--max-new-tokens", "8", "--repeats", "2", "--drafter", "tree", "--branches", "2",
+                     "--policy", "adaptive", "--versus", "constant,adaptive", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    configs = ["standard", "spec-adaptive", "chain-constant", "chain-adaptive"]
+    assert doc["configs"] == configs and doc["versus"] == ["constant", "adaptive"]
+    for p in doc["prompts"]:
+        assert p["orders"][1] == configs[1:] + configs[:1]  # interleaved, rotating
+        assert all(len(p["runs"][c]) == 2 for c in configs)
+    agg = doc["aggregate"]
+    assert agg["chain-constant"]["mean_draft_length"] <= 2 and agg["spec-adaptive"]["tokens"] > 0
+    text = capsys.readouterr().out
+    assert "chain adaptive" in text and "chain constant" in text
+    for bad, says in ((["--versus", "beam"], "unknown policy"), (["--drafter", "model", "--versus", "all"], "chain")):
+        with pytest.raises(SystemExit):
+            bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--drafter", "tree", *bad])
+        assert says in capsys.readouterr().err

@@ -299,8 +299,8 @@ def test_tree_settings_are_validated():
         DecodeSettings.checked(drafter="tree", epsilon=0.1)
     with pytest.raises(SettingsError, match="UNO"):
         DecodeSettings.checked(drafter="tree", variant="uno")
-    with pytest.raises(SettingsError, match="constant"):
-        DecodeSettings.checked(drafter="tree", policy="confidence")
+    # Dynamic policies shape trees too (specviz.policy: depth, width, nodes verified).
+    assert DecodeSettings.checked(drafter="tree", policy="adaptive", gamma=20).policy == "adaptive"
     with pytest.raises(SettingsError, match="branches"):
         DecodeSettings.checked(branches=9)
     with pytest.raises(SettingsError, match="tree nodes"):

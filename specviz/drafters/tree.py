@@ -41,7 +41,8 @@ import torch
 
 from ..kv import CachedLM
 from ..sampling import sample
-from ..settings import TREE_MODES
+from ..policy import Policy
+from ..settings import TREE_MODES, DecodeSettings
 from ..tree import ROOT, DraftTree
 from .base import DraftContext, Drafter, DraftStep
 
@@ -78,10 +79,12 @@ class TreeDrafter(Drafter):
         """One draft forward over `nodes` (ROOT alone: the prefix); their raw logits.
         Stores each node's warped distribution in tree.dist."""
         if nodes == [ROOT]:
+            tree.passes.append(len(ids) - self.lm.cached)
             logits = self.lm.feed(ids).logits[-1:]
         else:
             parents = [self.fed[tree.parents[n]] if tree.parents[n] != ROOT else -1 for n in nodes]
             start = len(self.lm.tree_parents)
+            tree.passes.append(len(nodes))
             logits = self.lm.feed_tree(ids, [tree.tokens[n] for n in nodes], parents).logits
             for k, n in enumerate(nodes):
                 self.fed[n] = start + k
@@ -92,21 +95,25 @@ class TreeDrafter(Drafter):
             out[n] = row
         return out
 
-    def grow(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
-        """Yield the tree after each depth level; the last one is final (≤ ctx.max_tokens deep)."""
+    def grow(self, ctx: DraftContext, eos: set[int], policy: Policy | None = None) -> Iterator[DraftTree]:
+        """Yield the tree after each depth level; the last one is final (≤ ctx.max_tokens deep).
+        The draft-length policy decides whether to grow deeper and, for best-first trees, how
+        many nodes to keep (None: the constant policy, depth γ and the node budget)."""
         self.fed = {}
         grow = {"iid": self._grow_iid, "best-first": self._grow_best_first, "unique": self._grow_unique}[self.mode]
-        yield from grow(ctx, eos)
+        yield from grow(ctx, eos, policy or Policy(DecodeSettings()))
 
-    def _grow_iid(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+    def _grow_iid(self, ctx: DraftContext, eos: set[int], policy: Policy) -> Iterator[DraftTree]:
         tree = DraftTree("iid")
         raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
+        value = {ROOT: 1.0}  # the chance the walk accepts the node (policy.tree_value along its path)
         alive = [ROOT] * self.branches  # where each sequence stands
         for depth in range(1, ctx.max_tokens + 1):
             # Each draw may add a node: cap the sequences that go on before drawing,
             # by their index only (the draws at a node must stay i.i.d. from q).
             alive = alive[: max(self.max_nodes - len(tree), 0)]
             if not alive:
+                tree.stop = "nodes"
                 break
             new_alive = []
             for node in dict.fromkeys(alive):  # distinct nodes, in sequence order
@@ -121,6 +128,7 @@ class TreeDrafter(Drafter):
                     child = tree.child(node, x)
                     if child is None:
                         child = tree.add(x, node, float(q[x]), float(conf[x]))
+                        value[child] = value[node] * policy.tree_value(float(conf[x]), float(q[x]))
                     tree.draws[child] += 1
                     tree.tries.setdefault(node, []).append(child)
                     new_alive.append((node, child))
@@ -130,56 +138,83 @@ class TreeDrafter(Drafter):
             alive = [n for n in alive if tree.tokens[n] not in eos]  # nothing follows an end of text
             yield tree
             if depth == ctx.max_tokens or not alive:
+                tree.stop = "limit" if alive else "eos"
+                break
+            # Whether to go deeper is decided from what was drawn so far, before any draw
+            # below: the draws at each node stay i.i.d. from q.
+            nodes = sorted(dict.fromkeys(alive), key=lambda n: (-value[n], n))
+            # (All or nothing: the sequences that go on are chosen by index only.)
+            width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in nodes], list(value.values())[1:],
+                                            tree.forwards)
+            if not width:
+                tree.stop = why
                 break
             raw = self._expand(ctx.ids, tree, list(dict.fromkeys(alive)), ctx.warp)
 
-    def _grow_best_first(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+    def _grow_best_first(self, ctx: DraftContext, eos: set[int], policy: Policy) -> Iterator[DraftTree]:
         tree = DraftTree("det")
         k = self.branches
         raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
-        score = {ROOT: 0.0}  # log of the cumulative draft probability
+        value = {ROOT: 1.0}  # the chance the walk accepts the node: policy.tree_value along its path
         frontier = [ROOT]
         for depth in range(1, ctx.max_tokens + 1):
             new = []
             for node in frontier:
                 # Rank children by the draft's warped q (the temperature-1 one in greedy
                 # mode, where q is one-hot); a token with q = 0 is never worth a node.
-                rank = torch.softmax(raw[node].float(), -1) if ctx.warp.greedy else tree.dist[node]
-                probs, toks = torch.topk(rank, min(k, rank.numel()))
                 conf = torch.softmax(raw[node].float(), -1)
+                rank = conf if ctx.warp.greedy else tree.dist[node]
+                probs, toks = torch.topk(rank, min(k, rank.numel()))
                 for pr, x in zip(probs.tolist(), toks.tolist()):
                     if pr <= 0:
                         break
                     child = tree.add(x, node, float(tree.dist[node][x]), float(conf[x]))
                     tree.draws[child] = 1
                     tree.tries.setdefault(node, []).append(child)
-                    score[child] = score[node] + math.log(pr)
+                    value[child] = value[node] * policy.tree_value(float(conf[x]), pr)
                     new.append(child)
             if not new:
+                tree.stop = "exhausted"
                 break
             yield tree
             if depth == ctx.max_tokens:
+                tree.stop = "limit"
                 break
-            expand = sorted((n for n in new if tree.tokens[n] not in eos), key=lambda n: (-score[n], n))[:k]
+            expand = sorted((n for n in new if tree.tokens[n] not in eos), key=lambda n: (-value[n], n))[:k]
+            if not expand:
+                tree.stop = "eos"
+                break
             # Nothing deeper can enter the final tree once the budget is full of nodes that
             # all score higher than the best candidate (descendants never score higher).
-            kept = sorted(score[n] for n in range(len(tree)))[-self.max_nodes :]
-            if not expand or (len(tree) >= self.max_nodes and score[expand[0]] <= kept[0]):
+            kept = sorted(value[n] for n in range(len(tree)))[-self.max_nodes :]
+            if len(tree) >= self.max_nodes and value[expand[0]] <= kept[0]:
+                tree.stop = "nodes"
                 break
+            width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in expand],
+                                            [value[n] for n in range(len(tree))], tree.forwards)
+            if not width:
+                tree.stop = why
+                break
+            expand = expand[:width]  # the policy may expand fewer (each costs a row of the draft pass)
             raw = self._expand(ctx.ids, tree, expand, ctx.warp)
             frontier = expand
-        if len(tree) > self.max_nodes:
-            keep = sorted(range(len(tree)), key=lambda n: (-score[n], n))[: self.max_nodes]
+        # Verify the most valuable nodes (a node never scores above its parent, and ties go
+        # to the older node, so they form a tree): the node budget, or fewer if the policy
+        # says more are not worth their verify cost.
+        order = sorted(range(len(tree)), key=lambda n: (-value[n], n))
+        keep = order[: min(self.max_nodes, policy.tree_keep([value[n] for n in order], tree.forwards))]
+        if len(keep) < len(tree):
             renum = {old: new for new, old in enumerate(sorted(keep))}
             tree = tree.subtree(keep)
             self.fed = {renum[n]: slot for n, slot in self.fed.items() if n in renum}
             yield tree
 
-    def _grow_unique(self, ctx: DraftContext, eos: set[int]) -> Iterator[DraftTree]:
+    def _grow_unique(self, ctx: DraftContext, eos: set[int], policy: Policy) -> Iterator[DraftTree]:
         tree = DraftTree("unique")
         k = self.branches
         raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
         score = {ROOT: 0.0}  # log of the cumulative draft probability (of the warped q)
+        value = {ROOT: 1.0}  # the chance the walk accepts the node (policy.tree_value along its path)
         frontier = [ROOT]
         for depth in range(1, ctx.max_tokens + 1):
             new = []
@@ -201,12 +236,20 @@ class TreeDrafter(Drafter):
                     tree.draws[child] = 1
                     tree.tries.setdefault(node, []).append(child)
                     score[child] = score[node] + math.log(max(float(q[x]), 1e-30))
+                    value[child] = value[node] * policy.tree_value(float(conf[x]), float(q[x]))
                     new.append(child)
             if not new:
+                tree.stop = "exhausted"
                 break
             yield tree
             expand = sorted((n for n in new if tree.tokens[n] not in eos), key=lambda n: (-score[n], n))[:k]
             if depth == ctx.max_tokens or not expand or len(tree) >= self.max_nodes:
+                tree.stop = "limit" if depth == ctx.max_tokens else "eos" if not expand else "nodes"
+                break
+            width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in expand], list(value.values())[1:],
+                                            tree.forwards)
+            if not width:  # all or nothing (the next level's room was fixed for these nodes)
+                tree.stop = why
                 break
             raw = self._expand(ctx.ids, tree, expand, ctx.warp)
             frontier = expand

@@ -19,7 +19,8 @@ POLICY_HELP = {
     "constant": "always draft γ tokens (Leviathan et al.)",
     "heuristic": "transformers' schedule: 2 more after a round with every draft accepted, 1 fewer otherwise (≤ γ)",
     "confidence": "stop after a token the drafter gave a probability below τ (the token is still checked)",
-    "adaptive": "stop when one more draft token is not worth its measured cost (time vs expected acceptance)",
+    "adaptive": "stop when one more draft token is not worth its measured cost (time vs expected acceptance); "
+                "for a tree: how deep and how wide it grows, and how many nodes the target checks",
 }
 
 

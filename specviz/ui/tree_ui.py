@@ -39,7 +39,11 @@ def drafter_controls(drafter: Any, epsilon: Any = 0.0) -> dict[str, Any]:
 def gamma_labels(drafter: Any, slider: dict[str, Any]) -> dict[str, Any]:
     """The γ slider's label and hint (from tabs.gamma_slider) when the tree drafter is picked."""
     if drafter == "tree":
-        return {**slider, "label": "Tree depth γ", "info": "levels of the token tree (its longest path)"}
+        if slider.get("label") == "Draft length γ":  # the constant policy: every tree this deep
+            return {**slider, "label": "Tree depth γ", "info": "levels of the token tree (its longest path)"}
+        return {**slider, "label": "Maximum tree depth γ",
+                "info": "the policy stops growing the tree earlier, and may expand fewer nodes, when more "
+                        "would not pay"}
     return slider
 
 

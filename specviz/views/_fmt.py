@@ -61,6 +61,7 @@ DRAFT_STOP_SHORT: dict[str, str] = {
     "confidence": "low confidence",
     "cost": "not worth it",
     "eos": "end of text",
+    "nodes": "node budget",
     "exhausted": "nothing more",
     "none": "nothing drafted",
 }

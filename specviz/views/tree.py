@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
+from specviz.policy import STOP_REASONS
+
 from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
 from .chips import _chip, _tip
 from .plots import _style, empty_figure
@@ -216,8 +218,10 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
         return f"Round {rnd.index + 1}: the draft model grows a tree of up to {depth} levels."
     if step <= depth:
         level = [n for n in tree.nodes if n.depth == step]
-        return (f"Drafting depth {step}: {plural(len(level), 'node')} "
-                f"({', '.join(tok_repr(n.text) for n in level[:6])}{', …' if len(level) > 6 else ''}).")
+        line = (f"Drafting depth {step}: {plural(len(level), 'node')} "
+                f"({', '.join(tok_repr(n.text) for n in level[:6])}{', …' if len(level) > 6 else ''})")
+        why = STOP_REASONS.get(rnd.draft_stop) if step == depth and rnd.positions else None
+        return f"{line}; the tree stops growing: {why}." if why else f"{line}."
     e = events[step - depth - 1]
     v = tree.visits[e.visit]
     where = "after the prefix" if v.node < 0 else f"at {tok_repr(tree.nodes[v.node].text)}"
