@@ -115,10 +115,12 @@ class TreeRun:
         assert self.target.cached == base + len(v.path)
         rnd.t_end = clock()
         rnd.t_verify = rnd.t_end - t_v0
-        # Every child tried is a verdict on a token of that confidence; the round was "full"
-        # when the accepted path reached the tree's depth.
+        # The first child tried at each visited node is the policy's verdict, as a chain's token is:
+        # "the draft's best guess here, at this confidence, was accepted or not".  (A later child is
+        # tried only after the first was rejected, so its verdict answers a conditional question
+        # and would flatten the calibration.)  The round was "full" when the path reached the bottom.
         depth = max(n.depth for n in rnd.tree.nodes)
-        policy.observe([(tree.conf[t.node], t.accepted) for vis in v.visits for t in vis.tries], depth,
+        policy.observe([(tree.conf[vis.tries[0].node], vis.tries[0].accepted) for vis in v.visits], depth,
                        rnd.t_draft, rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify,
                        full=len(v.path) >= depth, passes=passes[1:])  # the first pass fed the suffix
         return done

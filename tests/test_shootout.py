@@ -15,7 +15,7 @@ from specviz.models import TINY_PRESET
 from specviz.models.tiny import build_tiny_pair
 from specviz.replay import GATE
 from specviz.service import prepare
-from specviz.settings import GAMMA_MAX, DecodeSettings
+from specviz.settings import DecodeSettings
 from specviz.trace import DraftToken, Position, Round
 from specviz.ui import shootout_ui
 from specviz.ui.form import RunForm
@@ -36,9 +36,10 @@ def test_the_lineup_is_every_drafter_then_standard_all_exact():
     assert shootout.CHAIN_POLICY in next(c.label for c in line if c.key == "model")  # the table says which policy
     d = DecodeSettings()
     tree = by["tree"]
-    assert (tree.policy, tree.branches, tree.tree_nodes, tree.tree_mode) == ("constant", d.branches, d.tree_nodes,
-                                                                             d.tree_mode)
-    assert tree.gamma == GAMMA_MAX  # the constant policy's range
+    assert (tree.policy, tree.branches, tree.tree_nodes, tree.tree_mode) == (shootout.TREE_POLICY, d.branches,
+                                                                             d.tree_nodes, d.tree_mode)
+    assert tree.gamma == 20  # the maximum depth: the form's γ, as the chain's
+    assert shootout.TREE_POLICY in next(c.label for c in line if c.key == "tree")
     for s in by.values():  # every contender's settings pass the checks a run applies
         assert DecodeSettings.checked(**s.as_dict()) == s
 

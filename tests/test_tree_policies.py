@@ -20,7 +20,7 @@ from specviz.settings import DecodeSettings
 from specviz.tree import ROOT
 from specviz.views._fmt import DRAFT_STOP_SHORT
 from specviz.trace import DRAFT_STOPS
-from tests.test_engine import PROMPT, assert_matches, make_pair
+from tests.test_engine import assert_matches, make_pair
 from tests.test_policies import first_tokens
 from tests.test_tree import PREFIX, exact_joint, tree_settings
 
