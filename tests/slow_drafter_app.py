@@ -33,8 +33,8 @@ def _slow_draft(self, ctx):
         steps.close()  # the engine closes this generator when it stops drafting: close the real one too
 
 
-def _slow_grow(self, ctx, eos):
-    levels = _real_grow(self, ctx, eos)
+def _slow_grow(self, ctx, eos, policy=None):
+    levels = _real_grow(self, ctx, eos, policy)
     try:
         for tree in levels:
             time.sleep(DELAY_S)

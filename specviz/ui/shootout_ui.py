@@ -28,7 +28,8 @@ from .tabs import enter_gate, sweep_frame, under_gate
 log = logging.getLogger("specviz.app")
 POLICY_NOTE = (f"The draft model runs under the **{SO.CHAIN_POLICY}** policy (τ from the Live tab); prompt lookup "
                "and the learned head under the constant policy (drafting them costs next to nothing), the tree with "
-               "its default settings. All exact (ε = 0, Decoding-OPT).")
+               f"its default settings under the **{SO.TREE_POLICY}** policy (γ its greatest depth). All exact "
+               "(ε = 0, Decoding-OPT).")
 NO_RUNS = "run a shoot-out to step through its runs"
 
 
