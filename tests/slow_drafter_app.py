@@ -36,9 +36,9 @@ def _slow_draft(self, ctx):
 def _slow_grow(self, ctx, eos, policy=None):
     levels = _real_grow(self, ctx, eos, policy)
     try:
-        for tree in levels:
+        for grown in levels:
             time.sleep(DELAY_S)
-            yield tree
+            yield grown
     finally:
         levels.close()
 
