@@ -422,17 +422,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if versus and args.drafter == "model":
         ap.error("--versus runs the draft model's chain beside another drafter: pick --drafter tree, "
                  "prompt-lookup or speculator (or use --policy all for the chain's policies)")
-    try:
-        args.settings = {p: DecodeSettings.checked(
+    def checked(p: str, **drafting) -> DecodeSettings:  # policy p's settings (γ: its maximum when dynamic)
+        return DecodeSettings.checked(
             gamma=_gamma_for(p, args), epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
             top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
-            drafter=args.drafter, policy="constant" if p == "base" else p, tau=args.tau, branches=args.branches, tree_nodes=args.tree_nodes,
-            tree_mode=args.tree_mode) for p in policies + ["base"]}
-        for p in versus:
-            args.settings[f"chain-{p}"] = DecodeSettings.checked(
-                gamma=_gamma_for(p, args), epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
-                top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                drafter="model", policy=p, tau=args.tau)
+            policy="constant" if p == "base" else p, tau=args.tau, **drafting)
+
+    try:
+        args.settings = {p: checked(p, drafter=args.drafter, branches=args.branches, tree_nodes=args.tree_nodes,
+                                    tree_mode=args.tree_mode) for p in policies + ["base"]}
+        args.settings |= {f"chain-{p}": checked(p, drafter="model") for p in versus}
     except SettingsError as exc:
         ap.error(str(exc))
     args.policies, args.versus = policies, versus

@@ -80,8 +80,8 @@ class Policy:
     def observe(self, verdicts: list[tuple[float, bool]], drafted: int, t_draft: float, draft_forwards: int,
                 fed: int, t_verify: float | None, full: bool | None = None,
                 passes: list[tuple[int, float]] | None = None) -> None:
-        """After each round: (confidence, accepted) of each verified draft (a tree: every child
-        tried), timings (t_verify None when the pass also fed the prompt, so it says nothing about
+        """After each round: (confidence, accepted) of each verified draft (a tree: the first child
+        tried at each visited node), timings (t_verify None when the pass also fed the prompt, so it says nothing about
         a typical pass); `full`: the accepted path reached the round's draft length (default:
         every verdict an acceptance, one per drafted token); `passes`: a tree round's draft
         passes that expanded nodes, as (nodes fed, seconds)."""
@@ -151,14 +151,21 @@ class _Fit:
         self.sxx += x * x
         self.sxy += x * y
 
+    def _var(self) -> float:
+        mx = self.sx / self.n
+        return self.sxx / self.n - mx * mx
+
+    def has_slope(self) -> bool:
+        """Enough points at different sizes to fit b (else line() assumes b = 0)."""
+        return self.n >= 3 and self._var() >= 1e-9
+
     def line(self) -> tuple[float, float] | None:
         if not self.n:
             return None
         mx, my = self.sx / self.n, self.sy / self.n
-        var = self.sxx / self.n - mx * mx
-        if self.n < 3 or var < 1e-9:  # one size seen so far: assume a flat cost per fed token
+        if not self.has_slope():  # one size seen so far: assume a flat cost per fed token
             return my, 0.0
-        b = max(0.0, (self.sxy / self.n - mx * my) / var)
+        b = max(0.0, (self.sxy / self.n - mx * my) / self._var())
         return max(my - b * mx, 1e-6), b
 
 
@@ -280,10 +287,10 @@ class Adaptive(Confidence):
         """Seconds of a draft pass over `rows` tree nodes; until passes of different widths
         have been timed, each row is charged as a whole pass (so a second node is expanded
         only when it is worth a pass of its own, which then times a wider pass)."""
-        line = self.draft_rows.line()
-        if line is None or self.draft_rows.sxx * self.draft_rows.n - self.draft_rows.sx ** 2 < 1e-9:
+        if not self.draft_rows.has_slope():
             return (self.t_step or 0.0) * rows
-        return line[0] + line[1] * rows
+        a, b = self.draft_rows.line()  # type: ignore[misc]
+        return a + b * rows
 
     def tree_expand(self, candidates, values, levels) -> tuple[int, str | None]:
         measured = self._measured()

@@ -22,15 +22,7 @@ from specviz.views._fmt import DRAFT_STOP_SHORT
 from specviz.trace import DRAFT_STOPS
 from tests.test_engine import assert_matches, make_pair
 from tests.test_policies import first_tokens
-from tests.test_tree import PREFIX, exact_joint, tree_settings
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.test_tree import PREFIX, exact_joint, one_thread, tree_settings  # noqa: F401 (one_thread: autouse)
 
 
 def measured_adaptive(a: float = 0.1, b: float = 0.01, t_step: float = 0.02,

@@ -142,12 +142,8 @@ class TreeDrafter(Drafter):
                 break
             # Whether to go deeper is decided from what was drawn so far, before any draw
             # below: the draws at each node stay i.i.d. from q.
-            nodes = sorted(dict.fromkeys(alive), key=lambda n: (-value[n], n))
             # (All or nothing: the sequences that go on are chosen by index only.)
-            width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in nodes], list(value.values())[1:],
-                                            tree.forwards)
-            if not width:
-                tree.stop = why
+            if not _width(policy, tree, value, sorted(dict.fromkeys(alive), key=lambda n: (-value[n], n))):
                 break
             raw = self._expand(ctx.ids, tree, list(dict.fromkeys(alive)), ctx.warp)
 
@@ -190,10 +186,8 @@ class TreeDrafter(Drafter):
             if len(tree) >= self.max_nodes and value[expand[0]] <= kept[0]:
                 tree.stop = "nodes"
                 break
-            width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in expand],
-                                            [value[n] for n in range(len(tree))], tree.forwards)
+            width = _width(policy, tree, value, expand)
             if not width:
-                tree.stop = why
                 break
             expand = expand[:width]  # the policy may expand fewer (each costs a row of the draft pass)
             raw = self._expand(ctx.ids, tree, expand, ctx.warp)
@@ -246,10 +240,7 @@ class TreeDrafter(Drafter):
             if depth == ctx.max_tokens or not expand or len(tree) >= self.max_nodes:
                 tree.stop = "limit" if depth == ctx.max_tokens else "eos" if not expand else "nodes"
                 break
-            width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in expand], list(value.values())[1:],
-                                            tree.forwards)
-            if not width:  # all or nothing (the next level's room was fixed for these nodes)
-                tree.stop = why
+            if not _width(policy, tree, value, expand):  # all or nothing (the next level's room is fixed)
                 break
             raw = self._expand(ctx.ids, tree, expand, ctx.warp)
             frontier = expand
@@ -273,3 +264,13 @@ class TreeDrafter(Drafter):
     def free(self) -> None:
         self.lm.free()
         self.fed = {}
+
+
+def _width(policy: Policy, tree: DraftTree, value: dict[int, float], candidates: list[int]) -> int:
+    """How many of `candidates` (best first) the policy expands at the next level; when none,
+    the tree stops growing and records the policy's reason."""
+    width, why = policy.tree_expand([(value[n], tree.conf[n]) for n in candidates],
+                                    [value[n] for n in range(len(tree))], tree.forwards)
+    if not width:
+        tree.stop = why
+    return width
