@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
 from .drafters import DRAFTERS
+from .hardware.executions import CHOICES as EXEC_CHOICES
 from .engine import speculative_decode, standard_decode
 from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from .settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
@@ -128,11 +129,16 @@ def run_trace(trace) -> Run:
     return run
 
 
-def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSettings], prompt: str = "") -> Run:
+def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSettings], prompt: str = "",
+               baseline=None) -> Run:
+    """``baseline``: the pair whose target runs in bf16, for "standard_bf16" (when the chosen target
+    execution is another)."""
     # Standard decoding and transformers take the constant γ ("base"); a policy's own runs its γ (maximum).
     base = settings.get("base") or next(iter(settings.values()))
     if config == "standard":
         return run_trace(standard_decode(pair, ids, base, prompt=prompt))
+    if config == BF16_BASELINE:
+        return run_trace(standard_decode(baseline, ids, base, prompt=prompt))
     if config in HF_CONFIGS:
         new, seconds = hf_generate(pair, ids, base, config)
         return Run(tokens=len(new), seconds=seconds, decode_tokens=len(new), decode_seconds=seconds, ids=new)
@@ -230,11 +236,16 @@ def summarise(runs: dict[str, list[Run]], greedy: bool) -> dict[str, dict[str, A
 # ---- the benchmark ----------------------------------------------------------------
 
 
-def configurations(policies: list[str], compare_hf: bool, versus: list[str] | None = None) -> list[str]:
+BF16_BASELINE = "standard_bf16"
+
+
+def configurations(policies: list[str], compare_hf: bool, versus: list[str] | None = None,
+                   bf16_baseline: bool = False) -> list[str]:
     """Config names: "spec-<policy>" for the chosen drafter, "chain-<policy>" for the draft model's
-    chain beside it (--versus), then transformers' runs."""
-    return (["standard"] + [f"spec-{p}" for p in policies] + [f"chain-{p}" for p in versus or []]
-            + (list(HF_CONFIGS) if compare_hf else []))
+    chain beside it (--versus), then transformers' runs; "standard_bf16" (standard decoding with the
+    target in bf16) when the target runs another way."""
+    return (["standard"] + ([BF16_BASELINE] if bf16_baseline else []) + [f"spec-{p}" for p in policies]
+            + [f"chain-{p}" for p in versus or []] + (list(HF_CONFIGS) if compare_hf else []))
 
 
 def rotated(configs: list[str], repeat: int) -> list[str]:
@@ -243,7 +254,7 @@ def rotated(configs: list[str], repeat: int) -> list[str]:
 
 
 def bench_prompt(pair, row, configs: list[str], settings: dict[str, DecodeSettings], repeats: int,
-                 done: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, list[Run]]]:
+                 done: Callable[[str], None], baseline=None) -> tuple[dict[str, Any], dict[str, list[Run]]]:
     ids = encode_prompt(pair, row["prompt"], chat=bool(row.get("chat", True)))
     runs: dict[str, list[Run]] = {c: [] for c in configs}
     orders = []
@@ -251,7 +262,7 @@ def bench_prompt(pair, row, configs: list[str], settings: dict[str, DecodeSettin
         order = rotated(configs, rep)
         orders.append(order)
         for cfg in order:
-            runs[cfg].append(run_config(pair, cfg, ids, settings, prompt=row["prompt"]))
+            runs[cfg].append(run_config(pair, cfg, ids, settings, prompt=row["prompt"], baseline=baseline))
             done(f"{row['name'][:24]} · {cfg}")
     res = {"name": row["name"], "category": row.get("category", ""), "prompt_tokens": len(ids), "orders": orders}
     return res, runs
@@ -354,6 +365,14 @@ def rate_table(prompts: list[dict[str, Any]], agg: dict[str, Any], configs: list
 
 def baseline_lines(agg: dict[str, Any]) -> list[str]:
     out = [f"standard (specviz): {_num(agg['standard']['tok_s'])} tok/s"]
+    if BF16_BASELINE in agg:
+        best = max((c for c in agg if c.startswith(("spec-", "chain-"))), key=lambda c: agg[c]["tok_s"].median,
+                   default=None)
+        bf16 = agg[BF16_BASELINE]["tok_s"].median
+        out.append(f"{BF16_BASELINE} (the target in bf16): {_num(agg[BF16_BASELINE]['tok_s'])} tok/s; standard on the "
+                   f"chosen execution is {agg['standard']['tok_s'].median / bf16:.2f}x it"
+                   + (f", the best speculative configuration ({_label(best)}) {agg[best]['tok_s'].median / bf16:.2f}x"
+                      if best else ""))
     for h in HF_CONFIGS:
         if h in agg:
             vs = f", {_num(agg[h]['speedup_vs_hf_plain'], suffix='x')} vs hf_plain" if h != "hf_plain" else ""
@@ -387,6 +406,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: bf16)")
     ap.add_argument("--draft-quant", default="auto", help="auto | int8 | none (CPU draft quantisation)")
+    ap.add_argument("--target-exec", default="auto", choices=list(EXEC_CHOICES),
+                    help="how the target executes: auto (the probe chooses by the speculative rate it predicts "
+                         "on this machine), or one of bf16, fp32, int8 (CPU), bf16+graphs, fp16… (CUDA); standard "
+                         "decoding always uses the same execution")
+    ap.add_argument("--no-bf16-baseline", action="store_true",
+                    help=f"skip {BF16_BASELINE} (standard decoding with the target in bf16, run when the chosen "
+                         "execution is another)")
     ap.add_argument("--category", default=None, help="only prompts of this category (code, chat, ...)")
     ap.add_argument("--drafter", default="model", choices=list(DRAFTERS),
                     help="who drafts: " + "; ".join(f"{k} = {label}" for k, (label, _) in DRAFTERS.items()))
@@ -456,23 +482,31 @@ def main(argv: list[str] | None = None) -> int:
                 bar.n = int(100 * frac)
                 bar.set_postfix_str(msg[:50])
 
-            pair = load_pair(resolve_preset(args.preset), dtype=args.dtype,
-                             draft_quant=None if args.draft_quant == "none" else args.draft_quant, progress=loading)
+            quant = None if args.draft_quant == "none" else args.draft_quant
+            pair = load_pair(resolve_preset(args.preset), dtype=args.dtype, draft_quant=quant,
+                             target_exec=args.target_exec, progress=loading)
+            # Standard decoding with the target in bf16 as well, when it runs another way here.
+            baseline = None
+            if pair.target_exec not in ("", "bf16") and not args.no_bf16_baseline:
+                baseline = load_pair(resolve_preset(args.preset), dtype=args.dtype, draft_quant=quant,
+                                     target_exec="bf16", progress=loading)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     dtype = str(pair.dtype).replace("torch.", "")
     greedy = base.temperature == 0
     print(f"{pair.draft_name} -> {pair.target_name} on {pair.device_label()}, {dtype}, draft quant: "
-          f"{pair.draft_quant or 'none'}; γ={base.gamma} ε={base.epsilon} T={base.temperature} "
+          f"{pair.draft_quant or 'none'}; target: {pair.exec_label()}"
+          + (f" on {pair.probe.machine['label']}" if pair.probe else "") + f"; γ={base.gamma} ε={base.epsilon} "
+          f"T={base.temperature} "
           f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)
 
-    configs = configurations(args.policies, args.compare_hf, args.versus)
+    configs = configurations(args.policies, args.compare_hf, args.versus, bf16_baseline=baseline is not None)
     # Warm up every configuration once (first calls allocate and are slower).
     warm_ids = encode_prompt(pair, "Hello", chat=True)
     warm = {k: dataclasses.replace(s, max_new_tokens=4) for k, s in settings.items()}
     for cfg in configs:
-        run_config(pair, cfg, warm_ids, warm)
+        run_config(pair, cfg, warm_ids, warm, baseline=baseline)
 
     prompts, all_runs = [], []
     with tqdm(total=len(rows) * args.repeats * len(configs), desc="bench", unit="run", file=sys.stderr) as bar:
@@ -481,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(1)
 
         for row in rows:
-            res, runs = bench_prompt(pair, row, configs, settings, args.repeats, done)
+            res, runs = bench_prompt(pair, row, configs, settings, args.repeats, done, baseline=baseline)
             res["configs"] = summarise(runs, greedy)
             res["runs"] = {cfg: [run_json(r) for r in rs] for cfg, rs in runs.items()}
             prompts.append(res)
@@ -512,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats, "configs": configs,
             "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
             "device": pair.device_label(), "dtype": dtype, "draft_quant": pair.draft_quant,
+            "target_exec": pair.target_exec, "machine": pair.probe.machine if pair.probe else None,
+            "probe": pair.probe.as_dict() if pair.probe else None,
             "torch": torch.__version__, "transformers": transformers.__version__,
             "threads": torch.get_num_threads(),
             "hf": {"same": hf_same_values(base), "default": hf_default_assistant(pair.draft),

@@ -27,11 +27,11 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .drafters import DraftContext, Drafter, make_drafter
-from .kv import CachedLM
+from .kv import CachedLM, cached_lm
 from .models.tokens import Detokenizer, token_text
 from .policy import make_policy
 from .sampling import Warp, greedy_rule, rule_stats, sample, verdicts
-from .settings import DecodeSettings
+from .settings import GAMMA_MAX_DYNAMIC, DecodeSettings
 from .trace import DraftToken, Extra, Position, Round, Token, Trace
 from .tree_round import TreeRun
 
@@ -88,9 +88,25 @@ def _new_trace(kind, pair, prompt, prompt_ids, settings: DecodeSettings, drafter
             "drafter": drafter_name if kind == "speculative" else "",
             "dtype": str(getattr(pair, "dtype", "")).replace("torch.", ""),
             "draft_quant": str(getattr(pair, "draft_quant", None) or "none"),
+            # How the target executed and on which machine (hardware.executions / hardware.machine);
+            # recordings from before these keys simply lack them.
+            "target_exec": str(getattr(pair, "target_exec", "") or ""),
+            "machine": _machine_label(pair),
         },
         device=pair.device_label() if hasattr(pair, "device_label") else str(pair.device),
     )
+
+
+def _machine_label(pair: Any) -> str:
+    probe = getattr(pair, "probe", None)
+    if probe is not None:
+        return str(probe.machine.get("label", ""))
+    device = getattr(pair, "device", None)
+    if device is None:
+        return ""
+    from .hardware.machine import this_machine
+
+    return this_machine(device).describe()
 
 
 def _warp_for(settings: DecodeSettings) -> Warp:
@@ -134,7 +150,10 @@ def speculative_stream(
     eos = set(pair.eos_token_ids)
     drafter = drafter or make_drafter(pair, settings)
     policy = make_policy(settings)
-    target = CachedLM(pair.target, device)
+    is_tree = getattr(drafter, "is_tree", False)
+    # Trees need the eager cache's 4D masks; a chain may run compiled steps (models.compiled).
+    target = CachedLM(pair.target, device) if is_tree else \
+        cached_lm(pair.target, device, len(prompt_ids) + settings.max_new_tokens + GAMMA_MAX_DYNAMIC + 1)
     warp, gen = _warp_for(settings), _generator(settings, device)
     detok = Detokenizer(pair.tokenizer)
     piece = functools.partial(token_text, pair.tokenizer)
@@ -145,7 +164,7 @@ def speculative_stream(
     clock = Clock(device)
     # A tree drafter's rounds draft, verify and roll back in specviz.tree_round.
     tree = TreeRun(drafter, target, ids, warp, gen, device, eos, piece, detok, clock, settings.tree_mode) \
-        if getattr(drafter, "is_tree", False) else None
+        if is_tree else None
     try:
         with torch.inference_mode():
             drafter.start(ids)
@@ -310,7 +329,7 @@ def standard_stream(
     """The baseline: the same target and sampling code, one token per forward pass."""
     device = pair.device
     eos = set(pair.eos_token_ids)
-    target = CachedLM(pair.target, device)
+    target = cached_lm(pair.target, device, len(prompt_ids) + settings.max_new_tokens + 1)
     warp, gen = _warp_for(settings), _generator(settings, device)
     detok = Detokenizer(pair.tokenizer)
     piece = functools.partial(token_text, pair.tokenizer)

@@ -139,3 +139,15 @@ class CachedLM:
         self.cache = DynamicCache()
         self.cached = 0
         self.tree_parents, self.tree_depths = [], []
+
+
+def cached_lm(model: torch.nn.Module, device: torch.device, need: int | None = None):
+    """The model with a KV cache for one run: compiled steps over its static cache when the loader
+    gave it some (:mod:`specviz.models.compiled`), it is free and the run's ``need`` tokens fit;
+    otherwise a :class:`CachedLM` (eager, dynamic cache)."""
+    from .models.compiled import StaticLM, steps_of
+
+    steps = steps_of(model)
+    if steps is not None and not steps.in_use and need is not None and need <= steps.max_len:
+        return StaticLM(steps, device)
+    return CachedLM(model, device)

@@ -6,7 +6,8 @@ from typing import Any, Iterator
 
 import torch
 
-from ..kv import CachedLM
+from ..kv import cached_lm
+from ..settings import GAMMA_MAX_DYNAMIC
 from ..sampling import sample
 from .base import DraftContext, Drafter, DraftStep
 
@@ -14,16 +15,22 @@ from .base import DraftContext, Drafter, DraftStep
 class ModelDrafter(Drafter):
     """Draft x_i ~ q_i = warp(draft(prefix + x_<i)), keeping the draft model's KV cache."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft model"):
-        self.lm = CachedLM(model, device)
+    def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft model",
+                 max_new_tokens: int | None = None):
+        self.model, self.device = model, device
+        self.lm = cached_lm(model, device)  # replaced in start(), once the run's length is known
         self.name = name
+        self.max_new_tokens = max_new_tokens
 
     @classmethod
     def for_pair(cls, pair: Any, settings: Any) -> "ModelDrafter":
-        return cls(pair.draft, pair.device, name=pair.draft_name)
+        return cls(pair.draft, pair.device, name=pair.draft_name, max_new_tokens=settings.max_new_tokens)
 
     def start(self, ids: list[int]) -> None:
         self.lm.free()
+        # Compiled steps over the draft's static cache when it has them and the run fits.
+        need = None if self.max_new_tokens is None else len(ids) + self.max_new_tokens + GAMMA_MAX_DYNAMIC + 1
+        self.lm = cached_lm(self.model, self.device, need)
         self.lm.prefill(ids)
 
     def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:

@@ -88,6 +88,63 @@ def int8_linear(linear: torch.nn.Linear) -> torch.nn.Module:
     return _int8_module(_int8_weight(linear.weight), _float_bias(linear))
 
 
+class TokenInt8Linear(torch.nn.Module):
+    """A batch-invariant int8 linear: per-channel int8 weights, one activation scale per token.
+
+    fbgemm's dynamic linear picks one activation scale (and zero point) for the whole input from
+    its min and max, so a position's output depends on the other tokens in the same pass: a target
+    run that way scores a 6-token verify pass differently from six one-token steps (TV 0.16-0.20 on
+    the default pair), and speculative decoding would no longer sample the target's distribution.
+    Here each token is first divided by its own max |x| (so every row lies in [-1, 1]), and a
+    constant row holding +1 and -1 is put in front: the input's range is then [-1, 1] whatever the
+    batch, so fbgemm's quantization parameters are fixed, every row is quantized the same way alone
+    or in a batch, integer accumulation is exact, and the output row is multiplied back by its
+    token's scale.  Same kernels, same speed class as the dynamic linear, plus a few cheap
+    element-wise ops and one extra row; a position's output is bit-identical in any batch.
+
+    Per-channel weight scales (one per output row) also keep the target closer to its bf16 self
+    than one scale per matrix.
+    """
+
+    def __init__(self, qweight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = qweight.shape
+        self._qweight = qweight  # kept for the weight cache
+        self._packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.bias = bias
+        pad = torch.zeros(1, self.in_features, dtype=torch.float32)
+        pad[0, 0], pad[0, -1] = 1.0, -1.0
+        self.register_buffer("_pad", pad, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        rows = x.reshape(-1, self.in_features).float()
+        scale = rows.abs().amax(-1, keepdim=True).clamp_(min=1e-30)
+        y = torch.ops.quantized.linear_dynamic(torch.cat([self._pad, rows / scale]), self._packed, True)[1:]
+        y.mul_(scale)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, per-token activations"
+
+
+def _int8_channel_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` as a per-channel (axis 0) symmetric qint8 tensor, scale = max|w_row| / 127.5."""
+    weight = weight.detach()
+    scale = (weight.abs().amax(1).to(torch.float64) / 127.5).clamp(min=torch.finfo(torch.float32).eps)
+    # Rounded by hand, row by row in bf16/fp32 blocks (quantize_per_channel takes ~4x longer on
+    # 2 cores): q = round(w / s) with s rounded to float32 as the kernels use it.
+    inv = (1.0 / scale.to(torch.float32))[:, None]
+    q = torch.empty(weight.shape, dtype=torch.int8)
+    for start in range(0, weight.shape[0], 4096):
+        block = weight[start:start + 4096].to(torch.float32) * inv[start:start + 4096]
+        q[start:start + 4096] = block.round_().clamp_(-128, 127).to(torch.int8)
+    return torch._make_per_channel_quantized_tensor(q, scale.to(torch.float32).to(torch.float64),
+                                                    torch.zeros(weight.shape[0], dtype=torch.long), 0)
+
+
 _INT8_OK: bool | None = None
 
 
@@ -120,15 +177,32 @@ def _in_threads(fn: Callable, items: list, workers: int = _WORKERS) -> list:
         return list(pool.map(fn, items))
 
 
+KINDS = ("dynamic", "token")  # per-tensor dynamic (drafts) / batch-invariant per-token (targets)
+
+
+def _quantizer(kind: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable]:
+    """(weight -> qint8 tensor, (qweight, bias) -> module) for an int8 kind."""
+    if kind == "token":
+        return _int8_channel_weight, TokenInt8Linear
+    if kind == "dynamic":
+        return _int8_weight, _int8_module
+    raise ValueError(f"unknown int8 kind {kind!r}")
+
+
 def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
-                  cached: Int8Weights | None = None) -> torch.nn.Module:
-    """Replace every nn.Linear of ``model`` (in place) by an int8 dynamic one; the rest becomes float32,
+                  cached: Int8Weights | None = None, kind: str = "dynamic") -> torch.nn.Module:
+    """Replace every nn.Linear of ``model`` (in place) by an int8 one; the rest becomes float32,
     since the quantized kernels take and return float32 activations.
 
-    ``cached``: modules from :func:`load_int8_cache`, used if they match the model's linears (names,
-    shapes, biases).  Otherwise the weights are quantized here (two threads; 0.5B draft: 3.7 s ->
-    2.1 s on 2 cores) and, if ``cache`` is given, written there for the next start.
+    ``kind``: "dynamic" (fbgemm's dynamic linear: per-tensor weight and activation scales, fastest
+    to build; fine for a draft, whose rule only needs the q it sampled from) or "token"
+    (:class:`TokenInt8Linear`: per-channel weights, per-token activations, batch-invariant: what a
+    target needs).  ``cached``: modules from :func:`load_int8_cache`, used if they match the
+    model's linears (names, shapes, biases).  Otherwise the weights are quantized here (two
+    threads; 0.5B draft: 3.7 s -> 2.1 s on 2 cores) and, if ``cache`` is given, written there for
+    the next start.
     """
+    to_weight, to_module = _quantizer(kind)
     linears = _linears(model)
     layout = {name: [m.out_features, m.in_features, m.bias is not None] for name, m in linears}
     if cached is not None and cached.layout != layout:
@@ -138,13 +212,13 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
         modules = [cached.modules[name] for name, _ in linears]
     else:
         def quantize(linear: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None, torch.nn.Module]:
-            qweight, bias = _int8_weight(linear.weight), _float_bias(linear)
-            return qweight, bias, _int8_module(qweight, bias)
+            qweight, bias = to_weight(linear.weight), _float_bias(linear)
+            return qweight, bias, to_module(qweight, bias)
 
         done = _in_threads(quantize, [linear for _, linear in linears])
         modules = [module for _, _, module in done]
         if cache is not None:
-            save_int8_cache(cache, [(name, q, b) for (name, _), (q, b, _) in zip(linears, done)])
+            save_int8_cache(cache, [(name, q, b) for (name, _), (q, b, _) in zip(linears, done)], kind)
         del done
     for (name, _), module in zip(linears, modules):
         model.set_submodule(name, module)
@@ -156,20 +230,24 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
 # --------------------------------------------------------------------------------------------------
 
 
-def cache_file(source_dir: Path, dtype: torch.dtype) -> Path:
-    """Where the int8 weights of the model in ``source_dir`` loaded as ``dtype`` are cached."""
-    return Path(source_dir) / f"int8-{str(dtype).removeprefix('torch.')}.safetensors"
+def cache_file(source_dir: Path, dtype: torch.dtype, kind: str = "dynamic") -> Path:
+    """Where the int8 weights (of ``kind``) of the model in ``source_dir`` loaded as ``dtype`` are cached."""
+    prefix = "int8" if kind == "dynamic" else f"int8{kind}"
+    return Path(source_dir) / f"{prefix}-{str(dtype).removeprefix('torch.')}.safetensors"
 
 
 def _source_signature(source_dir: Path) -> str:
     """Names, sizes and mtimes of the checkpoint files the int8 weights were computed from."""
-    files = sorted(p for p in Path(source_dir).glob("*.safetensors") if not p.name.startswith("int8-"))
+    files = sorted(p for p in Path(source_dir).glob("*.safetensors") if not p.name.startswith("int8"))
     return json.dumps([[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files])
 
 
-def _expected_metadata(path: Path) -> dict[str, str]:
-    return {"int8_format": str(INT8_FORMAT), "cache_format": str(CACHE_FORMAT), "torch": torch.__version__,
+def _expected_metadata(path: Path, kind: str = "dynamic") -> dict[str, str]:
+    meta = {"int8_format": str(INT8_FORMAT), "cache_format": str(CACHE_FORMAT), "torch": torch.__version__,
             "source": _source_signature(path.parent)}
+    if kind != "dynamic":  # the draft's files from before int8 kinds existed stay valid
+        meta["kind"] = kind
+    return meta
 
 
 class Int8Weights(NamedTuple):
@@ -179,7 +257,8 @@ class Int8Weights(NamedTuple):
     layout: dict[str, list]
 
 
-def save_int8_cache(path: Path, entries: list[tuple[str, torch.Tensor, torch.Tensor | None]]) -> None:
+def save_int8_cache(path: Path, entries: list[tuple[str, torch.Tensor, torch.Tensor | None]],
+                    kind: str = "dynamic") -> None:
     """Write (name, qint8 weight, float32 bias or None) entries to ``path``, atomically.  A cache only:
     failures (disk full, read-only cache) are logged and otherwise ignored."""
     from safetensors.torch import save_file
@@ -187,12 +266,13 @@ def save_int8_cache(path: Path, entries: list[tuple[str, torch.Tensor, torch.Ten
     tensors: dict[str, torch.Tensor] = {}
     for name, qweight, bias in entries:
         tensors[f"{name}.weight"] = qweight.int_repr()
-        tensors[f"{name}.scale"] = torch.tensor([qweight.q_scale()], dtype=torch.float64)
+        tensors[f"{name}.scale"] = (qweight.q_per_channel_scales().to(torch.float64).contiguous()
+                                    if kind == "token" else torch.tensor([qweight.q_scale()], dtype=torch.float64))
         if bias is not None:
             tensors[f"{name}.bias"] = bias.contiguous()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        save_file(tensors, str(tmp), metadata=_expected_metadata(path))
+        save_file(tensors, str(tmp), metadata=_expected_metadata(path, kind))
         os.replace(tmp, path)
         log.info("Stored the int8 weights in %s", path)
     except Exception as exc:
@@ -201,7 +281,7 @@ def save_int8_cache(path: Path, entries: list[tuple[str, torch.Tensor, torch.Ten
         tmp.unlink(missing_ok=True)
 
 
-def load_int8_cache(path: Path, workers: int = _WORKERS) -> Int8Weights | None:
+def load_int8_cache(path: Path, workers: int = _WORKERS, kind: str = "dynamic") -> Int8Weights | None:
     """Dynamic int8 linears by module name from the cache at ``path``, packed in ``workers`` threads;
     None if the file is missing, unreadable or stale (another int8 format, cache format, torch or
     checkpoint)."""
@@ -210,7 +290,7 @@ def load_int8_cache(path: Path, workers: int = _WORKERS) -> Int8Weights | None:
     t0 = time.perf_counter()
     try:
         with safe_open(str(path), framework="pt") as f:
-            if f.metadata() != _expected_metadata(path):
+            if f.metadata() != _expected_metadata(path, kind):
                 log.info("The int8 cache %s is stale; it will be rebuilt", path)
                 return None
             tensors = {key: f.get_tensor(key) for key in f.keys()}
@@ -223,8 +303,12 @@ def load_int8_cache(path: Path, workers: int = _WORKERS) -> Int8Weights | None:
                    key=lambda n: -tensors[n + ".weight"].numel())
 
     def build(name: str) -> torch.nn.Module:
-        scale = float(tensors[name + ".scale"][0])
-        qweight = torch._make_per_tensor_quantized_tensor(tensors[name + ".weight"], scale, 0)
+        weight, scale = tensors[name + ".weight"], tensors[name + ".scale"]
+        if kind == "token":
+            zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+            return TokenInt8Linear(torch._make_per_channel_quantized_tensor(weight, scale, zeros, 0),
+                                   tensors.get(name + ".bias"))
+        qweight = torch._make_per_tensor_quantized_tensor(weight, float(scale[0]), 0)
         return _int8_module(qweight, tensors.get(name + ".bias"))
 
     try:
@@ -283,13 +367,9 @@ def _quant_key(name: str, dtype: torch.dtype) -> str:
 
 def cpu_model() -> str:
     """The CPU's model name (for timing caches and training cards)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+    from ..hardware.machine import cpu_name
+
+    return cpu_name()
 
 
 def _read_quant_decisions() -> dict:

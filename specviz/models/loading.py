@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from . import int8
+from . import compiled, int8
+from ..hardware import executions
 from .convert import needs_conversion, offline_pack, source_of
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
 from .presets import DEFAULT_PRESET, PRESETS
@@ -194,6 +195,7 @@ def load_pair(
     device: str | None = None,
     dtype: str | None = None,
     draft_quant: str | None = "auto",
+    target_exec: str | None = "auto",
     progress: ProgressFn | None = None,
 ) -> ModelPair:
     """Load (once per process) and return a draft/target pair.
@@ -202,6 +204,9 @@ def load_pair(
     ``draft``/``target``: hub ids, local directories or "offline:<key>"; override the preset's models.
     ``device``: None -> cuda if available else cpu.  ``dtype``: None -> bf16 (fp16 on GPUs without bf16).
     ``draft_quant``: "auto" -> int8 on CPU when measured faster, None on GPU; "int8" forces; None disables.
+    ``target_exec``: how the target executes (:mod:`specviz.hardware.executions`): "auto" lets the probe
+    choose by the speculative rate it predicts on this machine (measured once, then cached); "bf16",
+    "fp32", "int8" (CPU) or "bf16", "fp16", "bf16+graphs" (CUDA) force one.
     ``progress(fraction, message)`` is called during slow steps (first-use conversion, loading).
     """
     t0 = time.perf_counter()
@@ -240,7 +245,8 @@ def load_pair(
     if draft_quant == "int8" and dev.type != "cpu":
         raise ModelError("int8 draft quantization is for CPU only; on a GPU use draft_quant=None.")
     requested_quant = draft_quant if dev.type == "cpu" else None
-    key = (draft_ref, target_ref, str(dev), str(dt), requested_quant)
+    requested_exec = executions.check(target_exec, dev)
+    key = (draft_ref, target_ref, str(dev), str(dt), requested_quant, requested_exec)
     with _LOCK:
         if key in _PAIRS:
             _PAIRS.move_to_end(key)
@@ -248,7 +254,9 @@ def load_pair(
             # Same models reached through a preset or as a custom pair: share them, keep the label.
             return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
         _make_room()
-        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0)
+        alpha = base.typical_alpha if base else 0.7
+        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
+                              target_exec=requested_exec, alpha=alpha)
         _remember(key, pair)
         return pair
 
@@ -277,7 +285,8 @@ def _same_tokenizer_files(a: str, b: str) -> bool:
 
 
 def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
-                   quant: str | None, progress: ProgressFn | None, t0: float) -> ModelPair:
+                   quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
+                   alpha: float = 0.7) -> ModelPair:
     # Offline packs: a first-use conversion dominates, so it gets most of the progress bar;
     # otherwise loading gets all of it.
     converting = any(needs_conversion(ref) for ref in (draft_ref, target_ref))
@@ -328,6 +337,9 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     vocab_size = _match_widths(draft_model, target_model, len(tokenizer), (draft_name, target_name))
     for model in (draft_model, target_model):
         canonical_head_input(model)
+    target_model, chosen, probe = _target_execution(
+        target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha,
+        Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98))
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)
@@ -338,8 +350,37 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
         draft=draft_model, target=target_model, tokenizer=tokenizer,
         device=dev, dtype=dt, draft_quant=applied, eos_token_ids=eos,
         context_length=min(ctx) if ctx else 2048, vocab_size=vocab_size,
-        load_seconds=time.perf_counter() - t0,
+        load_seconds=time.perf_counter() - t0, target_exec=chosen, probe=probe,
     )
     report(progress, 1.0, f"Loaded {draft_name} → {target_name} on {pair.device_label()} in {pair.load_seconds:.1f} s"
-           + (" (int8 draft)" if applied else ""))
+           + (" (int8 draft)" if applied else "") + f"; the target runs as {pair.exec_label()}")
     return pair
+
+
+def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.device, dt: torch.dtype,
+                      requested: str, draft: torch.nn.Module, vocab: int, alpha: float, source_dir: Path | None,
+                      progress: ProgressFn | None) -> tuple[torch.nn.Module, str, Any]:
+    """The target executing as requested, or as the probe chooses ("auto"): (model, execution, probe)."""
+    from ..hardware import probe as hw_probe
+    from ..hardware.machine import this_machine
+
+    candidates = executions.candidates(dev, dt)
+    build = lambda e: executions.apply(target, e, source_dir=source_dir, copy_model=True)  # noqa: E731
+    cached = hw_probe.known(this_machine(dev), ref, dt)
+    if requested == "auto" and cached is not None and cached.choice in candidates:
+        requested = cached.choice
+    if requested != "auto":
+        if requested != candidates[0]:
+            report(progress, 0.0, f"Preparing {name} as {executions.WORDS[requested]}…")
+        model, probe = executions.apply(target, requested, source_dir=source_dir), cached
+    else:
+        report(progress, 0.0, f"Measuring how {name} runs fastest on this machine (once)…")
+        draft_ms = hw_probe.draft_step_ms(draft, vocab)
+        probe, model = hw_probe.probe_target(target, ref, dt, vocab, build=build, draft_ms=draft_ms, alpha=alpha,
+                                             candidates=candidates)
+        requested = probe.choice
+    if requested.endswith("+graphs"):  # the draft's one-token step gains the most from graphs
+        executions.apply(draft, requested, source_dir=None)
+    else:
+        compiled.detach(model)  # the probe may have timed graphs on this very model
+    return model, requested, probe

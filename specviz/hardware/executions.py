@@ -1,0 +1,102 @@
+"""How a model executes: its precision and kernels, named once for the log, the page and the trace.
+
+Target executions (each batch-invariant, so a k-token verify pass scores every position as a
+one-token step would -- the condition for speculative decoding to sample the target's own
+distribution; tests/test_executions.py checks it for each):
+
+* ``bf16``  -- as loaded; oneDNN's bf16 kernels (AMX or AVX512-BF16 where present).  A verify pass
+  differs from steps only by float rounding (TV ~0.01).
+* ``fp32``  -- float32 weights and activations: twice the bytes, but plain FMA kernels on CPUs
+  without native bf16.
+* ``int8``  -- per-channel int8 weights with per-token activation scales
+  (:class:`specviz.models.int8.TokenInt8Linear`) and query-by-query attention
+  (:mod:`specviz.models.invariant`): every position bit-identical whatever the pass, and a quarter
+  of bf16's bytes per step.  A slightly different model than the bf16 target: the page reports
+  by how much (:mod:`specviz.hardware.fidelity`).
+* ``bf16+graphs`` (CUDA) -- bf16 with CUDA-graph steps over a static KV cache
+  (:mod:`specviz.models.compiled`); ``bf16``/``fp16`` eager otherwise.
+
+Not offered for the target: fbgemm's dynamic int8 as it stands (one activation scale per pass:
+verify and steps differ by TV 0.16-0.20), torchao's int8 weight-only (5x slower on an AVX2 EPYC)
+and its per-token dynamic int8 (594 ms a step there, TV 0.04-0.14 between verify and steps).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("specviz.models")
+
+CPU_TARGET = ("bf16", "fp32", "int8")
+CUDA_TARGET = ("bf16", "bf16+graphs", "fp16", "fp16+graphs")
+ALL_TARGET = tuple(dict.fromkeys(CPU_TARGET + CUDA_TARGET))
+CHOICES = ("auto",) + ALL_TARGET
+
+WORDS = {
+    "bf16": "bf16",
+    "fp32": "float32",
+    "fp16": "fp16",
+    "int8": "int8 (per-channel weights, per-token activations; batch-invariant)",
+    "bf16+graphs": "bf16, CUDA graphs over a static KV cache",
+    "fp16+graphs": "fp16, CUDA graphs over a static KV cache",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
+
+
+def candidates(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[str, ...]:
+    """The executions the probe compares for a target loaded as ``dtype``, the loaded one first."""
+    loaded = dtype_name(dtype)
+    if device.type == "cuda":
+        return (loaded, f"{loaded}+graphs")
+    return tuple(dict.fromkeys((loaded, "fp32", "int8")))
+
+
+def offered(device: torch.device) -> tuple[str, ...]:
+    return CUDA_TARGET if device.type == "cuda" else CPU_TARGET
+
+
+def check(name: str | None, device: torch.device) -> str:
+    """``name`` if it is a target execution this device offers ("auto" too); a clear error otherwise."""
+    from ..models.pair import ModelError
+
+    name = (name or "auto").strip().lower()
+    if name == "auto" or name in offered(device):
+        return name
+    raise ModelError(f"Target execution {name!r} is not available on {device.type}: use auto or one of "
+                     f"{', '.join(offered(device))}.")
+
+
+def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, max_len: int = 4096,
+          copy_model: bool = False) -> torch.nn.Module:
+    """``model`` (loaded in bf16, or fp16 on GPUs without bf16) executing as ``name``.  In place unless
+    ``copy_model``; int8 weights are cached beside the model's converted weights (``source_dir``)."""
+    from ..models import compiled, int8, invariant
+
+    loaded = dtype_name(next(model.parameters()).dtype)
+    base, graphs = name.removesuffix("+graphs"), name.endswith("+graphs")
+    if copy_model and base != loaded:  # graphs attach to the model itself (no second copy of a 7B)
+        model = copy.deepcopy(model)
+    if base == "fp32":
+        model = model.float()
+    elif base == "fp16":
+        model = model.half()
+    elif base == "bf16":
+        model = model.to(torch.bfloat16)
+    if name == "int8":
+        dtype = next(model.parameters()).dtype
+        cache = int8.cache_file(source_dir, dtype, "token") if source_dir else None
+        cached = int8.load_int8_cache(cache, kind="token") if cache else None
+        model = int8.quantize_int8(model, cache, cached, kind="token")
+        return invariant.make_invariant(model)
+    if base not in ("fp32", "fp16", "bf16"):
+        raise ValueError(f"unknown target execution {name!r}")
+    if graphs:
+        compiled.attach(model, max_len, compile=True, mode="graph", warm=compiled.BUCKETS[:5])
+    return model

@@ -1,0 +1,211 @@
+"""GPU timings of the Qwen2.5-Coder family, eager against compiled steps, from random weights.
+
+    python -m specviz.hardware.gpu_report --out gpu.json [--sizes 0.5B,1.5B,7B] [--compile]
+
+Timing does not depend on weight values, so where no weights can be downloaded the models are built
+from the real configurations with random weights, on the GPU, in bf16.  For each size: the one-token
+step after a 60-token prefix and the verify pass over k = 2, 4, 8, 16 new tokens, eager (dynamic KV
+cache, transformers' forward) and with CUDA-graph steps over a static cache
+(:mod:`specviz.models.compiled`, ``mode="graph"``; ``--compile`` adds torch.compile's
+``reduce-overhead``), each the median of repeated runs with the GPU synchronised before every clock
+read.  Then c (draft step / target step) for 0.5B → 1.5B and 0.5B → 7B, and each step's bandwidth
+bound: the bytes of weights read per step over the measured device-to-device copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+# The published configurations (config.json of Qwen/Qwen2.5-Coder-{0.5B,1.5B,7B}-Instruct).
+CONFIGS = {
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
+COMMON = dict(max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu")
+KS = (1, 2, 4, 8, 16)
+PREFIX = 60
+
+
+def random_model(size: str, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """A Qwen2 causal LM with the real configuration of ``size`` and random weights, on ``device``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(**CONFIGS[size], **COMMON)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg).to(dtype)
+    return model.eval().requires_grad_(False)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights one step reads (tied embeddings counted once: parameters() dedups them)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def copy_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read and written."""
+    n = int(gib * 2**30)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    start.record()
+    for _ in range(reps):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize(device)
+    seconds = start.elapsed_time(end) / 1000 / reps
+    del src, dst
+    return 2 * n / seconds
+
+
+def _timed(fn, device: torch.device) -> float:
+    torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - t
+
+
+def step_times(lm_factory, device: torch.device, vocab: int, reps: int = 15) -> dict[int, float]:
+    """Median ms of a feed of k new tokens after a PREFIX-token prompt, for each k in KS; the cache is
+    cropped back after each feed so every pass sees the same prefix."""
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, vocab, (PREFIX,), generator=gen).tolist()
+    extra = torch.randint(0, vocab, (max(KS),), generator=gen).tolist()
+    lm = lm_factory()
+    out: dict[int, float] = {}
+    with torch.inference_mode():
+        lm.feed(prompt)
+        for k in KS:
+            ids = prompt + extra[:k]
+            times = []
+            for i in range(reps + 3):
+                dt = _timed(lambda: lm.feed(ids, keep=k), device)
+                lm.crop(PREFIX)
+                if i >= 3:
+                    times.append(dt)
+            out[k] = 1000 * statistics.median(times)
+    lm.free()
+    return out
+
+
+def measure(size: str, device: torch.device, modes: list[str], bw: float) -> dict:
+    from ..kv import CachedLM
+    from ..models.compiled import StaticLM, attach
+
+    model = random_model(size, device)
+    vocab = model.config.vocab_size
+    row: dict = {"size": size, "weight_bytes": weight_bytes(model), "params": sum(p.numel() for p in model.parameters())}
+    row["bound_ms"] = 1000 * row["weight_bytes"] / bw
+    row["eager"] = step_times(lambda: CachedLM(model, device), device, vocab)
+    for mode in modes:
+        t = time.perf_counter()
+        steps = attach(model, 512, compile=True, mode=mode, warm=KS)
+        row[f"build_s_{mode}"] = round(time.perf_counter() - t, 1)
+        row[mode] = step_times(lambda: StaticLM(steps, device), device, vocab)
+        del model._specviz_steps
+    fp16 = model.to(torch.float16)
+    row["eager_fp16"] = step_times(lambda: CachedLM(fp16, device), device, vocab, reps=8)
+    del model, fp16
+    torch.cuda.empty_cache()
+    return row
+
+
+def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], modes: list[str],
+                new_tokens: int = 64, gamma: int = 5) -> list[dict]:
+    """The engine end to end on random 0.5B → ``targets`` pairs with Qwen's tokenizer: speculative
+    (greedy, constant γ) and standard decoding on each execution path; greedy text must agree.
+    Random models rarely agree, so acceptance is low: what this measures is the cost of each pass."""
+    from transformers import AutoTokenizer
+
+    from ..engine import speculative_decode, standard_decode
+    from ..models.compiled import attach
+    from ..settings import DecodeSettings
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:PREFIX]
+    draft = random_model("0.5B", device)
+    rows = []
+    for size in targets:
+        target = random_model(size, device)
+        width = min(draft.config.vocab_size, target.config.vocab_size)
+        for m in (draft, target):
+            if m.config.vocab_size != width:
+                m.resize_token_embeddings(width)
+        from types import SimpleNamespace
+
+        pair = SimpleNamespace(draft=draft, target=target, tokenizer=tok, device=device, eos_token_ids=[],
+                               draft_name="random 0.5B", target_name=f"random {size}", preset="gpu-report",
+                               dtype=torch.bfloat16, draft_quant=None)
+        for mode in ["eager", *modes]:
+            for m in (draft, target):
+                if hasattr(m, "_specviz_steps"):
+                    del m._specviz_steps
+                if mode != "eager":
+                    attach(m, 512, compile=True, mode=mode, warm=KS)
+            s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=new_tokens)
+            speculative_decode(pair, prompt, DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=8))
+            spec = speculative_decode(pair, prompt, s)
+            std = standard_decode(pair, prompt, s)
+            a, b = spec.summary(), std.summary()
+            row = {"target": size, "mode": mode, "greedy_equal": [t.id for t in spec.tokens] == [t.id for t in std.tokens],
+                   "standard_tok_s": round(b["decode_tokens_per_s"], 1), "spec_tok_s": round(a["decode_tokens_per_s"], 1),
+                   "alpha": a["alpha"], "draft_step_ms": round(1000 * (a["t_draft_forward"] or 0), 2),
+                   "target_step_ms": round(1000 * (b["t_target_forward"] or 0), 2),
+                   "verify_ms": round(1000 * (a["t_target_forward"] or 0), 2)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        for m in (draft, target):
+            if hasattr(m, "_specviz_steps"):
+                del m._specviz_steps
+        del target, pair
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="gpu.json")
+    ap.add_argument("--sizes", default="0.5B,1.5B,7B")
+    ap.add_argument("--compile", action="store_true", help="also torch.compile(mode='reduce-overhead')")
+    ap.add_argument("--engine", metavar="TOKENIZER_DIR", help="also run the engine end to end on random pairs")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda")
+    modes = ["graph"] + (["reduce-overhead"] if args.compile else [])
+    bw = copy_bandwidth(device)
+    report = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
+              "copy_bandwidth_GBps": round(bw / 1e9, 1), "prefix": PREFIX, "modes": ["eager"] + modes, "sizes": {}}
+    print(json.dumps({k: report[k] for k in ("gpu", "torch", "copy_bandwidth_GBps")}), flush=True)
+    for size in args.sizes.split(","):
+        row = measure(size, device, modes, bw)
+        report["sizes"][size] = row
+        print(size, json.dumps({k: (({kk: round(vv, 2) for kk, vv in v.items()}) if isinstance(v, dict) else v)
+                                for k, v in row.items()}), flush=True)
+    sizes = report["sizes"]
+    if "0.5B" in sizes:
+        for big in ("1.5B", "7B"):
+            if big in sizes:
+                report[f"c_0.5B_{big}"] = {m: round(sizes["0.5B"][m][1] / sizes[big][m][1], 3)
+                                           for m in ["eager", *modes]}
+    print(json.dumps({k: v for k, v in report.items() if k.startswith("c_")}), flush=True)
+    if args.engine:
+        report["engine"] = engine_runs(args.engine, device, [s for s in ("1.5B", "7B") if s in sizes], modes)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""The execution probe: time each candidate execution of the target, choose by the speculative rate.
+
+For a target and each execution this machine offers (:mod:`.executions`), the probe times a
+one-token step and verify passes over k new tokens after a 60-token prefix: the *verify-cost
+curve* T(k).  With the draft's one-token step t_d and the pair's typical acceptance α, Leviathan
+et al.'s Theorem 3.8 with a measured verify cost gives the expected rate of speculative decoding at
+draft length γ,
+
+    rate(γ) = E[tokens per round] / (γ·t_d + T(γ+1)),   E = (1 − α^(γ+1)) / (1 − α),
+
+and the chosen execution is the one with the highest rate at its best γ -- not the fastest
+one-token step: on an AVX2-only CPU bf16's T(6) is ~5 T(1) while int8's is ~1.5 T(1).  Standard
+decoding then runs on the same execution (so every race and every exactness claim is same-model).
+
+Results are cached in ``<cache>/probe.json`` per machine (CPU model, ISA, threads, emulation, or
+GPU), torch version, model and dtype; a warm start reads them and measures nothing.  On a busy
+machine nothing is measured or recorded (the timings would mean nothing): the execution is chosen
+from the ISA and measured on a quieter start.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from .machine import Machine, this_machine
+
+log = logging.getLogger("specviz.models")
+
+PROBE_KS = (1, 2, 4, 8)  # tokens fed; k = 16 too for the roofline (`full=True`)
+FULL_KS = (1, 2, 4, 6, 8, 16)
+# Tokens in the cache before the timed passes.  Short, because on a compute-bound CPU the prefix's
+# own pass is the probe's largest cost (bf16 1.5B on the AVX2 EPYC: ~150 ms a token); the attention
+# over 16 or 60 cached tokens costs the same at these sizes.
+PREFIX = 16
+GAMMAS = range(1, 11)
+PROBE_FORMAT = 1
+
+
+@dataclass
+class Probe:
+    """One target's measured executions on one machine, and the choice made from them."""
+
+    machine: dict
+    model: str
+    curves: dict[str, dict[int, float]]  # execution -> {tokens fed: ms}
+    draft_ms: float | None  # the draft's one-token step (its own execution), ms
+    alpha: float  # the pair's typical acceptance used for the choice
+    choice: str
+    predicted: dict[str, dict] = field(default_factory=dict)  # execution -> {rate, gamma, standard}
+    seconds: float = 0.0  # what measuring cost
+    measured: bool = True  # False: chosen from the ISA on a busy machine
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["curves"] = {e: {str(k): round(v, 1) for k, v in c.items()} for e, c in self.curves.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Probe":
+        d = dict(d)
+        d["curves"] = {e: {int(k): float(v) for k, v in c.items()} for e, c in d.get("curves", {}).items()}
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def verify_factor(self, execution: str, k: int) -> float | None:
+        """T(k) / T(1): what a k-token verify pass costs in one-token steps."""
+        c = self.curves.get(execution)
+        return None if not c or 1 not in c else interpolate(c, k) / c[1]
+
+
+def interpolate(curve: dict[int, float], k: float) -> float:
+    """T(k) from measured points: linear between them, the last slope beyond the last one."""
+    ks = sorted(curve)
+    if k <= ks[0]:
+        return curve[ks[0]]
+    for a, b in zip(ks, ks[1:]):
+        if k <= b:
+            return curve[a] + (curve[b] - curve[a]) * (k - a) / (b - a)
+    a, b = ks[-2:] if len(ks) > 1 else (ks[0], ks[0])
+    slope = (curve[b] - curve[a]) / (b - a) if b != a else 0.0
+    return curve[b] + slope * (k - b)
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Leviathan et al. eq. (1): expected tokens per round, (1 − α^(γ+1)) / (1 − α)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def predicted_rate(curve: dict[int, float], draft_ms: float, alpha: float) -> dict:
+    """The best γ's expected speculative tokens/s on this verify-cost curve, and standard decoding's."""
+    best = max(GAMMAS, key=lambda g: expected_tokens(alpha, g) / (g * draft_ms + interpolate(curve, g + 1)))
+    cost = best * draft_ms + interpolate(curve, best + 1)
+    return {"gamma": best, "rate": round(1000 * expected_tokens(alpha, best) / cost, 3),
+            "standard": round(1000 / curve[min(curve)], 3)}
+
+
+def choose(curves: dict[str, dict[int, float]], draft_ms: float | None, alpha: float) -> tuple[str, dict]:
+    """The execution with the highest predicted speculative rate (the fastest step without a draft time)."""
+    if draft_ms is None:
+        predicted = {e: {"rate": round(1000 / c[min(c)], 3)} for e, c in curves.items()}
+    else:
+        predicted = {e: predicted_rate(c, draft_ms, alpha) for e, c in curves.items()}
+    return max(predicted, key=lambda e: predicted[e]["rate"]), predicted
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class VerifyTimer:
+    """Times forwards over k new tokens after a PREFIX-token prefix (fed once) on one model: the
+    fastest of ``reps`` after one warm-up pass of that size (the minimum: other processes only ever
+    add time).  The GPU is synchronised before every clock read."""
+
+    def __init__(self, model: torch.nn.Module, vocab: int, device: torch.device | None = None):
+        from ..kv import cached_lm
+
+        self.device = device or next(model.parameters()).device
+        gen = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (PREFIX + max(FULL_KS),), generator=gen).tolist()
+        self.lm = cached_lm(model, self.device, PREFIX + max(FULL_KS))
+        with torch.inference_mode():
+            self.lm.feed(self.ids[:PREFIX])
+
+    def ms(self, k: int, reps: int = 1) -> float:
+        times = []
+        with torch.inference_mode():
+            for i in range(reps + 1):
+                _sync(self.device)
+                t = time.perf_counter()
+                self.lm.feed(self.ids[:PREFIX + k], keep=k)
+                _sync(self.device)
+                if i:
+                    times.append(time.perf_counter() - t)
+                self.lm.crop(PREFIX)
+        return 1000 * min(times)
+
+    def curve(self, ks: tuple[int, ...], known: dict[int, float] | None = None) -> dict[int, float]:
+        out = dict(known or {})
+        for k in ks:
+            if k not in out:
+                out[k] = self.ms(k, reps=2 if k == 1 else 1)
+        return dict(sorted(out.items()))
+
+    def close(self) -> None:
+        self.lm.free()
+
+
+def verify_curve(model: torch.nn.Module, vocab: int, ks: tuple[int, ...] = PROBE_KS) -> dict[int, float]:
+    """Milliseconds of a forward over k new tokens after the PREFIX-token prefix, for each k."""
+    timer = VerifyTimer(model, vocab)
+    try:
+        return timer.curve(ks)
+    finally:
+        timer.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# The cache
+# --------------------------------------------------------------------------------------------------
+
+
+def _probe_path():
+    from ..models.convert import cache_dir
+
+    return cache_dir() / "probe.json"
+
+
+def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
+    return "|".join([f"v{PROBE_FORMAT}", machine.key, model, str(dtype).removeprefix("torch.")])
+
+
+def read_probes() -> dict:
+    try:
+        return json.loads(_probe_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def known(machine: Machine, model: str, dtype: torch.dtype) -> Probe | None:
+    entry = read_probes().get(probe_key(machine, model, dtype))
+    try:
+        return Probe.from_dict(entry) if entry else None
+    except (TypeError, ValueError):
+        return None
+
+
+def remember(probe: Probe, machine: Machine, model: str, dtype: torch.dtype) -> None:
+    """Store ``probe`` (atomically; only a cache: failures are ignored)."""
+    entries = read_probes()
+    entries[probe_key(machine, model, dtype)] = probe.as_dict()
+    try:
+        path = _probe_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"probe.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+# --------------------------------------------------------------------------------------------------
+# Probing a target
+# --------------------------------------------------------------------------------------------------
+
+
+def fallback(machine: Machine) -> str:
+    """The execution to use without measuring: bf16 where it is native, int8 on other CPUs."""
+    if machine.kind == "cuda":
+        return "bf16"
+    return "bf16" if machine.bf16_native else "int8"
+
+
+def best_possible(step_ms: float, draft_ms: float | None, alpha: float) -> float:
+    """An upper bound on an execution's speculative rate from its one-token step alone (a verify
+    pass never costs less than a step): lets the probe stop timing an execution that cannot win."""
+    if draft_ms is None:
+        return 1000 / step_ms
+    return max(1000 * expected_tokens(alpha, g) / (g * draft_ms + step_ms) for g in GAMMAS)
+
+
+def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: int, *,
+                 build: Callable[[str], torch.nn.Module], draft_ms: float | None, alpha: float,
+                 candidates: tuple[str, ...], ks: tuple[int, ...] = PROBE_KS, full: bool = False,
+                 busy: Callable[[], bool] | None = None) -> tuple[Probe, torch.nn.Module]:
+    """Time ``model`` (as loaded: ``candidates[0]``) and ``build(execution)`` for the other candidates,
+    choose, remember the result; return it with the chosen model (the others are dropped).
+
+    The likeliest winner is timed first (int8 where bf16 is not native); every other execution's
+    one-token step is timed, and its verify curve only if that step leaves it a chance to win
+    (:func:`best_possible`) -- so a cold start on the 2-core EPYC spends ~10-15 s here, not a
+    minute.  ``full=True`` times every curve over ``FULL_KS`` (the roofline's curves).
+    ``build(e)`` returns the model executing as ``e`` (a copy where the weights change).  ``busy()``:
+    whether other processes compete for the cores (then nothing is measured: :func:`fallback`)."""
+    from ..models.int8 import machine_busy
+
+    machine = this_machine(next(model.parameters()).device)
+    busy = busy or machine_busy
+    if machine.kind == "cpu" and busy():
+        choice = fallback(machine) if fallback(machine) in candidates else candidates[0]
+        log.info("The machine is busy; running the target as %s without measuring (will measure on a quiet start)",
+                 choice)
+        probe = Probe(machine.as_dict(), name, {}, draft_ms, alpha, choice, measured=False)
+        return probe, (model if choice == candidates[0] else build(choice))
+    t0 = time.perf_counter()
+    ks = FULL_KS if full else ks
+    first = fallback(machine)
+    order = sorted(candidates, key=lambda e: (e != first, candidates.index(e)))
+    curves: dict[str, dict[int, float]] = {}
+    models: dict[str, torch.nn.Module] = {}
+    for execution in order:
+        m = model if execution == candidates[0] else build(execution)
+        timer = VerifyTimer(m, vocab)
+        step = timer.curve((1,))
+        if full or not curves or best_possible(step[1], draft_ms, alpha) >= max(
+                choose(curves, draft_ms, alpha)[1][e]["rate"] for e in curves):
+            step = timer.curve(ks, known=step)
+        timer.close()
+        curves[execution] = step
+        log.info("Target %s as %s: %s ms for %s tokens", name, execution,
+                 "/".join(f"{v:.0f}" for v in step.values()), "/".join(map(str, step)))
+        models[execution] = m
+        best = choose(curves, draft_ms, alpha)[0]
+        for e in list(models):  # keep only the best so far: bounded memory
+            if e != best:
+                del models[e]
+        del m
+        gc.collect()
+    choice, predicted = choose(curves, draft_ms, alpha)
+    probe = Probe(machine.as_dict(), name, curves, draft_ms, alpha, choice, predicted,
+                  seconds=round(time.perf_counter() - t0, 1))
+    log.info("Target %s runs as %s (predicted %s); probing took %.1f s", name, choice,
+             ", ".join(f"{e} {p['rate']:.2f} tok/s" for e, p in predicted.items()), probe.seconds)
+    remember(probe, machine, name, dtype)
+    return probe, models[choice]
+
+
+def draft_step_ms(model: torch.nn.Module, vocab: int) -> float:
+    """The draft's one-token step after the PREFIX-token prefix, ms."""
+    timer = VerifyTimer(model, vocab)
+    try:
+        return timer.ms(1, reps=3)
+    finally:
+        timer.close()

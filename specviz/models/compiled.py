@@ -1,0 +1,215 @@
+"""Compiled steps over a static KV cache (the GPU path; gpt-fast's recipe in transformers' terms).
+
+On a GPU, small models in eager PyTorch are launch-bound: a 0.5B draft step launches ~400 kernels
+and costs nearly what a 1.5B target step does, so the cost ratio c approaches 1.  Capturing the
+step in a CUDA graph removes the launches, and a graph needs fixed addresses and shapes: the KV
+cache must be preallocated (transformers' ``StaticCache``) and each feed length its own graph.
+
+:class:`CompiledSteps` belongs to one model: one static cache (one run at a time: the service runs
+model jobs one after the other) and a compiled forward per *bucket* of new-token counts (1, 2, 4,
+8, 16, 32).  A feed of k new tokens runs the graph of the smallest bucket ≥ k, padded with copies
+of its last token: the pads sit after the real tokens, so causal attention keeps them out of every
+real position, their KV slots lie past the cache's length and are overwritten by the next feed.
+Longer feeds (the prompt) and feeds that ask for hidden states run the same model eagerly into the
+same static cache.  Rolling back is setting the cache's length: nothing is copied.
+
+:class:`StaticLM` is :class:`specviz.kv.CachedLM`'s interface (feed, prefill, crop, free) over it;
+``kv.cached_lm`` hands one out when the model has compiled steps and the run fits the cache.
+Token trees need a custom 4D mask and index-selected caches: they stay on the eager path.
+
+Off the GPU the same classes run with ``compile=False`` (a static cache, eager steps), which is how
+the CPU tests check that padding, rollback and the engine's exactness hold on this path.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("specviz.models")
+
+BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
+def bucket_for(k: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
+    """The smallest bucket holding k new tokens, or None when k is longer than every bucket."""
+    return next((b for b in buckets if b >= k), None)
+
+
+class CompiledSteps:
+    """One model's static KV cache and its compiled forwards, one per bucket of feed lengths."""
+
+    def __init__(self, model: torch.nn.Module, max_len: int, *, compile: bool = True,
+                 mode: str = "reduce-overhead", buckets: tuple[int, ...] = BUCKETS):
+        from transformers import StaticCache
+
+        self.model = model
+        self.max_len = int(max_len)
+        self.buckets = tuple(sorted(buckets))
+        self.compiled = bool(compile)
+        self.mode = mode if compile else "eager"
+        self.cache = StaticCache(config=model.config, max_cache_len=self.max_len)
+        self.length = 0  # tokens the cache holds
+        self._held = -1  # what the layers' length tensors say (a padded graph leaves them past `length`)
+        self.in_use = False
+        device = next(model.parameters()).device
+        # Allocate the cache now (its first update would otherwise happen inside a compiled graph).
+        with torch.inference_mode():
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), past_key_values=self.cache,
+                  use_cache=True, logits_to_keep=1)
+        self._held = 1
+        self.set_length(0)
+        self._forward: Callable[[torch.Tensor], torch.Tensor] = self._eager_logits
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        if compile and mode != "graph":
+            import torch._dynamo.config as dynamo_config
+
+            for name in ("recompile_limit", "cache_size_limit"):  # one graph per bucket, and a few spare
+                if hasattr(dynamo_config, name):
+                    setattr(dynamo_config, name, max(getattr(dynamo_config, name), 4 * len(self.buckets)))
+            self._forward = torch.compile(self._eager_logits, mode=mode, fullgraph=True, dynamic=False)
+        elif compile:  # "graph": the eager forward captured as one CUDA graph per bucket (no inductor)
+            self._forward = self._replay
+
+    def _eager_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True).logits
+
+    def _capture(self, size: int) -> tuple:
+        """Record the forward over ``size`` tokens as a CUDA graph (inputs and outputs at fixed addresses)."""
+        device = next(self.model.parameters()).device
+        static_in = torch.zeros(1, size, dtype=torch.long, device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up runs on a side stream, as CUDA graph capture requires
+                self._held = -1
+                self.set_length(0)
+                self._eager_logits(static_in)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self._held = -1
+        self.set_length(0)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = self._eager_logits(static_in)
+        self._held = -1
+        self.set_length(0)
+        return graph, static_in, static_out
+
+    def _replay(self, input_ids: torch.Tensor) -> torch.Tensor:
+        size = input_ids.shape[1]
+        if size not in self._graphs:
+            self._graphs[size] = self._capture(size)
+        graph, static_in, static_out = self._graphs[size]
+        static_in.copy_(input_ids)
+        graph.replay()
+        return static_out
+
+    def set_length(self, n: int) -> None:
+        """Make the cache hold its first n tokens (in place: compiled graphs keep the addresses).
+        Writes the layers' length tensors only when they say otherwise (a draft step's steady state
+        launches nothing extra)."""
+        if n != self._held:
+            for layer in self.cache.layers:
+                length = getattr(layer, "cumulative_length", None)
+                if isinstance(length, torch.Tensor):
+                    length.fill_(n)
+        self.length = self._held = n
+
+    def warm_up(self, sizes: tuple[int, ...] | None = None) -> None:
+        """Compile and capture the graphs of the given buckets now (not in a user's first run)."""
+        device = next(self.model.parameters()).device
+        with torch.inference_mode():
+            for b in sizes or self.buckets:
+                for _ in range(3):  # torch.compile's cudagraph trees record on the second or third call
+                    self._held = -1
+                    self.set_length(0)
+                    self._forward(torch.zeros(1, b, dtype=torch.long, device=device))
+        self._held = -1
+        self.set_length(0)
+
+    def feed(self, new: list[int], keep: int, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed ``new`` tokens after the cache's contents; logits (and, if asked, final hidden states)
+        of the last ``keep`` of them, as fresh tensors (a graph's outputs are reused by its next replay)."""
+        device = next(self.model.parameters()).device
+        k, start = len(new), self.length
+        if start + k > self.max_len:
+            raise RuntimeError(f"the static KV cache holds {self.max_len} tokens; this run needs more")
+        size = bucket_for(k, self.buckets)
+        if hidden or size is None or start + size > self.max_len:
+            out = self.model(input_ids=torch.tensor([new], dtype=torch.long, device=device),
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
+                             output_hidden_states=hidden)
+            self._held = start + k
+            self.set_length(start + k)
+            h = out.hidden_states[-1][0, -keep:] if hidden else None
+            return out.logits[0, -keep:], h
+        padded = new + [new[-1]] * (size - k)
+        logits = self._forward(torch.tensor([padded], dtype=torch.long, device=device))
+        self._held = start + size
+        self.set_length(start + k)  # the pads' slots lie past the length: the next feed overwrites them
+        return logits[0, k - keep:k].clone(), None
+
+
+class StaticLM:
+    """:class:`specviz.kv.CachedLM`'s interface over a model's :class:`CompiledSteps`."""
+
+    def __init__(self, steps: CompiledSteps, device: torch.device):
+        if steps.in_use:
+            raise RuntimeError("this model's static KV cache is in use by another run")
+        self.steps = steps
+        self.device = device
+        self.cached = 0
+        self.tree_parents: list[int] = []
+        steps.in_use = True
+        steps.set_length(0)
+
+    def feed(self, ids: list[int], keep: int = 1, hidden: bool = False):
+        from ..kv import Fed
+
+        new = ids[self.cached:]
+        assert new, "nothing new to feed"
+        self.steps.set_length(self.cached)
+        logits, h = self.steps.feed(new, keep, hidden)
+        self.cached = len(ids)
+        return Fed(logits, h)
+
+    def prefill(self, ids: list[int], hidden: bool = False) -> torch.Tensor | None:
+        if len(ids) > 1:
+            fed = self.feed(ids[:-1], hidden=hidden)
+            return fed.hidden[-1] if hidden else None
+        return None
+
+    def feed_tree(self, *args, **kwargs):
+        raise RuntimeError("token trees run on the eager cache (kv.CachedLM), not on compiled steps")
+
+    def crop(self, n: int) -> None:
+        if self.cached > n:
+            self.cached = n
+            self.steps.set_length(n)
+
+    def free(self) -> None:
+        self.cached = 0
+        self.steps.set_length(0)
+        self.steps.in_use = False
+
+
+def attach(model: torch.nn.Module, max_len: int, *, compile: bool = True, warm: tuple[int, ...] | None = None,
+           mode: str = "reduce-overhead") -> CompiledSteps:
+    """Give ``model`` compiled steps over a static cache of ``max_len`` tokens (kv.cached_lm uses them)."""
+    steps = CompiledSteps(model, max_len, compile=compile, mode=mode)
+    if warm is not None:
+        steps.warm_up(warm)
+    model._specviz_steps = steps
+    return steps
+
+
+def detach(model: torch.nn.Module) -> None:
+    """Drop ``model``'s compiled steps (and with them its static cache and graphs)."""
+    if hasattr(model, "_specviz_steps"):
+        del model._specviz_steps
+
+
+def steps_of(model: torch.nn.Module) -> CompiledSteps | None:
+    return getattr(model, "_specviz_steps", None)

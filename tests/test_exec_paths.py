@@ -1,0 +1,102 @@
+"""The engine on every execution path this machine has: eager (dynamic KV cache) and steps over a
+static KV cache (specviz.models.compiled), on the CPU and, where one is present, on a CUDA GPU
+(where the static path replays CUDA graphs).  Exactness (χ²), greedy equality and the cache
+arithmetic (padding to a bucket, rollback) must hold on each."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specviz.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.kv import CachedLM, cached_lm
+from specviz.models import compiled
+from specviz.models.compiled import StaticLM, bucket_for
+from specviz.sampling import Warp
+from specviz.settings import DecodeSettings
+from test_engine import PROMPT, CharTokenizer, assert_matches, tiny_lm
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+PATHS = [(d, p) for d in DEVICES for p in ("eager", "static")]
+
+
+def _pair(device: str, path: str, vocab: int = 6, sharp: float = 40.0):
+    dev = torch.device(device)
+    pair = SimpleNamespace(
+        draft=tiny_lm(vocab, 1, sharp).to(dev), target=tiny_lm(vocab, 2, sharp).to(dev),
+        tokenizer=CharTokenizer(), device=dev, eos_token_ids=[], draft_name="tiny-draft",
+        target_name="tiny-target", preset="tiny", dtype=torch.float32, draft_quant=None)
+    if path == "static":  # CUDA graphs on a GPU; the same static cache, eager, on the CPU
+        for model in (pair.draft, pair.target):
+            compiled.attach(model, 96, compile=dev.type == "cuda", mode="graph")
+    return pair
+
+
+@pytest.mark.parametrize("device,path", PATHS)
+def test_first_two_tokens_follow_the_target(device, path):
+    pair = _pair(device, path)
+    warp = Warp(1.0)
+
+    @torch.inference_mode()
+    def dist(ids):
+        return warp(pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1]).cpu()
+
+    p1, exact = dist(PROMPT), {}
+    for x1 in range(6):
+        p2 = dist(PROMPT + [x1])
+        for x2 in range(6):
+            if p1[x1] * p2[x2] > 0:
+                exact[(x1, x2)] = float(p1[x1] * p2[x2])
+    samples = []
+    for seed in range(1200):
+        s = DecodeSettings(gamma=3, temperature=1.0, max_new_tokens=2, seed=seed)
+        samples.append(tuple(t.id for t in speculative_decode(pair, PROMPT, s).tokens))
+    assert_matches(samples, exact)
+
+
+@pytest.mark.parametrize("device,path", PATHS)
+def test_greedy_speculative_equals_standard(device, path):
+    pair = _pair(device, path, vocab=12, sharp=6.0)
+    for gamma in (1, 4, 9):
+        s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=40)
+        spec = [t.id for t in speculative_decode(pair, PROMPT, s).tokens]
+        std = [t.id for t in standard_decode(pair, PROMPT, s).tokens]
+        assert spec == std and len(spec) == 40
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_static_steps_match_the_dynamic_cache(device):
+    """Feeds of every length (padded to a bucket or not), crops and a refill give the dynamic
+    cache's logits; the static path is the one the engine picks when the run fits."""
+    dev = torch.device(device)
+    model = tiny_lm(20, 3, 4.0).to(dev)
+    steps = compiled.attach(model, 64, compile=dev.type == "cuda", mode="graph")
+    ids = torch.randint(0, 20, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    ref, lm = CachedLM(model, dev), cached_lm(model, dev, need=60)
+    assert isinstance(lm, StaticLM) and steps.in_use
+    assert isinstance(cached_lm(model, dev, need=60), CachedLM)  # in use: the next run gets the eager cache
+    with torch.inference_mode():
+        for end, keep, crop in ((10, 1, None), (13, 3, 11), (16, 5, None), (17, 1, 12), (33, 4, None), (36, 2, 30)):
+            a, b = ref.feed(ids[:end], keep=keep).logits, lm.feed(ids[:end], keep=keep).logits
+            assert a.shape == b.shape == (keep, 20)
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            if crop is not None:
+                ref.crop(crop), lm.crop(crop)
+    lm.free()
+    assert not steps.in_use
+    assert isinstance(cached_lm(model, dev, need=65), CachedLM)  # a run longer than the cache stays eager
+    assert [bucket_for(k) for k in (1, 2, 3, 5, 9, 17, 33)] == [1, 2, 4, 8, 16, 32, None]
+
+
+def test_engine_runs_chains_on_static_steps_and_trees_eager():
+    """The engine hands the static steps to a chain's target and draft, and frees them after the run."""
+    pair = _pair("cpu", "static")
+    s = DecodeSettings(gamma=3, temperature=0.0, max_new_tokens=8)
+    stream = speculative_stream(pair, PROMPT, s)
+    next(stream)  # the first drafted token: both caches are taken
+    assert compiled.steps_of(pair.target).in_use and compiled.steps_of(pair.draft).in_use
+    for _ in stream:
+        pass
+    assert not compiled.steps_of(pair.target).in_use and not compiled.steps_of(pair.draft).in_use
