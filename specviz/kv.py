@@ -86,7 +86,7 @@ class CachedLM:
         past = self.cached + first  # slots already in the cache
         q = len(suffix) + len(tokens)
         dtype = self.model.get_input_embeddings().weight.dtype
-        if getattr(self.model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+        if getattr(self.model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager", "specviz_invariant"):
             raise RuntimeError("token trees need eager or sdpa attention (a 4D float mask)")
         mask = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype, device=self.device)
         mask[:, : self.cached] = 0.0  # the cached prefix is visible to every new token

@@ -491,7 +491,8 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
 
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2, tied=True)
     events = []
-    pair = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, progress=lambda f, m: events.append((f, m)))
+    pair = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16",
+                     progress=lambda f, m: events.append((f, m)))
 
     # progress: monotone, within [0, 1], ends at 1, mentions the conversion
     fractions = [f for f, _ in events]
@@ -530,10 +531,10 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
     assert d_src.is_dir()
 
     # shared in-process cache; a later process-level load reuses the disk cache (no conversion)
-    assert load_pair(draft=draft.ref, target=target.ref, draft_quant=None) is pair
+    assert load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16") is pair
     clear_cache()
     monkeypatch.setattr(convert, "_convert_pack", lambda *a, **k: pytest.fail("converted twice"))
-    again = load_pair(draft=draft.ref, target=target.ref, draft_quant=None)
+    again = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16")
     assert again is not pair and again.vocab_size == 262
 
 

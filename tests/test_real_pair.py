@@ -30,3 +30,61 @@ def test_greedy_speculative_equals_standard_on_the_real_pair(pair_fp32, prompt, 
     summ = spec.summary()
     # Real verification happened: several rounds, with drafts accepted (and the text stayed exact).
     assert summ["rounds"] < spec.n_tokens and summ["accepted"] > 0
+
+
+# ---- the target's executions on the real pair (specviz.hardware.executions) --------------------
+
+PROMPT_IDS_TEXT = "Write a Python function that returns the n-th Fibonacci number."
+
+
+def _verify_vs_steps(pair, k: int = 6):
+    """Distributions at k positions scored in one verify pass, and one token at a time, after the
+    chat prompt (the tokens: the target's own greedy continuation)."""
+    import torch
+
+    from specviz.kv import CachedLM
+
+    ids = encode_prompt(pair, PROMPT_IDS_TEXT)
+    cont = [t.id for t in standard_decode(pair, ids, DecodeSettings(temperature=0.0, max_new_tokens=k)).tokens]
+    seq = ids + cont
+    with torch.inference_mode():
+        a = CachedLM(pair.target, pair.device)
+        a.feed(seq[:len(ids)])
+        verify = a.feed(seq[:len(ids) + k], keep=k).logits.float()
+        b = CachedLM(pair.target, pair.device)
+        b.feed(seq[:len(ids)])
+        steps = torch.stack([b.feed(seq[:len(ids) + i + 1]).logits[-1].float() for i in range(k)])
+    return verify, steps
+
+
+@pytest.fixture(scope="module")
+def pair_int8():
+    return load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")
+
+
+def test_int8_target_is_batch_invariant_on_the_real_pair(pair_int8):
+    import torch
+
+    assert pair_int8.target_exec == "int8"
+    verify, steps = _verify_vs_steps(pair_int8)
+    assert torch.equal(verify, steps)  # integer path: exactly, not just within rounding
+
+
+def test_bf16_target_verify_is_within_its_own_rounding_on_the_real_pair():
+    pair = load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="bf16")
+    verify, steps = _verify_vs_steps(pair)
+    tv = 0.5 * (verify.softmax(-1) - steps.softmax(-1)).abs().sum(-1)
+    assert tv.max() <= 0.02, tv
+
+
+@pytest.mark.parametrize("prompt, gamma", [
+    ("Write a Python function `is_prime(n)`.", 5),
+    ("Explain in two sentences what a hash table is.", 3),
+])
+def test_greedy_speculative_equals_standard_with_the_int8_target(pair_int8, prompt, gamma):
+    ids = encode_prompt(pair_int8, prompt)
+    s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=24)
+    spec = speculative_decode(pair_int8, ids, s, prompt=prompt)
+    std = standard_decode(pair_int8, ids, s, prompt=prompt)
+    assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
+    assert spec.summary()["accepted"] > 0 and spec.models["target_exec"] == "int8"

@@ -256,10 +256,17 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     ks = FULL_KS if full else ks
     first = fallback(machine)
     order = sorted(candidates, key=lambda e: (e != first, candidates.index(e)))
+    if not full and "int8" in order and "fp32" in order:
+        # fp32 reads four times int8's bytes per step and fbgemm's int8 kernels multiply at least as fast
+        # as fp32 FMAs on every x86 CPU: fp32 cannot win where int8 runs, and building it (6 GB of new
+        # pages) costs ~17 s on the 2-core EPYC.  `full=True` (the roofline CLI) times it anyway.
+        order.remove("fp32")
     curves: dict[str, dict[int, float]] = {}
     models: dict[str, torch.nn.Module] = {}
     for execution in order:
+        t_build = time.perf_counter()
         m = model if execution == candidates[0] else build(execution)
+        t_build = time.perf_counter() - t_build
         timer = VerifyTimer(m, vocab)
         step = timer.curve((1,))
         if full or not curves or best_possible(step[1], draft_ms, alpha) >= max(
@@ -267,8 +274,8 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
             step = timer.curve(ks, known=step)
         timer.close()
         curves[execution] = step
-        log.info("Target %s as %s: %s ms for %s tokens", name, execution,
-                 "/".join(f"{v:.0f}" for v in step.values()), "/".join(map(str, step)))
+        log.info("Target %s as %s: %s ms for %s tokens (built in %.1f s)", name, execution,
+                 "/".join(f"{v:.0f}" for v in step.values()), "/".join(map(str, step)), t_build)
         models[execution] = m
         best = choose(curves, draft_ms, alpha)[0]
         for e in list(models):  # keep only the best so far: bounded memory
@@ -292,3 +299,52 @@ def draft_step_ms(model: torch.nn.Module, vocab: int) -> float:
         return timer.ms(1, reps=3)
     finally:
         timer.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line: full curves for the roofline, and recordings to ship
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m specviz.hardware.probe [--preset default] [--out FILE]: time every execution of the
+    pair's target over FULL_KS (and the draft's step), print the curves, store them in the probe cache
+    and, with --out, as a recording the page can show beside this machine's (assets/hardware/)."""
+    import argparse
+
+    from ..models import load_pair, resolve_preset
+    from .executions import apply, candidates
+
+    ap = argparse.ArgumentParser(prog="python -m specviz.hardware.probe", description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="default")
+    ap.add_argument("--out", default=None, help="also write the result here (JSON)")
+    ap.add_argument("--note", default="", help="how the figures were obtained (written into --out)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from ..models.presets import PRESETS
+
+    preset = resolve_preset(args.preset)
+    pair = load_pair(preset, target_exec="bf16")
+    target = pair.target
+    from pathlib import Path
+
+    from ..models.convert import offline_pack, source_of
+
+    ref = PRESETS[preset].target
+    source = Path(source_of(ref, None)[0]) if offline_pack(ref) else None
+    draft_ms = draft_step_ms(pair.draft, pair.vocab_size)
+    probe, _ = probe_target(target, PRESETS[preset].target, pair.dtype, pair.vocab_size,
+                            build=lambda e: apply(target, e, source_dir=source, copy_model=True), draft_ms=draft_ms,
+                            alpha=PRESETS[preset].typical_alpha, candidates=candidates(pair.device, pair.dtype),
+                            full=True, busy=lambda: False)
+    doc = probe.as_dict() | {"draft": pair.draft_name, "target": pair.target_name,
+                             "draft_exec": pair.draft_quant or "bf16", "note": args.note, "prefix": PREFIX}
+    print(json.dumps(doc, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""What a cheaper execution costs in fidelity: the int8 target against the bf16 target it came from.
+
+An int8 target is a slightly different model.  Speculative decoding with it is exact *for it* (its
+verify pass is batch-invariant), but its text can differ from the bf16 target's.  This measures by
+how much, on the shipped prompts: the bf16 target decodes each prompt greedily, then both
+executions score that same text position by position (teacher forcing), and we report
+
+* TV(p_exec, p_bf16) per position (mean, median, 90th percentile, max), and
+* how often the two greedy tokens agree (argmax equal).
+
+    python -m specviz.hardware.fidelity [--exec int8] [--tokens 48] [--out assets/hardware/fidelity-int8.json]
+
+The page shows the summary where it names the target's execution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+FIDELITY_DIR = Path(__file__).resolve().parents[2] / "assets" / "hardware"
+
+
+def compare(reference, other, prompts: list[tuple[str, bool]], tokens: int = 48) -> dict:
+    """TV and greedy agreement of ``other``'s target against ``reference``'s, along the reference's
+    greedy continuation of each (prompt, chat) pair."""
+    from ..engine import standard_decode
+    from ..models import encode_prompt
+    from ..settings import DecodeSettings
+
+    tvs: list[float] = []
+    agree = total = 0
+    per_prompt = []
+    for prompt, chat in prompts:
+        ids = encode_prompt(reference, prompt, chat=chat)
+        cont = [t.id for t in standard_decode(reference, ids, DecodeSettings(temperature=0.0,
+                                                                              max_new_tokens=tokens)).tokens]
+        seq = torch.tensor([ids + cont])
+        with torch.inference_mode():
+            p = reference.target(seq, logits_to_keep=len(cont)).logits[0].float().softmax(-1)
+            q = other.target(seq, logits_to_keep=len(cont)).logits[0].float().softmax(-1)
+        tv = (0.5 * (p - q).abs().sum(-1)).tolist()
+        same = (p.argmax(-1) == q.argmax(-1)).tolist()
+        tvs += tv
+        agree += sum(same)
+        total += len(same)
+        per_prompt.append({"prompt": prompt[:60], "mean_tv": round(statistics.mean(tv), 4),
+                           "greedy_agree": round(sum(same) / len(same), 3)})
+    tvs.sort()
+    return {"positions": total, "mean_tv": round(statistics.mean(tvs), 4), "median_tv": round(statistics.median(tvs), 4),
+            "p90_tv": round(tvs[int(0.9 * (len(tvs) - 1))], 4), "max_tv": round(tvs[-1], 4),
+            "greedy_agree": round(agree / total, 4), "prompts": per_prompt}
+
+
+def summary_line(doc: dict) -> str:
+    """One sentence for the page: what the execution costs against bf16."""
+    return (f"{doc['exec']} against the bf16 target: mean TV {doc['mean_tv']:.3f} per position "
+            f"(90% of positions ≤ {doc['p90_tv']:.3f}), greedy tokens agree on {100 * doc['greedy_agree']:.1f}% "
+            f"of {doc['positions']} positions of the shipped prompts")
+
+
+def load(execution: str) -> dict | None:
+    """The shipped measurement for ``execution`` (assets/hardware/fidelity-<exec>.json), if any."""
+    try:
+        return json.loads((FIDELITY_DIR / f"fidelity-{execution}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..bench import DEFAULT_PROMPTS, read_prompts
+    from ..hardware.machine import this_machine
+    from ..models import DEFAULT_PRESET, load_pair
+
+    ap = argparse.ArgumentParser(prog="python -m specviz.hardware.fidelity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--exec", dest="execution", default="int8")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    rows = read_prompts(args.prompts)
+    reference = load_pair(DEFAULT_PRESET, target_exec="bf16")
+    other = load_pair(DEFAULT_PRESET, target_exec=args.execution)
+    doc = {"exec": args.execution, "reference": "bf16", "tokens": args.tokens,
+           "machine": this_machine("cpu").describe(), "target": reference.target_name,
+           **compare(reference, other, [(r["prompt"], bool(r.get("chat", True))) for r in rows], args.tokens)}
+    print(summary_line(doc))
+    print(json.dumps(doc, indent=1, ensure_ascii=False))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
