@@ -70,7 +70,7 @@ HOW_IT_WORKS = """
 A big **target** model normally produces one token per forward pass. Speculative decoding adds a small, fast **draft** model:
 
 1. **Draft** — the draft model proposes γ tokens x<sub>1</sub>…x<sub>γ</sub>, one after another, each sampled from its distribution q.
-2. **Verify** — the target scores the prompt plus all γ drafts in **one** forward pass, giving its distributions p<sub>1</sub>…p<sub>γ+1</sub>. On a memory-bound machine this costs about as much as producing one token.
+2. **Verify** — the target scores the prompt plus all γ drafts in **one** forward pass, giving its distributions p<sub>1</sub>…p<sub>γ+1</sub>. Whether that pass costs about as much as producing one token depends on the machine. It does when the target is *memory-bound* (reading its weights dominates: GPUs at batch 1, CPUs with AMX matrix units), and Leviathan et al.'s Thm 3.8 assumes so. On a *compute-bound* CPU (AVX2 only, bf16) a pass over six tokens costs several one-token steps, and speculation can lose. The page measures it: each run's headline and metrics give the verify pass's cost in standard steps (v), and Thm 3.8 with it beside the textbook value.
 3. **Accept or reject** — draft i is accepted with probability b = min(1, (p(x) + ε) / q(x)): always when the target likes the token at least as much as the draft did. A uniform draw u decides; the first rejection ends the round.
 4. **Correct or bonus** — at a rejection, a **correction** token is sampled from the residual norm(max(0, p − q)); if all γ were accepted, a **bonus** token is sampled from p<sub>γ+1</sub>. Every round emits at least one token.
 
@@ -206,8 +206,10 @@ def build() -> gr.Blocks:
                                     elem_id="sv-t-c")
                     t_chat = gr.Slider(0, 1, value=0.05, step=0.01, label="ĉ (draft/target arithmetic)",
                                        elem_id="sv-t-chat")
+                    t_v = gr.Slider(0.5, 8, value=1.0, step=0.05, label="v (verify pass ÷ standard step)",
+                                    info="1 in the paper; measured by each run", elem_id="sv-t-v")
                 with gr.Row():
-                    last_btn = gr.Button("Use the last run's α, γ, c", size="sm", scale=0, min_width=240,
+                    last_btn = gr.Button("Use the last run's α, γ, c, v", size="sm", scale=0, min_width=240,
                                          elem_id="sv-use-last")
                 t_note = gr.Markdown(elem_id="sv-theory-note")
                 with gr.Row():
@@ -333,18 +335,18 @@ def build() -> gr.Blocks:
             demo.load(on_recording, None, views.outputs, api_visibility="private").success(
                 live.recorded_prompt, [state], [prompt], api_visibility="private")
 
-        theory_in = [t_alpha, t_gamma, t_c, t_chat, state]
+        theory_in = [t_alpha, t_gamma, t_c, t_chat, state, t_v]
 
         def on_theory(*args):
             return theory.write(theory_views(*args))
-        for comp in (t_alpha, t_gamma, t_c, t_chat):
+        for comp in (t_alpha, t_gamma, t_c, t_chat, t_v):
             comp.release(on_theory, theory_in, theory.outputs, api_visibility="private")
-        # A new run or recording moves the theory sliders to its measured α, γ and c, so its
+        # A new run or recording moves the theory sliders to its measured α, γ, c and v, so its
         # measured point sits on the curve drawn from its own numbers.
-        state.change(use_last_run, [state], [t_alpha, t_gamma, t_c], api_visibility="private").then(
+        state.change(use_last_run, [state], [t_alpha, t_gamma, t_c, t_v], api_visibility="private").then(
             on_theory, theory_in, theory.outputs, api_visibility="private")
         demo.load(on_theory, theory_in, theory.outputs, api_visibility="private")
-        last_btn.click(use_last_run, [state], [t_alpha, t_gamma, t_c], api_visibility="private").then(
+        last_btn.click(use_last_run, [state], [t_alpha, t_gamma, t_c, t_v], api_visibility="private").then(
             on_theory, theory_in, theory.outputs, api_visibility="private")
         batch_in = [b_vocab, b_close, b_m, b_seed, tree_runs]
         for comp in batch_in[:4]:

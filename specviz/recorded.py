@@ -47,8 +47,9 @@ class GammaRow(_Strict):
     tokens_per_s: Pos
     speedup: Pos | None = None
     alpha: Prob | None = None
-    c: Pos | None = None
-    theoretical_speedup: Pos | None = None
+    c: Pos | None = None  # a draft token ÷ the baseline's standard step (older files: ÷ the verify pass)
+    v: Pos | None = None  # the verify pass ÷ the baseline's standard step (absent in older files)
+    theoretical_speedup: Pos | None = None  # Thm 3.8 with v (older files: the textbook value, c ÷ verify)
 
 
 class EpsilonRow(_Strict):

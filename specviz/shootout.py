@@ -28,6 +28,7 @@ from .models import ModelError
 from .service import describe_error
 from .settings import GAMMA_MAX, DecodeSettings, SettingsError
 from .sweep_budget import within
+from .sweeps import WARMING_UP, warm_up
 
 log = logging.getLogger("specviz.shootout")
 CHAIN_POLICY = "confidence"  # the draft model's policy in the shoot-out (say so wherever it is shown)
@@ -140,6 +141,9 @@ def run(req: Any, contenders: list[Contender] | None = None,
     contenders = contenders if contenders is not None else lineup(req.settings)
     rows: list[Row] = []
     n = len(contenders)
+    # Untimed first: the first drafter would otherwise pay the pair's one-time costs (see warm_up).
+    yield 0.0, WARMING_UP, rows
+    warm_up(req, [c.settings for c in contenders if c.key != STANDARD])
     for k, c in enumerate(within(contenders, should_stop)):
         yield k / n, f"{c.label} ({k + 1}/{n})…", rows
         try:

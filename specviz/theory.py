@@ -6,8 +6,9 @@ next to what the theory predicts.
 
 Notation (Leviathan et al. 2023, used throughout specviz): p = target
 distribution, q = draft distribution, γ = draft length, α = mean acceptance
-probability, c = cost of a draft forward / cost of a target forward,
-ε = over-acceptance threshold.  Chen et al. (2023) and Yin et al. (NeurIPS
+probability, c = cost of a draft forward / cost of a standard one-token
+target step, v = cost of a verify pass / that step (the verify factor: 1 in
+the paper, several steps on a compute-bound CPU), ε = over-acceptance threshold.  Chen et al. (2023) and Yin et al. (NeurIPS
 2024) swap p and q; the formulas below are rewritten in our letters.
 
 Sources:
@@ -132,20 +133,32 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     return float(theoretical_speedup(a, g, 0.0))
 
 
-def expected_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Expected wall-time improvement factor (Leviathan et al. Thm 3.8):
+def expected_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
+    """Expected wall-time improvement factor (Leviathan et al. Thm 3.8), with a verify factor v:
 
-        (1 − α^(γ+1)) / ((1 − α)(γc + 1))
+        (1 − α^(γ+1)) / ((1 − α)(γc + v))
 
-    with c = cost(draft forward) / cost(target forward).  Delegates to
-    `specviz.trace.theoretical_speedup`, the function the run summary uses,
-    so the theory tab and the run summary can never disagree.  γ = 0 is plain
-    decoding (1.0).
+    A round drafts γ tokens (γc standard steps) and runs one verify pass (v standard steps), and
+    emits (1 − α^(γ+1)) / (1 − α) tokens on average, each of which standard decoding pays one
+    step for.  So c = cost(draft token) / cost(standard one-token step) and v = cost(verify pass
+    over γ + 1 tokens) / cost(standard one-token step), both measured against the *standard* step.
+
+    v = 1 is the theorem as published: it assumes a verify pass costs one step, which holds when
+    the target is memory-bound (reading its weights dominates: GPUs at batch 1, CPUs with AMX
+    matrix units).  On a compute-bound CPU (AVX2 only) a verify pass over six tokens measured 4.7
+    steps in bf16, and speculation lost; the page measures v for each run (`specviz.costs`).
+    Note that dividing the draft's cost by the verify pass instead (c' = c / v) gives the textbook
+    value with c', which is v times this one: it counts time in verify passes, not steps.
+
+    Delegates to `specviz.trace.theoretical_speedup`, the function the run summary uses, so the
+    theory tab and the run summary can never disagree.  γ = 0 is plain decoding (1.0).
     """
-    a, g, cc = _alpha(alpha), _gamma(gamma), _cost(c)
+    a, g, cc, vv = _alpha(alpha), _gamma(gamma), _cost(c), _cost(v, "v")
     if g == 0:
         return 1.0
-    return float(theoretical_speedup(a, g, cc))
+    if vv <= 0:
+        raise ValueError(f"v must be a finite number > 0, not {v!r}")
+    return float(theoretical_speedup(a, g, cc, vv))
 
 
 def speculation_helps(alpha: float, c: float) -> bool:
@@ -157,8 +170,8 @@ def speculation_helps(alpha: float, c: float) -> bool:
     return _alpha(alpha) > _cost(c)
 
 
-def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> tuple[int, float]:
-    """The integer γ in 1..gamma_max maximising Thm 3.8, and its speedup.
+def optimal_gamma(alpha: float, c: float, gamma_max: int = 64, v: float = 1.0) -> tuple[int, float]:
+    """The integer γ in 1..gamma_max maximising Thm 3.8 (with verify factor v), and its speedup.
 
     There is no closed form (Leviathan et al. §3.5), so this is a brute-force
     maximisation; ties go to the smaller γ (cheaper, same speed).  When no γ
@@ -168,9 +181,9 @@ def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> tuple[int, flo
     γ* = 8 (3.09×); c = 0.1, α = 0.8 → γ* = 6 (2.47×).
     """
     a, cc, gmax = _alpha(alpha), _cost(c), _gamma(gamma_max, lo=1)
-    best_g, best_s = 1, expected_speedup(a, 1, cc)
+    best_g, best_s = 1, expected_speedup(a, 1, cc, v)
     for g in range(2, gmax + 1):
-        s = expected_speedup(a, g, cc)
+        s = expected_speedup(a, g, cc, v)
         if s > best_s * (1 + 1e-12):  # strict: ties keep the smaller γ
             best_g, best_s = g, s
     return best_g, best_s
@@ -190,17 +203,20 @@ def arithmetic_cost_factor(alpha: float, gamma: int, c_hat: float) -> float:
     return (g * _cost(c_hat, "c_hat") + g + 1) / expected_tokens_per_round(alpha, g)
 
 
-def sweep_theory(alpha: float, c: float, gammas: Iterable[int] | None = None, c_hat: float | None = None) -> dict[str, list]:
+def sweep_theory(alpha: float, c: float, gammas: Iterable[int] | None = None, c_hat: float | None = None,
+                 v: float = 1.0) -> dict[str, list]:
     """Thm 3.8 (and tokens per round, and Thm 3.11 if c_hat is given) over γ.
 
     Returns lists keyed gamma, tokens_per_round, speedup (and cost_factor),
-    ready for plotting; gammas defaults to 1..16.
+    ready for plotting; gammas defaults to 1..16.  v: the verify factor, one value for every γ
+    (a measured v belongs to the draft length it was measured at; on a compute-bound target it
+    grows with γ).
     """
     gs = [_gamma(g) for g in (range(1, 17) if gammas is None else gammas)]
     out: dict[str, list] = {
         "gamma": gs,
         "tokens_per_round": [expected_tokens_per_round(alpha, g) for g in gs],
-        "speedup": [expected_speedup(alpha, g, c) for g in gs],
+        "speedup": [expected_speedup(alpha, g, c, v) for g in gs],
     }
     if c_hat is not None:
         out["cost_factor"] = [arithmetic_cost_factor(alpha, g, c_hat) for g in gs]

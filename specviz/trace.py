@@ -251,11 +251,16 @@ class Trace:
         mean_accepted_length: 1 + accepted / rounds (vLLM's definition; counts
             the correction or bonus token).
         c: mean draft forward time / mean target forward time (verify passes),
-            both measured in this run (prefill excluded); the bench divides by the
-            standard run's one-token step instead, as Thm 3.8 assumes.
+            both measured in this run (prefill excluded): all one run can give.
+            Thm 3.8 wants both costs in standard one-token steps; with the
+            standard run of the same race, specviz.costs.race_costs gives c per
+            step and the verify factor v (what a verify pass costs in steps),
+            as the bench does.
         mean_draft_length: tokens drafted per round, over rounds that drafted.
         theoretical_speedup: (1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et
-            al. Theorem 3.8, from this run's own α and c.
+            al. Theorem 3.8, from this run's own α and c: time counted in
+            verify passes, so it overstates the speedup by v when a verify pass
+            costs v > 1 steps (the page shows specviz.costs's figures instead).
         """
         rounds = self.rounds
         n_tokens = self.n_tokens
@@ -364,15 +369,20 @@ def _read_json(data: str | bytes) -> Any:
         raise TraceError(f"not valid JSON: {exc}") from None
 
 
-def theoretical_speedup(alpha: float | None, gamma: float, c: float | None) -> float | None:
-    """Leviathan et al. Thm 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1)); γ may be a mean draft length."""
-    if alpha is None or c is None or gamma < 1:
+def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: float | None = 1.0) -> float | None:
+    """Leviathan et al. Thm 3.8 with a verify factor: (1 − α^(γ+1)) / ((1 − α)(γc + v)).
+
+    γ may be a mean draft length.  c and v are in units of one standard decoding step: c = a draft
+    token's cost, v = a verify pass's cost.  v = 1 (the default) is the textbook theorem, which
+    assumes the target scores γ + 1 tokens in the time it produces one (a memory-bound target).
+    None when an input is unknown.  `specviz.theory.expected_speedup` is the checked public face."""
+    if alpha is None or c is None or v is None or gamma < 1 or gamma * c + v <= 0:
         return None
     if alpha >= 1.0:
         tokens = gamma + 1.0
     else:
         tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
-    return tokens / (gamma * c + 1)
+    return tokens / (gamma * c + v)
 
 
 # ---- validation: specviz.trace_schema (pydantic) -------------------------------------------

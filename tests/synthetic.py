@@ -38,8 +38,12 @@ def make_trace(
     policy: str = "constant",
     drafter: str = "model",
     tau: float = 0.4,
+    draft_token_s: float = 0.04,
+    verify_s: float = 0.12,
 ) -> Trace:
     """A speculative trace built round by round from ``plan``.
+
+    Each round drafts for ``draft_token_s`` seconds per drafted token and verifies for ``verify_s``.
 
     Each plan entry: accept (accepted drafts), extra ("correction" | "bonus" |
     None), optional draft (drafted count, default γ), verified (positions
@@ -85,7 +89,7 @@ def make_trace(
             etext = XSS if step.get("xss_extra") else (" fix" if extra_kind == "correction" else " bonus!")
             extra = Extra(id=7, text=etext, kind=extra_kind, p=0.42)
             emitted.append(Token(id=7, text=etext, origin=extra_kind))
-        t_draft, t_verify = 0.04 * k, 0.12
+        t_draft, t_verify = draft_token_s * k, verify_s
         rounds.append(
             Round(
                 index=idx,

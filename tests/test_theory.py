@@ -97,6 +97,43 @@ def test_speedup_matches_formula_and_trace(alpha, gamma, c):
     assert th.expected_speedup(alpha, 0, c) == 1.0
 
 
+@pytest.mark.parametrize("alpha,gamma,c", [(0.6, 4, 0.05), (0.8, 8, 0.05), (0.3, 1, 0.5), (1.0, 3, 0.1)])
+def test_a_verify_factor_of_one_is_the_textbook_theorem(alpha, gamma, c):
+    assert th.expected_speedup(alpha, gamma, c, 1.0) == th.expected_speedup(alpha, gamma, c)
+    assert th.expected_speedup(alpha, gamma, c, v=1.0) == theoretical_speedup(alpha, gamma, c)
+
+
+def test_the_verify_factor_by_hand():
+    """α = 0.8, γ = 4, c = 0.05, a verify pass of 2.6 steps: E = (1 − 0.8⁵)/0.2 = 3.3616 tokens per
+    round for 4·0.05 + 2.6 = 2.8 steps: 1.2006× (the textbook says 3.3616 / 1.2 = 2.8013×)."""
+    assert th.expected_speedup(0.8, 4, 0.05, 2.6) == pytest.approx(3.3616 / 2.8, rel=1e-12)
+    assert th.expected_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2, rel=1e-12)
+    # Every draft accepted (α = 1): γ + 1 tokens.
+    assert th.expected_speedup(1.0, 3, 0.1, 2.0) == pytest.approx(4 / 2.3)
+    # A verify pass as dear as the tokens it can yield: no gain even with free drafts.
+    assert th.expected_speedup(1.0, 4, 0.0, 5.0) == pytest.approx(1.0)
+
+
+def test_dividing_the_draft_by_the_verify_pass_overstates_by_v():
+    """What the page showed before: c measured against the verify pass, textbook formula.  That
+    counts time in verify passes, so it is v times Thm 3.8 with c and v per standard step."""
+    alpha, gamma, c, v = 0.95, 5, 0.25, 2.6
+    per_verify = th.expected_speedup(alpha, gamma, c / v)
+    assert per_verify == pytest.approx(v * th.expected_speedup(alpha, gamma, c, v))
+    assert per_verify > 1 > th.expected_speedup(alpha, gamma, c, 4.7)  # the EPYC's bf16 verify over 6 tokens
+
+
+def test_verify_factor_is_checked_and_moves_the_optimal_gamma():
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            th.expected_speedup(0.8, 4, 0.05, bad)
+    # A dearer verify pass is worth amortising over longer drafts.
+    g1, s1 = th.optimal_gamma(0.8, 0.05, 64)
+    g3, s3 = th.optimal_gamma(0.8, 0.05, 64, v=3.0)
+    assert g3 > g1 and s3 < s1
+    assert th.sweep_theory(0.8, 0.05, [2, 5], v=3.0)["speedup"] == [th.expected_speedup(0.8, g, 0.05, 3.0) for g in (2, 5)]
+
+
 @pytest.mark.parametrize("c,alpha,g_star,speedup", PAPER_EXAMPLES)
 def test_optimal_gamma_paper_examples(c, alpha, g_star, speedup):
     g, s = th.optimal_gamma(alpha, c)
@@ -425,13 +462,43 @@ def test_gamma_sweep_plot():
     meas = by_name(fig, "measured (spec ÷ standard tok/s)")
     assert list(meas.x) == [1, 2, 4, 8]
     assert by_name(fig, "optimal γ").x[0] == th.optimal_gamma(0.7, 0.1, 8)[0]
-    assert by_name(fig, "Thm 3.8 (α=0.70, c=0.10)")
+    assert by_name(fig, "Thm 3.8, textbook: verify = 1 step (α=0.70, c=0.10)")
+    assert "verify cost not measured" in fig.layout.title.subtitle.text
     assert is_message(tp.gamma_sweep_plot(None, 0.7, 0.1))
     assert is_message(tp.gamma_sweep_plot([], None, None))
     assert is_message(tp.gamma_sweep_plot([{"gamma": None}], None, None))
     # No α / c: measured points only.
     fig = tp.gamma_sweep_plot([{"gamma": 2, "speedup": 1.3}], None, None)
     assert [t.name for t in fig.data] == ["measured (spec ÷ standard tok/s)"]
+
+
+def test_gamma_sweep_plot_draws_theory_with_the_verify_cost_measured_at_each_gamma():
+    """The recorded sweep's measured speedups sat above the textbook curve; with v per γ the theory
+    is Thm 3.8 with that γ's verify factor, and the textbook curve stays, dashed, beside it."""
+    vs = {1: 1.05, 2: 1.1, 4: 1.3, 8: 2.0}
+    results = [{"gamma": g, "speedup": 1.0 + 0.1 * g, "alpha": 0.9, "c": 0.2, "v": v} for g, v in vs.items()]
+    fig = tp.gamma_sweep_plot(results, None, None)
+    curve = by_name(fig, "Thm 3.8 with the verify cost measured at each γ")
+    assert list(curve.x) == [1, 2, 4, 8]
+    assert list(curve.y) == pytest.approx([th.expected_speedup(0.9, g, 0.2, v) for g, v in vs.items()])
+    textbook = by_name(fig, "Thm 3.8, textbook: verify = 1 step (α=0.90, c=0.20)")
+    assert textbook.line.dash == "dash" and textbook.y[7] == pytest.approx(th.expected_speedup(0.9, 8, 0.2))
+    own = by_name(fig, "Thm 3.8 at each run's own α, c, v")
+    assert list(own.y) == pytest.approx(list(curve.y))
+    best = max(vs, key=lambda g: th.expected_speedup(0.9, g, 0.2, vs[g]))
+    assert by_name(fig, "optimal γ").x[0] == best
+    assert "1.05–2.00 standard steps" in fig.layout.title.subtitle.text
+
+
+def test_theory_tab_draws_the_verify_factor_beside_the_textbook():
+    fig = tp.speedup_curves(0.8, 0.05, 16, None, v=2.6)
+    with_v = by_name(fig, "expected speedup (verify = 2.60 steps)")
+    assert with_v.y[3] == pytest.approx(th.expected_speedup(0.8, 4, 0.05, 2.6))
+    assert by_name(fig, "textbook (verify = 1 step)").y[3] == pytest.approx(th.expected_speedup(0.8, 4, 0.05))
+    assert "verify = 2.60 steps" in fig.layout.title.subtitle.text
+    # No γ pays when a verify pass costs more than every draft accepted could yield.
+    assert "no γ helps" in tp.speedup_curves(0.5, 0.05, 16, None, v=2.5).layout.title.subtitle.text
+    assert [t.name for t in tp.speedup_curves(0.8, 0.05).data if t.name.startswith("textbook")] == []
 
 
 def test_epsilon_sweep_plot():

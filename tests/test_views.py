@@ -7,7 +7,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.trace import Round, Token, Trace
+from specviz.costs import race_costs
+from specviz.trace import Round, Token, Trace, theoretical_speedup
 from specviz.views.html import (
     legend_html,
     metrics_html,
@@ -360,7 +361,11 @@ def test_metrics_html():
     assert "accepted drafts ÷ verified drafts" in h
     assert "1 + accepted ÷ rounds" in h
     assert "Thm 3.8" in h
-    assert "draft forward time ÷ target forward time" in h
+    assert "draft forward time ÷ verify pass time" in h  # no standard run: c per verify pass, v unknown
+    assert re.search(r"Verify factor v</th><td[^>]*>unknown<", h)
+    with_std = metrics_html(tr, costs=race_costs(tr, make_std_trace()))
+    assert "a draft token&#x27;s time ÷ the standard step&#x27;s time" in with_std
+    assert re.search(r"Verify factor v</th><td[^>]*>1\.09 standard steps<", with_std)  # 0.12 s ÷ 0.11 s
     std = metrics_html(make_std_trace().summary())
     assert "α" not in std and "Throughput" in std
     assert "No metrics" in metrics_html(None)
@@ -435,10 +440,14 @@ def test_speedup_bars_numbers():
     s = spec.summary()
     measured = s["tokens_per_s"] / std.summary()["tokens_per_s"]
     assert bar.y[0] == pytest.approx(measured)
-    assert bar.y[1] == pytest.approx(s["theoretical_speedup"])
-    assert f"c = {s['c']:.3f}" in fig.layout.title.subtitle.text
-    only = plots.speedup_bars(spec, None)
-    assert _bar(only).text[0] == "n/a"
+    t_step = std.summary()["t_target_forward"]
+    c, v = s["t_draft_forward"] / t_step, s["t_target_forward"] / t_step  # per standard step
+    assert bar.y[1] == pytest.approx(theoretical_speedup(s["alpha"], spec.gamma, c))
+    assert bar.y[2] == pytest.approx(theoretical_speedup(s["alpha"], spec.gamma, c, v))
+    assert f"c = {c:.3f} (draft token ÷ standard step)" in fig.layout.title.subtitle.text
+    only = plots.speedup_bars(spec, None)  # no standard run: textbook from c per verify pass, v unknown
+    assert _bar(only).text[0] == "n/a" and _bar(only).y[1] == pytest.approx(s["theoretical_speedup"])
+    assert f"c = {s['c']:.3f} (draft token ÷ verify pass" in only.layout.title.subtitle.text
 
 
 ALL_PLOTS_1 = [plots.acceptance_by_position, plots.tokens_per_round_hist, plots.round_times]

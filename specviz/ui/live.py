@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from ..costs import race_costs
 from ..models import ModelError
 from ..replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay_speed, run_key, snapshot
 from ..replay import replay as replay_run
@@ -75,7 +76,8 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
     plot_tree_size, plot_tree_verify = tree_figures(spec)
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
-        state=STORE.put(spec, std, nbytes), metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0),
+        state=STORE.put(spec, std, nbytes),
+        metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=P.tokens_vs_time(spec, std),
         plot_speed=P.speedup_bars(spec, std),

@@ -100,6 +100,10 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
             f"{'…' if len(rec.prompt) > 60 else ''}”, {s.get('max_new_tokens')} new tokens, "
             f"{'greedy' if not s.get('temperature') else 'T = ' + str(s.get('temperature'))}")
     load = f" (load average {rec.load_average[0]:g})" if rec.load_average else ""
+    if any(r.gamma > 0 for r in rec.gamma) and not any(r.v for r in rec.gamma):
+        # Recorded before sweeps warmed up (specviz.sweeps.warm_up) and measured the verify factor.
+        load += (" · this γ sweep timed its standard baseline cold, first thing after loading (compare the "
+                 "shoot-out's standard tok/s), so its speedups read high, and its theory is the textbook one")
     g = sweep_frame("gamma", [r.model_dump() for r in rec.gamma], "")
     e = sweep_frame("epsilon", [r.model_dump() for r in rec.epsilon], "")
     rows = SV.rows_of(rec.shootout)

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from .. import sweeps
+from ..costs import race_costs, steps
 from ..models import ModelError
 from ..replay import GATE, Busy
 from ..service import InputError, describe_error
@@ -63,6 +64,7 @@ THEORY_RANGES = {  # name: (label, low, high, whole number); the sliders have th
     "gamma": ("γ (draft length)", 1, THEORY_GAMMA_MAX, True),
     "c": ("c (draft/target time per pass)", 0.0, 1.0, False),
     "c_hat": ("ĉ (draft/target arithmetic)", 0.0, 1.0, False),
+    "v": ("v (verify pass ÷ standard step)", 0.5, 8.0, False),
     "vocab": ("vocabulary size", 4, 64, True),
     "closeness": ("draft closeness to target", 0.0, 1.0, False),
     "m_max": ("max drafts M", 2, 32, True),
@@ -88,47 +90,62 @@ def theory_inputs(**raw: Any) -> dict[str, Any]:
     return out
 
 
-def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any) -> TheoryFrame:
+def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any = 1.0) -> TheoryFrame:
+    """The Theory tab from its sliders (v: a verify pass's cost in standard steps; 1 is the textbook)."""
     try:
-        v = theory_inputs(alpha=alpha, gamma=gamma, c=c, c_hat=c_hat)
+        x = theory_inputs(alpha=alpha, gamma=gamma, c=c, c_hat=c_hat, v=v)
     except InputError as exc:
         raise gr.Error(str(exc), print_exception=False)
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
     measured = None
-    if spec and std:
-        s, c_run = spec.summary(), run_c(spec)
+    rc = race_costs(spec, std) if spec and std else None
+    if rc is not None:
+        s, c_run = spec.summary(), rc.c if rc.c is not None else run_c(spec)
         if s.get("alpha") is not None and c_run is not None:
-            measured = {"alpha": s["alpha"], "c": c_run, "gamma": spec.gamma, "speedup": V.race_speedup(spec, std),
-                        "draft_len": mean_draft_length(spec)}
-    alpha, c, c_hat, g = v["alpha"], v["c"], v["c_hat"], v["gamma"]
-    g_opt, sp_opt = optimal_gamma(alpha, c, 64)
-    note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}: **γ\\* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
-            + ("" if sp_opt > 1 else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α).")
+            # c and v per standard step of the race's standard run (specviz.costs)
+            measured = {"alpha": s["alpha"], "c": c_run, "v": rc.v, "gamma": spec.gamma,
+                        "speedup": V.race_speedup(spec, std), "draft_len": mean_draft_length(spec)}
+    alpha, c, c_hat, g, vv = x["alpha"], x["c"], x["c_hat"], x["gamma"], x["v"]
+    g_opt, sp_opt = optimal_gamma(alpha, c, 64, vv)
+    why = ""
+    if sp_opt <= 1:
+        why = (" — speculation does not pay here: the verify pass costs too much (v)" if optimal_gamma(alpha, c, 64)[1] > 1
+               else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α)")
+    verify = f", v = {vv:.2f}" if vv != 1 else ""
+    note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}{verify}: **γ\\* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
+            + why
             + f"  \nAt γ = {g}: {expected_tokens_per_round(alpha, g):.2f} tokens per target pass, expected "
-              f"speedup {expected_speedup(alpha, g, c):.2f}×, "
-              f"{arithmetic_cost_factor(alpha, g, c_hat):.2f}× the arithmetic of standard decoding.")
+              f"speedup {expected_speedup(alpha, g, c, vv):.2f}×"
+            + (f" (textbook, a verify pass = 1 step: {expected_speedup(alpha, g, c):.2f}×)" if vv != 1 else "")
+            + f", {arithmetic_cost_factor(alpha, g, c_hat):.2f}× the arithmetic of standard decoding.")
     g_axis = THEORY_GAMMA_MAX
     if measured:
         dl = measured["draft_len"]
-        note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}, γ = {measured['gamma']} "
+        verify = f", a verify pass = {steps(rc.v)} standard steps" if rc.v is not None else ""
+        note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}{verify}, γ = {measured['gamma']} "
                  f"({spec.settings.policy} policy), mean draft length {dl or 0:.2f}, measured speedup "
                  f"{measured['speedup'] or 0:.2f}× (the marker, at the mean draft length; it includes the prompt "
                  "pass, which Thm 3.8 does not model).")
         g_axis = max(g_axis, math.ceil(dl or 0), int(measured["gamma"]))
-    return TheoryFrame(note=note, speedup=TP.speedup_curves(alpha, c, g_axis, measured),
+    return TheoryFrame(note=note, speedup=TP.speedup_curves(alpha, c, g_axis, measured, v=vv),
                        tokens=TP.tokens_per_round_curves(alpha, THEORY_GAMMA_MAX),
                        cost=TP.cost_factor_curve(alpha, c_hat, THEORY_GAMMA_MAX), thm1=TP.theorem1_plot(spec))
 
 
-def use_last_run(state: Any) -> tuple[Any, Any, Any]:
-    """(α, γ, c) sliders of the Theory tab moved to the last run's measurements."""
-    spec = (state or {}).get("spec")
+def use_last_run(state: Any) -> tuple[Any, Any, Any, Any]:
+    """(α, γ, c, v) sliders of the Theory tab moved to the last run's measurements: c and v per
+    standard step when the run raced a standard run (specviz.costs), else c per verify pass and v
+    left where it is."""
+    spec, std = (state or {}).get("spec"), (state or {}).get("std")
     s = spec.summary() if spec else {}
-    c = run_c(spec)
+    rc = race_costs(spec, std) if spec and std else None
+    c = rc.c if rc is not None and rc.c is not None else run_c(spec)
     if s.get("alpha") is None or c is None:
-        return gr.skip(), gr.skip(), gr.skip()
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     g = min(spec.gamma, THEORY_GAMMA_MAX)
-    return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3)
+    lo, hi = THEORY_RANGES["v"][1:3]
+    v = round(min(max(rc.v, lo), hi), 2) if rc is not None and rc.v is not None else gr.skip()
+    return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3), v
 
 
 def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any = None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..costs import RaceCosts, steps
 from ._fmt import esc, fnum, fsec
 
 _STOP = {
@@ -24,8 +25,11 @@ def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
         return str(x)
 
 
-def metric_rows(summary: dict[str, Any], gamma: int | None = None) -> list[tuple[str, str, str, str]]:
-    """(group, metric, value, definition) rows, all plain text."""
+def metric_rows(summary: dict[str, Any], gamma: int | None = None,
+                costs: RaceCosts | None = None) -> list[tuple[str, str, str, str]]:
+    """(group, metric, value, definition) rows, all plain text.  ``costs``: the race's cost model
+    (specviz.costs.race_costs with the standard run), which puts c and Thm 3.8 in standard steps
+    and adds the verify factor; without it the verify cost is "unknown"."""
     s = summary or {}
     spec = s.get("kind") == "speculative"
     g = f"γ={gamma}" if gamma else "γ"
@@ -110,23 +114,46 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None) -> list[tuple
             add(("Acceptance", "Mean bias", fnum(s.get("mean_bias"), 4), "TV(output dist., p) per position: 0 for exact (ε = 0) sampling"))
 
         add(("Cost model", "Draft forward time", fsec(s.get("t_draft_forward")), "mean time of one draft forward pass"))
-        add(("Cost model", "c (cost ratio)", fnum(s.get("c"), 3), "draft forward time ÷ target forward time, measured in this run"))
-        theo = s.get("theoretical_speedup")
+        rc = costs
+        if rc is not None and rc.t_step:
+            add(("Cost model", "Standard step time", fsec(rc.t_step),
+                 "mean one-token step of the standard run in this race (its first, which also reads the prompt, left out)"))
+            add(("Cost model", "Verify factor v", f"{steps(rc.v)} standard steps" if rc.v is not None else "—",
+                 "mean verify pass ÷ standard step: what a verify pass costs (Thm 3.8 assumes 1; "
+                 "about 1 on a memory-bound target, several on a compute-bound CPU)"))
+            add(("Cost model", "c (cost ratio)", fnum(rc.c, 3), "a draft token's time ÷ the standard step's time"))
+        else:
+            add(("Cost model", "Verify factor v", "unknown",
+                 "verify pass ÷ standard step: run standard decoding in the same race to measure a step"))
+            add(("Cost model", "c (cost ratio)", fnum(s.get("c"), 3),
+                 "draft forward time ÷ verify pass time (no standard step measured to divide by)"))
+        theo = rc.textbook if rc is not None else s.get("theoretical_speedup")
         add(
             (
                 "Cost model",
-                "Theoretical speedup",
+                "Thm 3.8, textbook",
                 f"{theo:.2f}×" if theo is not None else "—",
-                f"(1 − α^(γ+1)) / ((1 − α)(γc + 1)) with {g}: Leviathan et al. 2023, Thm 3.8",
+                f"(1 − α^(γ+1)) / ((1 − α)(γc + 1)) with {g}: Leviathan et al. 2023, Thm 3.8 "
+                "(a verify pass costs one standard step)",
+            )
+        )
+        wv = rc.with_verify if rc is not None else None
+        add(
+            (
+                "Cost model",
+                "Thm 3.8, measured verify",
+                f"{wv:.2f}×" if wv is not None else "unknown",
+                f"(1 − α^(γ+1)) / ((1 − α)(γc + v)) with {g} and the measured verify factor v",
             )
         )
     return rows
 
 
-def metrics_html(summary: dict[str, Any] | None, *, gamma: int | None = None) -> str:
+def metrics_html(summary: dict[str, Any] | None, *, gamma: int | None = None, costs: RaceCosts | None = None) -> str:
     """The metrics of ``Trace.summary()`` as a compact table, each row with its definition.
 
-    ``summary`` may also be a Trace (its summary is taken, and γ from its settings).
+    ``summary`` may also be a Trace (its summary is taken, and γ from its settings).  ``costs``:
+    the race's cost model (specviz.costs.race_costs), for the verify factor and Thm 3.8 with it.
     """
     if summary is not None and hasattr(summary, "summary"):
         gamma = gamma if gamma is not None else getattr(summary, "gamma", None)
@@ -136,7 +163,7 @@ def metrics_html(summary: dict[str, Any] | None, *, gamma: int | None = None) ->
     head = "Speculative decoding" if summary.get("kind") == "speculative" else "Standard decoding"
     out = [f'<table class="sv-metrics"><caption>{esc(head)}</caption><tbody>']
     last_group = None
-    for group, name, value, definition in metric_rows(summary, gamma):
+    for group, name, value, definition in metric_rows(summary, gamma, costs):
         if group != last_group:
             out.append(f'<tr class="sv-metrics-group"><th colspan="3">{esc(group)}</th></tr>')
             last_group = group

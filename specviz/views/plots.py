@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
+from specviz.costs import race_costs, steps
 from specviz.policy import STOP_REASONS
 
 from ._fmt import COLORS, DRAFT_STOP_SHORT, fsec, mean_draft_length
@@ -379,27 +380,30 @@ def tokens_vs_time(spec: Trace | None, std: Trace | None) -> go.Figure:
 
 
 def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
-    """Measured speedup (spec tok/s ÷ std tok/s) next to the theoretical one (Thm 3.8), with measured c."""
+    """Measured speedup (spec tok/s ÷ std tok/s) next to Thm 3.8 twice: as published (a verify pass
+    costs one standard step) and with the verify factor v this race measured (specviz.costs)."""
     title = "Speedup: measured vs theory"
     if spec is None or spec.kind != "speculative" or not spec.rounds:
         return empty_figure(title, "No data yet: run speculative decoding")
-    s = spec.summary()
-    alpha, c, gamma = s.get("alpha"), s.get("c"), spec.gamma
-    measured = None
-    if std is not None and std.rounds:
-        a, b = s.get("tokens_per_s") or 0.0, std.summary().get("tokens_per_s") or 0.0
-        measured = a / b if a > 0 and b > 0 else None
-    theory = s.get("theoretical_speedup")
+    rc = race_costs(spec, std)
+    alpha, gamma = rc.alpha, spec.gamma
+    measured = rc.measured
+    theory, with_v, v = rc.textbook, rc.with_verify, rc.v
+    c = rc.c if rc.c is not None else rc.c_verify
     free = None
     if alpha is not None:
         free = float(gamma + 1) if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
-    names = ["measured", "theory<br>(Thm 3.8)", "theory, free draft<br>(c = 0)"]
-    vals = [measured, theory, free]
-    colors = [COLORS["speculative"], COLORS["theory"], "rgba(100, 116, 139, 0.45)"]
+    names = ["measured", "Thm 3.8, textbook<br>(verify = 1 step)",
+             f"Thm 3.8, measured<br>verify = {steps(v)} steps" if v is not None else "Thm 3.8, measured<br>verify cost",
+             "free draft<br>(c = 0, verify = 1 step)"]
+    vals = [measured, theory, with_v, free]
+    colors = [COLORS["speculative"], "rgba(100, 116, 139, 0.75)", COLORS["theory"], "rgba(100, 116, 139, 0.35)"]
     hovers = [
         "speculative tok/s ÷ standard tok/s" if measured is not None else "run standard decoding to measure",
-        "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et al. 2023",
+        "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et al. 2023: a verify pass costs one standard step",
+        "(1 − α^(γ+1)) / ((1 − α)(γc + v)), v = verify pass ÷ standard step, measured in this race"
+        if v is not None else "needs a standard run to measure a step",
         "(1 − α^(γ+1)) / (1 − α): expected tokens per target pass",
     ]
     fig = go.Figure()
@@ -428,11 +432,18 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
         )
     )
     parts = [f"α = {alpha:.2f}" if alpha is not None else "α = n/a", f"γ = {gamma}"]
-    parts.append(f"measured c = {c:.3f} (draft pass ÷ target pass)" if c is not None else "c = n/a")
+    if rc.c is not None:
+        parts.append(f"c = {rc.c:.3f} (draft token ÷ standard step)")
+    elif c is not None:
+        parts.append(f"c = {c:.3f} (draft token ÷ verify pass: no standard run)")
+    else:
+        parts.append("c = n/a")
+    parts.append(f"verify pass = {steps(v)} standard steps" if v is not None else "verify cost unknown")
     _style(fig, title, "", "speedup (×)", subtitle=" · ".join(parts))
-    top = max([v for v in vals if v is not None] + [1.0])
+    top = max([x for x in vals if x is not None] + [1.0])
     fig.update_yaxes(range=[0, top * 1.22])
-    fig.update_layout(meta={"measured": measured, "theoretical": theory, "c": c, "ideal": free})
+    fig.update_layout(meta={"measured": measured, "theoretical": theory, "with_verify": with_v, "v": v, "c": c,
+                            "ideal": free})
     return fig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..costs import RaceCosts, loss_cause, race_costs, steps
 from ._fmt import esc, fsec
 from .text import looks_like_code, tokens_html
 
@@ -60,6 +61,25 @@ def race_side(trace: Trace | None, at_time: float | None = None, running: bool =
         target_forwards=sum(r.target_forwards for r in rounds),
         error=error if finished else None,
     )
+
+
+def verdict(sp: float, spec_tps: float, std_tps: float) -> str:
+    """The race's result in plain words: 'speculative is 1.85× faster' or, when it lost,
+    'speculative took 1.72× as long per token (0.58× the speed)' (never "0.58× slower")."""
+    rates = f"{spec_tps:.1f} ÷ {std_tps:.1f} tokens/s"
+    if sp >= 1:
+        return f"speculative is {sp:.2f}× faster: {rates}"
+    return f"speculative took {1 / sp:.2f}× as long per token ({sp:.2f}× the speed): {rates}"
+
+
+def theory_line(rc: RaceCosts | None) -> str:
+    """Thm 3.8 as published (a verify pass costs one step) beside Thm 3.8 with the measured verify factor."""
+    if rc is None or rc.textbook is None:
+        return ""
+    head = f"theory (Leviathan Thm 3.8): {rc.textbook:.2f}× if a verify pass cost one standard step"
+    if rc.with_verify is None or rc.v is None:
+        return head + " · verify cost unknown (no standard step measured)"
+    return f"{head} · {rc.with_verify:.2f}× with the measured verify cost ({steps(rc.v)} steps)"
 
 
 def race_speedup(spec: Trace | None, std: Trace | None) -> float | None:
@@ -172,14 +192,19 @@ def race_html(
         sp = race_speedup(spec, std)
         if sp is not None:
             s_tps, t_tps = spec.summary()["tokens_per_s"], std.summary()["tokens_per_s"]
-            theo = spec.summary().get("theoretical_speedup")
-            theo_html = f" · theory (Leviathan Thm 3.8): {theo:.2f}×" if theo else ""
-            verdict = "faster" if sp >= 1 else "slower"
+            rc = race_costs(spec, std)
+            cause = loss_cause(rc)
+            spans = [("sv-speedup-k", verdict(sp, s_tps, t_tps))]
+            if cause:
+                spans.append(("sv-speedup-why", f"Why: {cause[1]}."))
+            if theory_line(rc):
+                spans.append(("sv-speedup-theory", theory_line(rc)))
+            data = f' data-cause="{cause[0]}"' if cause else ""
             speed = (
-                f'<div class="sv-speedup {"sv-speedup--slow" if sp < 1 else ""}" data-speedup="{sp:.4f}">'
+                f'<div class="sv-speedup {"sv-speedup--slow" if sp < 1 else ""}" data-speedup="{sp:.4f}"{data}>'
                 f'<span class="sv-speedup-v">{sp:.2f}×</span>'
-                f'<span class="sv-speedup-k">speculative is {sp:.2f}× {verdict}: {s_tps:.1f} ÷ {t_tps:.1f} tokens/s{esc(theo_html)}</span>'
-                "</div>"
+                + "".join(f'<span class="{cls}">{esc(text)}</span>' for cls, text in spans)
+                + "</div>"
             )
         else:
             speed = '<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">speedup: not enough data</span></div>'
@@ -201,4 +226,4 @@ def race_html(
     )
 
 
-__all__ = ["race_html", "race_side", "race_speedup", "RaceSide"]
+__all__ = ["race_html", "race_side", "race_speedup", "RaceSide", "theory_line", "verdict"]

@@ -101,11 +101,13 @@ def _alphas(alpha: Any) -> list[float]:
 
 
 def speedup_curves(
-    alpha: float | None, c: float | None, gamma_max: int = 16, measured: dict | None = None
+    alpha: float | None, c: float | None, gamma_max: int = 16, measured: dict | None = None, v: float = 1.0
 ) -> go.Figure:
     """Expected speedup (Thm 3.8) and tokens per round vs γ, the optimal γ marked.
 
-    measured: the last run, dict(alpha, c, gamma, speedup, draft_len) with speedup =
+    v: the verify pass's cost in standard steps (1: the textbook theorem); when it is not 1 the
+    textbook curve is drawn dashed beside the one with v.
+    measured: the last run, dict(alpha, c, gamma, speedup, draft_len[, v]) with speedup =
     speculative tok/s ÷ standard tok/s; drawn as a point next to the curve at the
     run's mean draft length ``draft_len`` (what a dynamic policy or early stops
     really drafted; γ when absent), with a dotted line there.
@@ -118,20 +120,32 @@ def speedup_curves(
     if a is None or cc is None:
         return _message(title, f"{NO_DATA}: need α and c (run speculative decoding first)")
 
+    vv = _num(v) or 1.0
+
     def build() -> go.Figure:
         gmax = max(1, int(gamma_max))
-        sw = th.sweep_theory(a, cc, range(1, gmax + 1))
-        g_opt, s_opt = th.optimal_gamma(a, cc, gmax)
-        helps = th.speculation_helps(a, cc)
+        sw = th.sweep_theory(a, cc, range(1, gmax + 1), v=vv)
+        g_opt, s_opt = th.optimal_gamma(a, cc, gmax, vv)
+        helps = s_opt > 1
         fig = make_subplots(specs=[[{"secondary_y": True}]])
         fig.add_trace(
             go.Scatter(
-                x=sw["gamma"], y=sw["speedup"], mode="lines+markers", name="expected speedup",
+                x=sw["gamma"], y=sw["speedup"], mode="lines+markers",
+                name="expected speedup" + (f" (verify = {vv:.2f} steps)" if vv != 1 else ""),
                 line=dict(color=C_THEORY),
                 hovertemplate="γ=%{x}<br>speedup %{y:.3f}×<extra>Thm 3.8</extra>",
             ),
             secondary_y=False,
         )
+        if vv != 1:
+            fig.add_trace(
+                go.Scatter(
+                    x=sw["gamma"], y=th.sweep_theory(a, cc, range(1, gmax + 1))["speedup"], mode="lines",
+                    name="textbook (verify = 1 step)", line=dict(color=C_THEORY, dash="dash", width=1.5),
+                    hovertemplate="γ=%{x}<br>speedup %{y:.3f}×<extra>Thm 3.8, textbook</extra>",
+                ),
+                secondary_y=False,
+            )
         fig.add_trace(
             go.Scatter(
                 x=sw["gamma"], y=sw["tokens_per_round"], mode="lines", name="expected tokens per round",
@@ -157,7 +171,8 @@ def speedup_curves(
             ma, mc = _num(m.get("alpha")), _num(m.get("c"))
             md = _num(m.get("draft_len"))
             mx = md if md is not None else mg
-            pred = th.expected_speedup(ma, int(mg), mc) if (ma is not None and mc is not None and mg >= 0) else None
+            mv = _num(m.get("v"))
+            pred = th.expected_speedup(ma, int(mg), mc, mv or 1.0) if (ma is not None and mc is not None and mg >= 0) else None
             hover = f"measured run<br>γ={mg:g}"
             if md is not None:
                 hover += f", mean draft length {md:.2f}"
@@ -168,8 +183,10 @@ def speedup_curves(
                 hover += f"<br>α={ma:.3f}"
             if mc is not None:
                 hover += f"<br>c={mc:.3f}"
+            if mv is not None:
+                hover += f"<br>verify pass = {mv:.2f} standard steps"
             if pred is not None:
-                hover += f"<br>Thm 3.8 at γ={mg:g}, this α, c: {pred:.3f}×"
+                hover += f"<br>Thm 3.8 at γ={mg:g}, this α, c{', v' if mv else ''}: {pred:.3f}×"
             fig.add_trace(
                 go.Scatter(
                     x=[mx], y=[ms], mode="markers", name="measured (spec ÷ standard tok/s)",
@@ -178,9 +195,10 @@ def speedup_curves(
                 ),
                 secondary_y=False,
             )
-        sub = f"α = {a:.3f}, c = {cc:.3f}; optimal γ* = {g_opt} ({s_opt:.2f}×)"
+        sub = f"α = {a:.3f}, c = {cc:.3f}" + (f", verify = {vv:.2f} steps" if vv != 1 else "")
+        sub += f"; optimal γ* = {g_opt} ({s_opt:.2f}×)"
         if not helps:
-            sub += " — no γ helps: α ≤ c, plain decoding is faster"
+            sub += " — no γ helps: plain decoding is faster" + (" (α ≤ c)" if vv == 1 else "")
         _layout(fig, title, sub, height=430)
         # A fixed range: the marker labels and the mean-draft-length line must not stretch the axis.
         fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None, range=[0.5, gmax + 0.5])
@@ -391,11 +409,14 @@ def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 
 
 
 def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None, c: float | None = None) -> go.Figure:
-    """Measured speedup vs γ against Thm 3.8.
+    """Measured speedup vs γ against Thm 3.8, textbook and with the measured verify cost.
 
-    results: list of dict(gamma, speedup, alpha, c), one per run.  The curve
-    uses alpha and c when given, else the mean α and c of the runs; each run's
-    own prediction (its α, c) is shown as a hollow marker.
+    results: list of dict(gamma, speedup, alpha, c[, v]), one per run; c and v are per standard
+    step (specviz.costs), v the verify pass's cost in steps measured at that γ.  The textbook curve
+    (a verify pass costs one step) uses alpha and c when given, else the mean α and c of the runs;
+    when the runs measured v, a second curve evaluates Thm 3.8 at each measured γ with that γ's own
+    v (v grows with γ on a compute-bound target).  Each run's own prediction (its α, c, v) is a
+    hollow marker.  Rows without v (older recordings) get the textbook curve only.
     """
     title = "Measured speedup vs γ, against Thm 3.8"
     rows = [r for r in (results or []) if isinstance(r, dict)
@@ -410,32 +431,54 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
         a = _num(alpha) if alpha is not None else (sum(alphas) / len(alphas) if alphas else None)
         cc = _num(c) if c is not None else (sum(cs) / len(cs) if cs else None)
         gs = [int(_num(r["gamma"])) for r in rows]
+        measured_v = [(g, _num(r.get("v"))) for g, r in zip(gs, rows) if _num(r.get("v")) and g >= 1]
         fig = go.Figure()
         sub = "no α, c: theoretical curve omitted"
         if a is not None and cc is not None:
             gmax = max(max(gs), 1)
             sw = th.sweep_theory(a, cc, range(1, gmax + 1))
-            g_opt, s_opt = th.optimal_gamma(a, cc, gmax)
+            textbook = "Thm 3.8, textbook: verify = 1 step"
             fig.add_trace(go.Scatter(
-                x=sw["gamma"], y=sw["speedup"], mode="lines", name=f"Thm 3.8 (α={a:.2f}, c={cc:.2f})",
-                line=dict(color=C_THEORY), hovertemplate="γ=%{x}<br>%{y:.3f}×<extra>Thm 3.8</extra>",
+                x=sw["gamma"], y=sw["speedup"], mode="lines", name=f"{textbook} (α={a:.2f}, c={cc:.2f})",
+                line=dict(color=C_THEORY, dash="dash" if measured_v else "solid"),
+                hovertemplate="γ=%{x}<br>%{y:.3f}×<extra>" + textbook + "</extra>",
             ))
+            if measured_v:
+                ys = [th.expected_speedup(a, g, cc, vv) for g, vv in measured_v]
+                fig.add_trace(go.Scatter(
+                    x=[g for g, _ in measured_v], y=ys, mode="lines", name="Thm 3.8 with the verify cost measured at each γ",
+                    line=dict(color=C_THEORY), text=[f"verify = {vv:.2f} steps" for _, vv in measured_v],
+                    hovertemplate="γ=%{x}<br>%{y:.3f}×<br>%{text}<extra>Thm 3.8, measured v</extra>",
+                ))
+                k = max(range(len(ys)), key=lambda i: (ys[i], -i))
+                g_opt, s_opt = measured_v[k][0], ys[k]
+            else:
+                g_opt, s_opt = th.optimal_gamma(a, cc, gmax)
             fig.add_trace(go.Scatter(
                 x=[g_opt], y=[s_opt], mode="markers", name="optimal γ", marker=dict(symbol="star", size=14, color=C_OPT),
                 hovertemplate="optimal γ*=%{x}<br>%{y:.3f}×<extra></extra>",
             ))
-            sub = f"curve: α = {a:.3f}, c = {cc:.3f}" + (" (means over the runs)" if alpha is None or c is None else "")
-        own = [(g, th.expected_speedup(_num(r["alpha"]), g, _num(r["c"])))
+            means = " (means over the runs)" if alpha is None or c is None else ""
+            if measured_v:
+                lo, hi = min(vv for _, vv in measured_v), max(vv for _, vv in measured_v)
+                sub = (f"α = {a:.3f}, c = {cc:.3f} per standard step{means}; a verify pass cost "
+                       f"{lo:.2f}–{hi:.2f} standard steps (measured at each γ; the textbook assumes 1)")
+            else:
+                sub = f"curve: α = {a:.3f}, c = {cc:.3f}{means}; verify cost not measured (textbook: one step)"
+        own = [(g, th.expected_speedup(_num(r["alpha"]), g, _num(r["c"]), _num(r.get("v")) or 1.0))
                for g, r in zip(gs, rows) if _num(r.get("alpha")) is not None and _num(r.get("c")) is not None and g >= 0]
         if own:
             fig.add_trace(go.Scatter(
-                x=[g for g, _ in own], y=[s for _, s in own], mode="markers", name="Thm 3.8 at each run's own α, c",
+                x=[g for g, _ in own], y=[s for _, s in own], mode="markers",
+                name="Thm 3.8 at each run's own α, c" + (", v" if measured_v else ""),
                 marker=dict(symbol="circle-open", size=11, color=C_THEORY),
                 hovertemplate="γ=%{x}<br>predicted %{y:.3f}×<extra></extra>",
             ))
         hover = [f"γ={g}<br>measured {_num(r['speedup']):.3f}×"
                  + (f"<br>α={_num(r['alpha']):.3f}" if _num(r.get("alpha")) is not None else "")
-                 + (f"<br>c={_num(r['c']):.3f}" if _num(r.get("c")) is not None else "") for g, r in zip(gs, rows)]
+                 + (f"<br>c={_num(r['c']):.3f}" if _num(r.get("c")) is not None else "")
+                 + (f"<br>verify = {_num(r['v']):.2f} steps" if _num(r.get("v")) is not None else "")
+                 for g, r in zip(gs, rows)]
         fig.add_trace(go.Scatter(
             x=gs, y=[_num(r["speedup"]) for r in rows], mode="lines+markers", name="measured (spec ÷ standard tok/s)",
             line=dict(color=C_MEASURED), marker=dict(symbol="diamond", size=10), text=hover,
