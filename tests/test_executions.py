@@ -265,3 +265,28 @@ def test_fidelity_report_against_the_reference():
     cost = fidelity.compare(ref, other, [("the cat", False), ("a dog", True)], tokens=12)
     assert 0.0 < cost["mean_tv"] <= cost["max_tv"] < 0.5 and 0.0 <= cost["greedy_agree"] <= 1.0
     assert "mean TV" in fidelity.summary_line({"exec": "int8", **cost})
+
+
+def test_fused_int8_projections_are_bit_identical_to_separate_ones():
+    """q/k/v and gate/up share one int8 product each; every output column is computed alone."""
+    _, bf16 = _tiny_target()
+    fused = executions.apply(bf16, "int8", copy_model=True)
+    attn = fused.model.layers[0].self_attn
+    assert isinstance(attn.q_proj, int8.FusedPart) and isinstance(fused.model.layers[0].mlp.up_proj, int8.FusedPart)
+    separate = int8.quantize_int8(executions.twin(bf16, torch.float32, keep_linears=True), kind="token")
+    for m in separate.modules():  # undo the fusion: every linear its own product
+        for group in int8.FUSED_GROUPS:
+            for i, name in enumerate(group):
+                part = getattr(m, name, None)
+                if isinstance(part, int8.FusedPart):
+                    lin = part.shared.linear
+                    start = sum(part.shared.sizes[:i])
+                    w = lin._packed.unpack()[0] if hasattr(lin._packed, "unpack") else \
+                        torch.ops.quantized.linear_unpack(lin._packed)[0]
+                    sub = w[start:start + part.out_features]
+                    bias = None if lin.bias is None else lin.bias[start:start + part.out_features]
+                    setattr(m, name, int8.TokenInt8Linear(sub, bias))
+    assert not any(isinstance(m, int8.FusedPart) for m in separate.modules())
+    x = torch.tensor([IDS[:11]])
+    with torch.inference_mode():
+        assert torch.equal(fused(x).logits, separate(x).logits)
