@@ -23,9 +23,9 @@ from specviz.models import PRESETS
 from specviz.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
                               DecodeSettings)
-from specviz.ui import api, live, shootout_ui, tabs, tree_ui
+from specviz.ui import api, live, machine_ui, shootout_ui, tabs, tree_ui
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
-from specviz.ui.frames import LiveFrame, Slots, SweepFrame, TheoryFrame
+from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
 from specviz.ui.store import STORE
 from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_info, theory_views, use_last_run
@@ -154,6 +154,8 @@ def build() -> gr.Blocks:
                                                 elem_id="sv-max-new")
                             seed = gr.Number(first["seed"], label="Seed", precision=0, minimum=0, maximum=SEED_MAX,
                                              elem_id="sv-seed")
+                        with gr.Accordion("How the target runs", open=False, elem_id="sv-exec-box"):
+                            target_exec = gr.Dropdown(**machine_ui.exec_setting(), elem_id="sv-target-exec")
                         with gr.Row():
                             run_btn = gr.Button("Run", variant="primary", elem_id="sv-run")
                             stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
@@ -228,6 +230,16 @@ def build() -> gr.Blocks:
                     b_seed = gr.Number(0, label="Seed", precision=0, minimum=0, maximum=BATCH_SEED_MAX)
                 b_plot = gr.Plot(show_label=False)
 
+            with gr.Tab("This machine", id="machine") as machine_tab:
+                gr.Markdown("How the target model runs on the machine serving this page: its verify pass over k "
+                            "tokens, timed in each execution (precision and kernels) the machine offers.")
+                compare_with = machine_ui.compare_choices()
+                m_compare = gr.CheckboxGroup(compare_with, value=[], label="Compare with",
+                                             info="curves measured on other machines, shipped with the app",
+                                             visible=bool(compare_with), elem_id="sv-machine-compare")
+                m_plot = gr.Plot(show_label=False, elem_id="sv-machine-plot")
+                m_note = gr.Markdown(elem_id="sv-machine-note")
+
             with gr.Tab("Sweeps", id="sweeps"):
                 shown = shootout_ui.recorded_frame()  # the shipped recording, until a sweep replaces it
                 gr.Markdown("Run the prompt and settings of the **Live** tab (drafter and draft-length policy "
@@ -263,7 +275,7 @@ def build() -> gr.Blocks:
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,
                      epsilon=epsilon, variant=variant, temperature=temperature, top_p=top_p, max_new_tokens=max_new,
                      seed=seed, drafter=drafter, policy=policy, tau=tau, branches=branches, tree_nodes=tree_nodes,
-                     tree_mode=tree_mode)
+                     tree_mode=tree_mode, target_exec=target_exec)
         views = Slots(LiveFrame, status=status, legend=legend, rounds=rounds, race=race_html, state=state,
                       metrics=metrics, plot_pos=plot_pos, plot_hist=plot_hist, plot_draft=plot_draft,
                       plot_time=plot_time, plot_curve=plot_curve, plot_speed=plot_speed, step=step,
@@ -334,6 +346,15 @@ def build() -> gr.Blocks:
                 live.recorded_prompt, [state], [prompt], api_visibility="private")
             demo.load(on_recording, None, views.outputs, api_visibility="private").success(
                 live.recorded_prompt, [state], [prompt], api_visibility="private")
+
+        # This machine: the probe of the pair the preset names (loaded or cached; nothing is loaded for it).
+        machine = Slots(MachineFrame, note=m_note, plot=m_plot)
+
+        def on_machine(p, compare):
+            return machine.write(machine_ui.machine_views(p, compare))
+        machine_in = [preset, m_compare]
+        for evt in (demo.load, machine_tab.select, m_compare.change, preset.change, run_evt.success):
+            evt(on_machine, machine_in, machine.outputs, concurrency_limit=None, api_visibility="private")
 
         theory_in = [t_alpha, t_gamma, t_c, t_chat, state, t_v]
 

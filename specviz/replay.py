@@ -50,15 +50,18 @@ def now_iso() -> str:
 @dataclass(frozen=True)
 class RunKey:
     """What makes two requests the same run: the pair, the prompt as the models see it, the
-    validated settings (seed, drafter and policy included) and whether standard decoding runs too."""
+    validated settings (seed, drafter and policy included), whether standard decoding runs too and
+    how the target executes (the checked request's; shipped recordings answer "auto")."""
 
     preset: str
     prompt: str
     settings: DecodeSettings
     standard: bool
+    target_exec: str = "auto"
 
 
-def run_key(preset: Any, prompt: str, settings: DecodeSettings, standard: bool = True) -> RunKey | None:
+def run_key(preset: Any, prompt: str, settings: DecodeSettings, standard: bool = True,
+            target_exec: str = "auto") -> RunKey | None:
     """The key of a validated request, or None for a run that is never served from the cache (a
     custom pair, an unknown preset: the live path reports the error)."""
     if preset is None or (isinstance(preset, str) and preset.strip().lower() in ("", "default")):
@@ -69,7 +72,7 @@ def run_key(preset: Any, prompt: str, settings: DecodeSettings, standard: bool =
         name = resolve_preset(preset)
     except ModelError:
         return None
-    return RunKey(name, prompt, settings, bool(standard))
+    return RunKey(name, prompt, settings, bool(standard), target_exec)
 
 
 # ---- the cache --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import logging
 import os
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .engine import Event, speculative_stream, standard_stream
-from .envvars import env_int, env_number
+from .envvars import env_choice, env_int, env_number
 from .models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                      resolve_preset, short_error)
 from .settings import DecodeSettings, SettingsError
@@ -106,22 +107,89 @@ def check_model_id(name: Any) -> str:
     return name
 
 
+def offered_executions() -> tuple[str, ...]:
+    """The target executions this server's device offers (hardware.executions), "auto" first."""
+    from .hardware.executions import offered
+    from .models.pair import resolve_device
+
+    return ("auto",) + offered(resolve_device(None))
+
+
+def default_target_exec() -> str:
+    """How the target executes unless a request says otherwise (env SPECVIZ_TARGET_EXEC): "auto" lets
+    the execution probe choose on this machine; "bf16", "fp32", "int8" (CPU) or "bf16", "fp16",
+    "bf16+graphs", "fp16+graphs" (CUDA) force one.  A value this machine does not offer means auto,
+    with a warning (once per value, not once per request)."""
+    return _default_target_exec(os.environ.get("SPECVIZ_TARGET_EXEC", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _default_target_exec(raw: str) -> str:
+    from .hardware.executions import CHOICES
+
+    name = env_choice("SPECVIZ_TARGET_EXEC", CHOICES, "auto")
+    offered = offered_executions()
+    if name not in offered:
+        log.warning("ignoring SPECVIZ_TARGET_EXEC=%r (this machine offers %s); using auto", name, ", ".join(offered))
+        return "auto"
+    return name
+
+
+def check_target_exec(value: Any) -> str:
+    """A request's target execution, checked: "" / None means the server's default; InputError names
+    what this machine offers."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return default_target_exec()
+    if not isinstance(value, str):
+        raise InputError(f"The target execution must be text (auto, bf16, …), not a {type(value).__name__}.")
+    name, offered = value.strip().lower(), offered_executions()
+    if name not in offered:
+        raise InputError(f"Unknown target execution '{value.strip()[:40]}': this machine offers "
+                         f"{', '.join(offered)} (auto measures which runs speculation fastest here).")
+    return name
+
+
+# The execution and probe of the pair each preset last loaded with (not the pair: the loader's cache
+# decides how long models stay in memory), for the "This machine" panel.
+_EXECUTIONS: dict[str, tuple[str, Any, str]] = {}  # preset -> (target_exec, probe or None, target name)
+
+
+def loaded_execution(preset: Any) -> tuple[str, Any, str] | None:
+    """(target_exec, probe, target name) of the pair `preset` last loaded in this process, or None."""
+    if preset is None or (isinstance(preset, str) and preset.strip().lower() in ("", "default")):
+        preset = default_preset()
+    if isinstance(preset, str) and preset != CUSTOM_PRESET:
+        try:
+            preset = resolve_preset(preset)
+        except ModelError:
+            return None
+    return _EXECUTIONS.get(preset)
+
+
+def _remember_execution(preset: str, pair: ModelPair) -> ModelPair:
+    _EXECUTIONS[preset] = (getattr(pair, "target_exec", "") or "", getattr(pair, "probe", None), pair.target_name)
+    return pair
+
+
 def get_pair(preset: Any, draft: Any = None, target: Any = None,
-             progress: Callable[[float, str], None] | None = None) -> ModelPair:
-    """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure."""
+             progress: Callable[[float, str], None] | None = None, target_exec: Any = None) -> ModelPair:
+    """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure.
+    ``target_exec``: how the target executes (:func:`check_target_exec`; None: the server's default)."""
     if preset is None or (isinstance(preset, str) and preset.strip().lower() in ("", "default")):
         preset = default_preset()
     if not isinstance(preset, str):
         raise InputError(f"The model preset must be text (a preset name), not a {type(preset).__name__}.")
+    execution = check_target_exec(target_exec)
     if preset == CUSTOM_PRESET:
         if not custom_models_enabled():
             raise InputError("Custom model pairs are disabled on this server (set SPECVIZ_ALLOW_CUSTOM=1 to enable them).")
-        return load_pair(draft=check_model_id(draft), target=check_model_id(target), progress=progress)
+        return _remember_execution(CUSTOM_PRESET, load_pair(draft=check_model_id(draft), target=check_model_id(target),
+                                                            target_exec=execution, progress=progress))
     try:
         preset = resolve_preset(preset)
     except ModelError as exc:
         raise InputError(str(exc)) from None
-    return load_pair(preset, progress=progress)
+    return _remember_execution(preset, load_pair(preset, target_exec=execution, progress=progress))
 
 
 @dataclass

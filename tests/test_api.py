@@ -140,7 +140,8 @@ def test_api_is_documented(client):
     info = client.view_api(return_format="dict", print_info=False)
     params = [p["parameter_name"] for p in info["named_endpoints"]["/trace"]["parameters"]]
     assert params == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
-                      "variant", "standard", "drafter", "policy", "tau", "branches", "tree_nodes", "tree_mode"]
+                      "variant", "standard", "drafter", "policy", "tau", "branches", "tree_nodes", "tree_mode",
+                      "target_exec"]
     # The UI's own events are not part of the public API.
     assert set(info["named_endpoints"]) == {"/trace"}
 

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from specviz.envvars import env_int, env_number
+from specviz.envvars import env_choice, env_int, env_number
 
 BAD = ("abc", "-3", "0", "nan", "inf", "-inf", "1e999", "  ", "")
 
@@ -35,6 +35,22 @@ def test_good_values_are_read(monkeypatch, caplog):
         got = env_int("SPECVIZ_SOMETHING", 7)
         assert got == as_int and type(got) is int  # "2.5" or "1e3" is not a count: the default
         assert env_number("SPECVIZ_SOMETHING", 1.0) == as_float
+
+
+def test_a_choice_is_read_without_case_and_an_unknown_one_falls_back(monkeypatch, caplog):
+    choices = ("auto", "bf16", "int8")
+    monkeypatch.delenv("SPECVIZ_SOMETHING", raising=False)
+    assert env_choice("SPECVIZ_SOMETHING", choices, "auto") == "auto"
+    for raw, want in ((" INT8 ", "int8"), ("bf16", "bf16"), ("", "auto")):
+        monkeypatch.setenv("SPECVIZ_SOMETHING", raw)
+        assert env_choice("SPECVIZ_SOMETHING", choices, "auto") == want
+    assert not caplog.records
+    monkeypatch.setenv("SPECVIZ_SOMETHING", "int4")
+    with caplog.at_level(logging.WARNING, logger="specviz.env"):
+        assert env_choice("SPECVIZ_SOMETHING", choices, "auto") == "auto"
+    (record,) = caplog.records
+    assert "SPECVIZ_SOMETHING" in record.getMessage() and "'int4'" in record.getMessage()
+    assert "auto, bf16, int8" in record.getMessage()  # says what it accepts
 
 
 @pytest.mark.parametrize("name,attr,default", [

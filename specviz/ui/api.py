@@ -25,7 +25,7 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
               variant: str = "opt", standard: bool = True, drafter: str = "model", policy: str = "constant",
               tau: float = 0.4, branches: int = 2, tree_nodes: int = 16,
-              tree_mode: str = "best-first") -> Iterator[dict]:
+              tree_mode: str = "best-first", target_exec: str = "") -> Iterator[dict]:
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
     return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}.
 
@@ -37,6 +37,11 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     policy: the draft length per round, "constant" (always γ) or "heuristic", "confidence" (stop
     below the drafter's confidence tau), "adaptive" (stop when a token is not worth its cost),
     for which gamma is the maximum (up to 32).
+    target_exec: how the target model executes: "auto" (measured once on this machine: the execution
+    with the fastest predicted speculative rate), or "bf16", "fp32", "int8" on a CPU server and "bf16",
+    "fp16", "bf16+graphs", "fp16+graphs" on a GPU one; "" is the server's default (SPECVIZ_TARGET_EXEC,
+    else auto).  Standard decoding runs the same execution.  The recording's models.target_exec and
+    models.machine say what ran where.
 
     While decoding, the recording so far is streamed (marked "partial": true) at most twice a
     second; the last output is the finished recording (what `Client.predict` returns).
@@ -47,14 +52,15 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     Cancelling the job (`Job.cancel()`) stops decoding within about one round."""
     form = RunForm(preset=preset, prompt=prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
                    max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau,
-                   branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode)
+                   branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode, target_exec=target_exec)
     try:
         text, settings = form.check()  # before loading any model
+        execution = form.execution()
         if not isinstance(standard, bool):
             raise InputError(f"standard must be true or false, not a {type(standard).__name__}.")
     except InputError as exc:
         raise gr.Error(describe_error(exc), print_exception=False)
-    key = run_key(preset, text, settings, standard)
+    key = run_key(preset, text, settings, standard, execution)
     for _ in range(3):  # a followed run that stops leaves this request to claim again
         how, entry = CACHE.claim(key)
         try:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from .. import hosting
-from ..service import Request, check_request, get_pair, prepare
+from ..service import Request, check_request, check_target_exec, get_pair, prepare
 from ..settings import DecodeSettings
 
 # One line per draft-length policy (specviz.policy has the details), shown under the selector.
@@ -45,20 +45,27 @@ class RunForm:
     branches: Any = 2  # the tree drafter only (γ is then the tree's depth)
     tree_nodes: Any = 16
     tree_mode: Any = "best-first"
+    target_exec: Any = None  # how the target executes: "auto", "bf16", "int8"…; "" / None: the server's default
 
     def raw_settings(self) -> dict[str, Any]:
         """The decoding settings as sent, for DecodeSettings.checked."""
-        skip = ("preset", "draft_id", "target_id", "prompt")
+        skip = ("preset", "draft_id", "target_id", "prompt", "target_exec")
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def check(self) -> tuple[str, DecodeSettings]:
         """The checks that need no model (InputError): run before loading one, so bad input fails fast."""
-        return check_request(self.prompt, **self.raw_settings())
+        checked = check_request(self.prompt, **self.raw_settings())
+        self.execution()
+        return checked
+
+    def execution(self) -> str:
+        """The target execution asked for, checked (InputError): the server's default when not given."""
+        return check_target_exec(self.target_exec)
 
     def request(self, progress: Callable[[float, str], None] | None = None) -> Request:
         """Check the form, load the pair (reporting progress) and tokenise the prompt: InputError / ModelError."""
         self.check()
-        pair = get_pair(self.preset, self.draft_id, self.target_id, progress=progress)
+        pair = get_pair(self.preset, self.draft_id, self.target_id, progress=progress, target_exec=self.target_exec)
         return prepare(pair, self.prompt, **self.raw_settings())
 
 

@@ -77,6 +77,14 @@ class TheoryFrame(Frame):
 
 
 @dataclass
+class MachineFrame(Frame):
+    """The "This machine" tab: the probe's words and its verify-cost curves."""
+
+    note: Any = SKIP  # Markdown
+    plot: Any = SKIP  # verify time vs tokens fed
+
+
+@dataclass
 class SweepFrame(Frame):
     status: Any = SKIP
     gamma_plot: Any = SKIP

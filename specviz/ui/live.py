@@ -29,6 +29,7 @@ from ..service import InputError, describe_error, race, release_memory
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
 from ..views import plots as P
+from ..views.execution import trace_exec_line
 from .form import RunForm
 from .frames import LiveFrame
 from .store import STORE
@@ -132,7 +133,7 @@ def run(form: RunForm, session: str | None = None,
     except InputError as exc:
         yield LiveFrame(status=status_html(str(exc), "error"))
         raise gr.Error(str(exc), print_exception=False)
-    key = run_key(form.preset, text, settings, standard=True)
+    key = run_key(form.preset, text, settings, standard=True, target_exec=form.execution())
     for _ in range(3):  # a followed run that stops leaves this request to claim again
         how, entry = CACHE.claim(key)
         try:
@@ -366,7 +367,8 @@ def replay(state: Any) -> Iterator[str]:
 
 def show_recording(spec: Trace | None, std: Trace | None, label: str, nbytes: int | None = None) -> LiveFrame:
     where = spec or std
-    msg = f"{label}: {where.models.get('draft', '')} → {where.models.get('target', '')} on {where.device}"
+    msg = (f"{label}: {where.models.get('draft', '')} → {where.models.get('target', '')} · "
+           f"{trace_exec_line(where, recorded=True)}")
     return final_frame(spec, std, status_html(msg, "ok"), nbytes)
 
 

@@ -35,6 +35,7 @@ from ._fmt import (
     tok_repr,
     visible_ws,
 )
+from .execution import trace_exec_line
 
 if TYPE_CHECKING:  # plain data only; no runtime dependency beyond the dataclasses
     from specviz.trace import DraftToken, Extra, Position, Round, Trace
@@ -312,9 +313,11 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         )
     run = ""
     if trace is not None and trace.kind == "speculative":
+        execution = trace_exec_line(trace)
         run = (
             '<div class="sv-legend-run" data-drafter="{d}" data-policy="{p}">'
-            '<span class="sv-legend-k">This run</span> drafter: <b>{dn}</b> · {pt}</div>'
+            '<span class="sv-legend-k">This run</span> drafter: <b>{dn}</b> · {pt}{ex}</div>'
         ).format(d=esc(trace.settings.drafter), p=esc(trace.settings.policy), dn=esc(drafter_name(trace)),
-                 pt=esc(policy_text(trace.settings)))
+                 pt=esc(policy_text(trace.settings)),
+                 ex=f' · <span class="sv-legend-exec">{esc(execution)}</span>' if execution else "")
     return f'<div class="sv-legend">{run}{"".join(items)}</div>'

@@ -1,0 +1,82 @@
+"""The pair line's words for how the target executed and on which machine.
+
+"target: int8 (per-channel weights, per-token activations; batch-invariant) on AMD EPYC 7B13,
+AVX2 (no native bf16), 2 threads" -- from a loaded pair (:func:`pair_exec_line`) or from a trace's
+``models`` (:func:`trace_exec_line`: ``target_exec`` and ``machine``, which recordings made before
+the executions were named lack).  Plain text: the callers escape it.  Importing this module
+imports no torch (the views do not); spelling out an execution imports specviz.hardware.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_TORCH = re.compile(r"\s*\(torch [^)]*\)\s*$")
+
+
+def exec_words(execution: str) -> str:
+    """An execution in words ("int8 (per-channel weights, …)"); an unknown name as it is."""
+    from ..hardware.executions import WORDS  # here: the views import no torch until a name is needed
+
+    return WORDS.get(execution, execution)
+
+
+def short_machine(label: str) -> str:
+    """A machine label without its trailing "(torch 2.x)" (the panel keeps it; the pair line need not)."""
+    return _TORCH.sub("", label or "").strip()
+
+
+def exec_line(execution: str, machine: str, *, recorded: bool = False, how: str = "") -> str:
+    """"target: <execution> on <machine>" ("…, recorded on <machine>" for a recording), then ``how``
+    it was chosen when given."""
+    words = exec_words(execution) if execution else "execution unknown"
+    where = short_machine(machine)
+    line = f"target: {words}" + (f", recorded on {where}" if recorded and where else f" on {where}" if where else "")
+    return f"{line} ({how})" if how else line
+
+
+def chosen_how(execution: str, probe: Any) -> str:
+    """How a pair's execution was chosen, from its probe (hardware.probe.Probe or None)."""
+    if probe is None:
+        return "as set, nothing measured" if execution else ""
+    if not getattr(probe, "measured", True):
+        return "chosen from the CPU's features: the machine was busy, nothing measured"
+    if getattr(probe, "choice", None) == execution:
+        return "chosen by measuring this machine"
+    return f"as set; the probe here would choose {getattr(probe, 'choice', '?')}"
+
+
+def pair_exec_line(pair: Any) -> str:
+    """The line for a loaded pair (specviz.models.ModelPair): its execution, machine and how the
+    execution was chosen.  The tiny random pair (no execution, no probe) names its dtype."""
+    execution = getattr(pair, "target_exec", "") or ""
+    probe = getattr(pair, "probe", None)
+    if probe is not None and probe.machine.get("label"):
+        machine = str(probe.machine["label"])
+    else:
+        from ..hardware.machine import this_machine
+
+        machine = this_machine(pair.device).describe()
+    if not execution:
+        dtype = str(getattr(pair, "dtype", "")).removeprefix("torch.")
+        return f"target: {dtype or 'as loaded'} on {short_machine(machine)}"
+    return exec_line(execution, machine, how=chosen_how(execution, probe))
+
+
+def trace_exec_line(trace: Any, *, recorded: bool = False) -> str:
+    """The line for a trace (live or loaded): from its ``models``' "target_exec" and "machine".  A
+    recording from before those keys says what it has (the dtype and device) and that the rest was
+    not recorded; "" without a trace."""
+    if trace is None:
+        return ""
+    models = getattr(trace, "models", None) or {}
+    execution, machine = models.get("target_exec") or "", models.get("machine") or ""
+    dtype, device = models.get("dtype") or "", getattr(trace, "device", "") or ""
+    if execution or machine:  # the tiny pair names no execution: its dtype is what ran
+        return exec_line(execution or dtype, machine, recorded=recorded)
+    where = (f", recorded on {device}" if recorded else f" on {device}") if device else ""
+    return f"target: {dtype or 'dtype unknown'}{where} (an older recording names no execution or machine)"
+
+
+__all__ = ["chosen_how", "exec_line", "exec_words", "pair_exec_line", "short_machine", "trace_exec_line"]

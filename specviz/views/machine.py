@@ -1,0 +1,373 @@
+"""The "This machine" panel: the target's measured verify-cost curves, and what they mean here.
+
+The execution probe (:mod:`specviz.hardware.probe`) times the target's forward over k new tokens,
+T(k), in each execution this machine offers, and chooses the one with the fastest predicted
+speculative rate.  This module draws those curves (the chosen one marked, the draft's one-token
+step and the flat "memory-bound" reference beside them), writes what they mean with this machine's
+own numbers, and loads the curves recorded on other machines (``assets/hardware/*.json``: a probe's
+``as_dict()`` plus "draft", "target" and "note") to compare with.
+
+Every function takes plain data (a Probe or None) and never raises on missing parts: a machine with
+no probe gets a sentence saying so, and the recorded curves still show.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import plotly.graph_objects as go
+
+from ..hardware.probe import PREFIX, Probe, interpolate
+from ._fmt import COLORS
+from .execution import exec_words, short_machine
+from .plots import FONT_COLOR, _style, empty_figure
+
+log = logging.getLogger("specviz.views")
+HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "hardware"
+TITLE = "Verify time vs tokens fed"
+DEFAULT_GAMMA = 5  # the page's default draft length: a verify pass feeds γ + 1 = 6 tokens
+LOG_SCALE_RATIO = 8.0  # curves whose one-token steps differ more than this (a GPU beside a CPU): log axis
+
+# One colour per execution, whichever machine ran it (recorded curves are dashed, fainter).
+EXEC_COLORS = {
+    "bf16": COLORS["target"],  # violet
+    "fp32": "#64748b",  # slate
+    "int8": COLORS["speculative"],  # teal
+    "fp16": COLORS["bonus"],  # blue
+    "bf16+graphs": "#db2777",  # pink
+    "fp16+graphs": COLORS["correction"],  # orange
+}
+DRAFT_COLOR = COLORS["draft_time"]  # amber, as the draft's time in the run's plots
+OTHER_COLOR = "#9ca3af"
+
+
+# ---- the recorded machines ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordedMachine:
+    """Curves measured on another machine and shipped with the app."""
+
+    key: str  # the file's stem: the value the page's "Compare with" sends
+    name: str  # short, for the choice: "AVX2 EPYC"
+    label: str  # the machine's full label
+    note: str  # how the figures were obtained
+    probe: Probe
+    target: str = ""
+    draft: str = ""
+
+    @property
+    def choice_label(self) -> str:
+        return f"{self.name} (recorded)"
+
+
+_FAMILIES = ("Xeon", "EPYC", "Ryzen", "Threadripper", "Core", "Graviton", "Neoverse", "Apple")
+
+
+def short_name(machine: dict) -> str:
+    """A machine in two or three words: "AMX Xeon", "AVX2 EPYC", a GPU's name."""
+    name = str(machine.get("name") or machine.get("label") or "a machine")
+    if machine.get("kind") == "cuda":
+        return name.replace("NVIDIA ", "")
+    isa = set(machine.get("isa") or ())
+    feature = next((words for flag, words in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"),
+                                              ("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in isa), "")
+    clean = name.replace("(R)", "").replace("(TM)", "").replace("(tm)", "")
+    family = next((f for f in _FAMILIES if f.lower() in clean.lower()), " ".join(clean.split()[:2]))
+    return f"{feature} {family}".strip()
+
+
+def recorded_machine(doc: dict, key: str) -> RecordedMachine:
+    """One recorded file's contents (ValueError/TypeError/KeyError when it is not a probe recording).
+    Only "machine" and "curves" are needed: a recording made from runs rather than by the probe may
+    name no acceptance α, no choice (then its first curve) and no draft step."""
+    curves = doc.get("curves")
+    if not isinstance(curves, dict) or not curves:
+        raise ValueError("no curves")
+    defaults = {"model": doc.get("target") or key, "draft_ms": None, "alpha": None, "choice": next(iter(curves))}
+    probe = Probe.from_dict({**defaults, **doc})
+    if not isinstance(probe.machine, dict) or not probe.curves:
+        raise ValueError("no machine or no curves")
+    label = str(probe.machine.get("label") or probe.machine.get("name") or key)
+    name = str(doc.get("name") or short_name(probe.machine))
+    return RecordedMachine(key, name, label, str(doc.get("note") or ""), probe, str(doc.get("target") or ""),
+                           str(doc.get("draft") or ""))
+
+
+def load_recorded(folder: Path | None = None) -> list[RecordedMachine]:
+    """Every readable ``*.json`` recording in ``folder`` (default: assets/hardware), by file name; an
+    unreadable file is skipped with a warning, a missing folder gives none."""
+    folder = HARDWARE_DIR if folder is None else Path(folder)
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            out.append(recorded_machine(json.loads(path.read_text(encoding="utf-8")), path.stem))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("hardware recording %s not shown: %s", path.name, exc)
+    return out
+
+
+# ---- numbers from a probe -------------------------------------------------------------------
+
+
+def probe_gamma(probe: Probe) -> int:
+    """The draft length the chosen execution's prediction runs at (DEFAULT_GAMMA without one)."""
+    g = (probe.predicted.get(probe.choice) or {}).get("gamma")
+    return int(g) if isinstance(g, (int, float)) and g >= 1 else DEFAULT_GAMMA
+
+
+def verify_factor(curve: dict[int, float], k: int) -> float | None:
+    """T(k) / T(1) from a curve of at least two points (one point says nothing about the slope)."""
+    if len(curve) < 2 or 1 not in curve or curve[1] <= 0:
+        return None
+    return interpolate(curve, k) / curve[1]
+
+
+def draft_ratio(probe: Probe) -> float | None:
+    """c: the draft's one-token step over the chosen execution's."""
+    curve = probe.curves.get(probe.choice) or {}
+    if probe.draft_ms is None or not curve.get(1):
+        return None
+    return probe.draft_ms / curve[1]
+
+
+# ---- the figure -----------------------------------------------------------------------------
+
+
+def _span(curves: Iterable[dict[int, float]]) -> tuple[float, float]:
+    ks = [k for c in curves for k in c]
+    return (min(ks), max(ks)) if ks else (1, 8)
+
+
+def _hover_note(text: str, width: int = 60) -> str:
+    """A note wrapped for a hover label (plotly's hover text does not wrap by itself)."""
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if line and len(line) + len(w) + 1 > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    return "<br>".join(lines + ([line] if line else []))
+
+
+RECORDED_STYLES = (("dash", "circle-open"), ("dashdot", "square-open"), ("longdash", "diamond-open"),
+                   ("longdashdot", "triangle-up-open"))
+
+
+def _curve_trace(execution: str, curve: dict[int, float], *, name: str, chosen: bool = False,
+                 recorded: str = "", note: str = "", style: int = 0) -> go.Scatter:
+    ks = sorted(curve)
+    t1 = curve.get(1)
+    factors = [curve[k] / t1 if t1 else None for k in ks]
+    color = EXEC_COLORS.get(execution, OTHER_COLOR)
+    where = f"{recorded} (recorded)" if recorded else "this machine"
+    extra = f"<br>{_hover_note(note)}" if note else ""
+    dash, symbol = RECORDED_STYLES[style % len(RECORDED_STYLES)] if recorded else ("solid", "circle")
+    width = (3 if chosen else 1.5) if recorded else (5 if chosen else 2)
+    return go.Scatter(
+        name=name, x=ks, y=[curve[k] for k in ks], mode="lines+markers",
+        line=dict(color=color, width=width, dash=dash),
+        marker=dict(size=10 if chosen and not recorded else 7, color=color, symbol=symbol),
+        opacity=0.65 if recorded else 1.0, legendgroup=recorded or "here",
+        customdata=factors,
+        hovertemplate=(f"{execution} on {where}<br>k = %{{x}} tokens: %{{y:.1f}} ms"
+                       f" = %{{customdata:.2f}} × T(1){extra}<extra></extra>"),
+        meta={"execution": execution, "chosen": chosen, "recorded": recorded},
+    )
+
+
+def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] = (), *,
+                       target: str = "") -> go.Figure:
+    """T(k) in ms against the k tokens fed, for each execution this machine's probe measured (the
+    chosen one thick and labelled "chosen"), the chosen one-token step T(1) as a dashed flat line
+    (a memory-bound verify pass would stay on it), the draft's one-token step with c = t_draft / T(1)
+    beside it, and the ``recorded`` machines' curves, dashed, to compare with."""
+    here = probe is not None and bool(probe.curves)
+    if not here and not recorded:
+        return empty_figure(TITLE, "Not measured on this machine, and no recorded machine to compare with")
+    fig = go.Figure()
+    curves_drawn: list[dict[int, float]] = []
+    if here:
+        for execution, curve in probe.curves.items():
+            if not curve:
+                continue
+            chosen = execution == probe.choice
+            only_step = " (one-token step only: could not win)" if len(curve) < 2 else ""
+            fig.add_trace(_curve_trace(execution, curve, name=f"{execution}{' (chosen)' if chosen else ''}{only_step}",
+                                       chosen=chosen))
+            curves_drawn.append(curve)
+    for i, rec in enumerate(recorded):
+        for execution, curve in rec.probe.curves.items():
+            if not curve:
+                continue
+            mine = execution == rec.probe.choice
+            name = f"{execution} · {rec.name} (recorded{', its choice' if mine else ''})"
+            fig.add_trace(_curve_trace(execution, curve, name=name, recorded=rec.name, note=rec.note, chosen=mine,
+                                       style=i))
+            curves_drawn.append(curve)
+    lo, hi = _span(curves_drawn)
+    annotations = []
+    if here:
+        t1 = (probe.curves.get(probe.choice) or {}).get(1)
+        if t1:
+            fig.add_trace(go.Scatter(
+                name=f"T(1) of {probe.choice}, flat: a memory-bound verify pass",
+                x=[lo, hi], y=[t1, t1], mode="lines", line=dict(color=FONT_COLOR, width=1.5, dash="dot"),
+                hovertemplate=f"T(1) = {t1:.1f} ms: the cost of one token; flat = memory-bound<extra></extra>",
+                meta={"reference": "step"}))
+            # Labelled at the right edge, outside the plot: above the line (the draft's label goes below its own).
+            annotations.append(dict(x=1.0, y=t1, xref="paper", yref="y", xanchor="left", yanchor="bottom",
+                                    showarrow=False, text=f"T(1), {probe.choice}",
+                                    font=dict(size=12, color=FONT_COLOR)))
+        c = draft_ratio(probe)
+        if probe.draft_ms is not None:
+            fig.add_trace(go.Scatter(
+                name=f"draft's step t_d ({probe.draft_ms:.1f} ms)", x=[lo, hi], y=[probe.draft_ms] * 2,
+                mode="lines", line=dict(color=DRAFT_COLOR, width=2),
+                hovertemplate=f"draft step t_d = {probe.draft_ms:.1f} ms<extra></extra>", meta={"reference": "draft"}))
+            if c is not None:
+                annotations.append(dict(x=1.0, y=probe.draft_ms, xref="paper", yref="y", xanchor="left",
+                                        yanchor="top", showarrow=False, text=f"draft step<br>c = {c:.2f}",
+                                        align="left", font=dict(size=12, color=DRAFT_COLOR)))
+    steps = [c[min(c)] for c in curves_drawn if c[min(c)] > 0]
+    log_y = bool(steps) and max(steps) / min(steps) > LOG_SCALE_RATIO
+    if log_y:  # annotations on a log axis take log10 of the value
+        for a in annotations:
+            a["y"] = math.log10(a["y"])
+    machine = short_machine(str(probe.machine.get("label", ""))) if here else ""
+    if here:
+        name = str(probe.machine.get("name") or machine)
+        title = f"{TITLE} on this machine: {name}"
+        rest = machine[len(name):].lstrip(", ") if machine.startswith(name) else ""
+        sub = (f"{rest + ' · ' if rest else ''}{target or probe.model}: a forward over k new tokens "
+               f"after a {PREFIX}-token prefix")
+    elif probe is not None and not probe.measured:
+        title, sub = f"{TITLE}: not measured here (machine busy)", "recorded machines only"
+    else:
+        title, sub = f"{TITLE}: not measured on this machine", "recorded machines only"
+    if log_y:
+        sub += " · log scale"
+    _style(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
+    fig.update_layout(annotations=annotations, legend=dict(y=-0.22), margin=dict(b=150, r=96),
+                      height=560, meta={"machine": machine, "chosen": probe.choice if here else None})
+    fig.update_xaxes(tickmode="array", tickvals=sorted({k for c in curves_drawn for k in c}))
+    if log_y:
+        fig.update_yaxes(type="log")
+    else:
+        fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+# ---- the words ------------------------------------------------------------------------------
+
+
+def _ms(x: float) -> str:
+    return f"{x:.0f} ms" if x >= 20 else f"{x:.1f} ms"
+
+
+def _rate(x: float | None) -> str:
+    return "?" if x is None or not math.isfinite(x) else f"{x:.1f}"
+
+
+WHY = ("Speculative decoding pays only when the target's **verify pass is memory-bound**: reading the "
+       "weights costs the same whether the pass scores 1 token or γ + 1, so a pass over k tokens costs "
+       "about one one-token step, T(k) ≈ T(1){line}. Where the pass is compute-bound, T(k) climbs with k "
+       "and every round's verify pass costs several steps.")
+
+
+def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", why_none: str = "",
+                 recorded: Sequence[RecordedMachine] = ()) -> str:
+    """Markdown for the panel: this machine, why the verify factor T(γ+1)/T(1) decides, each
+    execution's factor and the predicted rates from the probe (or, without one, ``why_none``)."""
+    parts: list[str] = []
+    if probe is None or not probe.curves:
+        if probe is not None and not probe.measured:
+            label = probe.machine.get("label", "this machine")
+            parts.append(
+                f"**This machine:** {label}. It was busy when {target or probe.model} loaded (other processes "
+                "competing for the cores would make any timing meaningless), so **nothing was measured**: the "
+                f"target runs as {exec_words(probe.choice)}, chosen from the CPU's features. It is measured on "
+                "a quieter start.")
+        else:
+            parts.append(why_none or "No execution probe has run on this machine for this pair.")
+        parts.append(WHY.format(line=": a flat curve"))
+    else:
+        parts.extend(_measured(probe, execution=execution, target=target))
+    if recorded:
+        lines = []
+        g = probe_gamma(probe) if probe is not None and probe.curves else DEFAULT_GAMMA  # one k for all machines
+        for rec in recorded:
+            factors = ", ".join(f"{e} {f:.2f}" for e, c in rec.probe.curves.items()
+                                if (f := verify_factor(c, g + 1)) is not None)
+            note = f" — {rec.note}" if rec.note else ""
+            lines.append(f"- **{rec.name}** ({rec.label}): chose {rec.probe.choice}; T({g + 1})/T(1): "
+                         f"{factors or 'not measured'}{note}.")
+        tick = " (tick them under *Compare with*)" if probe is not None and probe.curves else ""
+        parts.append(f"**Recorded on other machines**{tick}:\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
+    label = probe.machine.get("label", "this machine")
+    g = probe_gamma(probe)
+    k = g + 1
+    chosen = probe.choice
+    running = execution or chosen
+    pred = probe.predicted.get(chosen) or {}
+    head = (f"**This machine:** {label}. The target ({target or probe.model}) was timed in "
+            f"{len(probe.curves)} execution{'s' if len(probe.curves) != 1 else ''}"
+            + (f" in {probe.seconds:.0f} s" if probe.seconds else "")
+            + f"; **{chosen}** was chosen: the highest predicted speculative rate at the pair's typical "
+              f"acceptance α = {probe.alpha:.2f}.")
+    if running != chosen:
+        head += f" The target now runs as **{running}**, as set (the probe would choose {chosen})."
+    if pred.get("standard"):
+        sp = pred["rate"] / pred["standard"] if pred.get("standard") else None
+        head += (f" Predicted on {chosen}: **{_rate(pred.get('rate'))} tokens/s** with speculation "
+                 f"(γ = {pred.get('gamma', g)}) vs **{_rate(pred.get('standard'))} tokens/s** standard decoding"
+                 + (f" ({sp:.2f}×)." if sp else "."))
+    parts = [head, WHY.format(line=" (the flat dotted line)")]
+    rows = []
+    for e, curve in probe.curves.items():
+        p = probe.predicted.get(e) or {}
+        f = verify_factor(curve, k)
+        t1 = curve.get(1)
+        beyond = f" (extrapolated past k = {max(curve)})" if f is not None and k > max(curve) else ""
+        if f is None:
+            cost = f"only its one-token step was timed, T(1) = {_ms(t1)}" if t1 else "not timed"
+        else:
+            cost = (f"T(1) = {_ms(t1)}, T({k}) = {_ms(interpolate(curve, k))}: a {k}-token verify pass costs "
+                    f"**{f:.2f}** one-token steps{beyond}")
+        rate = ""
+        if p.get("standard") and f is None:  # one point: the prediction assumed a flat curve, a bound
+            rate = (f": even with a flat verify pass at most {_rate(p.get('rate'))} tokens/s speculative, "
+                    f"{_rate(p.get('standard'))} standard")
+        elif p.get("standard"):
+            rate = (f"; predicted {_rate(p.get('rate'))} tokens/s speculative (best γ = {p.get('gamma')}), "
+                    f"{_rate(p.get('standard'))} standard")
+        elif p.get("rate"):
+            rate = f"; {_rate(p.get('rate'))} tokens/s one step at a time"
+        words = exec_words(e)
+        words = words[len(e):] if words.startswith(e + " ") else f" ({words})" if words != e else ""
+        rows.append(f"- **{e}**{words}{' — chosen' if e == chosen else ''}: {cost}{rate}.")
+    parts.append(f"**Verify factor T({k})/T(1)** (γ = {g}), measured here:\n" + "\n".join(rows))
+    c = draft_ratio(probe)
+    if c is not None:
+        parts.append(
+            f"The draft's one-token step takes {_ms(probe.draft_ms)}: **c = {c:.2f}** of the chosen target step. "
+            f"A round of γ = {g} costs γ·t_d + T(γ+1) = {g} × {_ms(probe.draft_ms)} + "
+            f"{_ms(interpolate(probe.curves[chosen], k))} and yields (1 − α^(γ+1)) / (1 − α) tokens on average "
+            "(Leviathan et al., Thm 3.8 with the measured verify cost).")
+    elif probe.draft_ms is None:
+        parts.append("The draft's step was not timed, so the execution was chosen by the fastest one-token step.")
+    return parts
+
+
+__all__ = ["RecordedMachine", "load_recorded", "machine_text", "recorded_machine", "short_name",
+           "verify_cost_figure", "verify_factor"]

@@ -1,0 +1,311 @@
+"""How the target executes, on the page and in the API: the "Target execution" setting
+(SPECVIZ_TARGET_EXEC, the form, the /trace parameter), the pair line naming the execution and the
+machine, and the "This machine" panel drawn from the execution probe (hand-made probes here; the
+real probe is tested in test_executions.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+import torch
+
+from specviz import service
+from specviz.hardware.executions import WORDS, offered
+from specviz.hardware.machine import Machine
+from specviz.hardware.probe import Probe, choose
+from specviz.models import TINY_PRESET, load_pair
+from specviz.service import InputError, check_target_exec, default_target_exec
+from specviz.trace import load_recording
+from specviz.ui import machine_ui
+from specviz.ui.form import RunForm
+from specviz.views import machine as M
+from specviz.views.chips import legend_html
+from specviz.views.execution import pair_exec_line, short_machine, trace_exec_line
+from tests.synthetic import XSS, make_trace
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HARDWARE = FIXTURES / "hardware"
+EPYC = Machine("cpu", "AMD EPYC 7B13 64-Core Processor", ("avx2", "fma"), 2, "2.5.1")
+CURVES = {  # bf16 compute-bound (T(k) climbs), int8 nearly flat, fp32 only its step timed
+    "bf16": {1: 80.0, 2: 150.0, 4: 300.0, 8: 600.0},
+    "int8": {1: 100.0, 2: 110.0, 4: 130.0, 8: 170.0},
+    "fp32": {1: 210.0},
+}
+
+
+def make_probe(curves=None, draft_ms: float | None = 25.0, alpha: float = 0.8, machine: Machine = EPYC) -> Probe:
+    curves = curves or CURVES
+    choice, predicted = choose(curves, draft_ms, alpha)
+    return Probe(machine.as_dict(), "offline:target", curves, draft_ms, alpha, choice, predicted, seconds=12.0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_default(monkeypatch):
+    """SPECVIZ_TARGET_EXEC unset and its (memoised) reading forgotten, before and after each test."""
+    monkeypatch.delenv("SPECVIZ_TARGET_EXEC", raising=False)
+    service._default_target_exec.cache_clear()
+    yield
+    service._default_target_exec.cache_clear()
+
+
+def _cpu_only():
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU's executions")
+
+
+# ---- the setting ---------------------------------------------------------------------------------
+
+
+def test_the_environment_sets_the_default_execution(monkeypatch, caplog):
+    _cpu_only()
+    assert default_target_exec() == "auto"
+    monkeypatch.setenv("SPECVIZ_TARGET_EXEC", " INT8 ")
+    service._default_target_exec.cache_clear()
+    assert default_target_exec() == "int8" and check_target_exec("") == "int8" and check_target_exec(None) == "int8"
+    for raw in ("int4", "bf16+graphs"):  # unknown, and a GPU execution on a CPU server: auto, with a warning
+        monkeypatch.setenv("SPECVIZ_TARGET_EXEC", raw)
+        service._default_target_exec.cache_clear()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert default_target_exec() == "auto"
+            assert default_target_exec() == "auto"
+        warned = [r.getMessage() for r in caplog.records if "SPECVIZ_TARGET_EXEC" in r.getMessage()]
+        assert len(warned) == 1 and repr(raw) in warned[0], warned  # once per value, not once per request
+
+
+def test_a_requested_execution_is_checked_once_with_a_clear_message():
+    _cpu_only()
+    assert check_target_exec(" FP32 ") == "fp32" and check_target_exec("auto") == "auto"
+    with pytest.raises(InputError, match=r"Unknown target execution 'warp': this machine offers auto, bf16, fp32"):
+        check_target_exec("warp")
+    with pytest.raises(InputError, match="Unknown target execution 'fp16\\+graphs'"):
+        check_target_exec("fp16+graphs")  # CUDA only
+    with pytest.raises(InputError, match="must be text"):
+        check_target_exec(3)
+    with pytest.raises(InputError, match="Unknown target execution"):
+        RunForm(prompt="hi", target_exec="warp").check()  # before any model loads
+    assert "target_exec" not in RunForm(prompt="hi", target_exec="int8").raw_settings()
+
+
+def test_the_form_passes_the_execution_to_the_loader(monkeypatch):
+    seen = {}
+
+    def fake_load_pair(preset=None, **kw):
+        seen.update(kw, preset=preset)
+        return load_pair(TINY_PRESET)
+    monkeypatch.setattr(service, "load_pair", fake_load_pair)
+    req = RunForm(preset=TINY_PRESET, prompt="hello", max_new_tokens=4, target_exec="FP32").request()
+    assert seen["target_exec"] == "fp32" and seen["preset"] == TINY_PRESET and req.prompt_ids
+    RunForm(preset=TINY_PRESET, prompt="hello", max_new_tokens=4).request()
+    assert seen["target_exec"] == "auto"  # the server's default
+    assert service.loaded_execution(TINY_PRESET)[:2] == ("", None)  # the tiny pair: no execution, no probe
+
+
+def test_the_api_refuses_an_unknown_execution_without_a_traceback():
+    from specviz.ui import api
+
+    with pytest.raises(gr.Error) as err:
+        next(api.api_trace("hello", preset=TINY_PRESET, target_exec="turbo"))
+    assert "Unknown target execution 'turbo'" in str(err.value.message) and err.value.print_exception is False
+
+
+def test_the_execution_is_part_of_a_replayed_request():
+    from specviz.replay import run_key
+
+    _, settings = RunForm(prompt="hi").check()
+    assert run_key(TINY_PRESET, "hi", settings) == run_key(TINY_PRESET, "hi", settings, target_exec="auto")
+    assert run_key(TINY_PRESET, "hi", settings, target_exec="int8") != run_key(TINY_PRESET, "hi", settings)
+
+
+def test_the_page_offers_the_setting_and_the_tab():
+    import app
+
+    demo = app.build()
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    choices = by_id["sv-target-exec"].choices
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert [v for _, v in choices] == ["auto", *offered(device)] and by_id["sv-target-exec"].value == "auto"
+    assert dict((v, label) for label, v in choices)["int8" if device.type == "cpu" else "bf16+graphs"] in WORDS.values()
+    assert {"sv-machine-plot", "sv-machine-note", "sv-machine-compare"} <= set(by_id)
+
+
+# ---- the pair line -------------------------------------------------------------------------------
+
+
+def test_the_pair_line_names_the_execution_machine_and_how_it_was_chosen():
+    probe = make_probe()
+    assert probe.choice == "int8"
+    pair = SimpleNamespace(target_exec="int8", probe=probe, device=torch.device("cpu"), dtype=torch.bfloat16)
+    line = pair_exec_line(pair)
+    assert line == (f"target: {WORDS['int8']} on AMD EPYC 7B13 64-Core Processor, AVX2 (no native bf16), 2 threads "
+                    "(chosen by measuring this machine)")
+    forced = pair_exec_line(SimpleNamespace(target_exec="bf16", probe=probe, device=torch.device("cpu")))
+    assert forced.startswith("target: bf16 on AMD EPYC") and "the probe here would choose int8" in forced
+    busy = Probe(EPYC.as_dict(), "offline:target", {}, None, 0.8, "int8", measured=False)
+    assert "machine was busy, nothing measured" in pair_exec_line(SimpleNamespace(target_exec="int8", probe=busy,
+                                                                                   device=torch.device("cpu")))
+    # No probe: the machine is this one, described on the spot.
+    none = pair_exec_line(SimpleNamespace(target_exec="fp32", probe=None, device=torch.device("cpu")))
+    assert none.startswith("target: float32 on ") and none.endswith("(as set, nothing measured)")
+
+
+def test_the_tiny_pair_names_its_dtype():
+    line = pair_exec_line(load_pair(TINY_PRESET))
+    assert line.startswith("target: float32 on ") and "torch" not in line
+
+
+def test_the_line_for_a_trace_and_for_an_old_recording():
+    tr = make_trace()
+    tr.models.update(target_exec="int8", machine=EPYC.describe())
+    assert trace_exec_line(tr) == f"target: {WORDS['int8']} on {short_machine(EPYC.describe())}"
+    recorded = trace_exec_line(tr, recorded=True)
+    assert recorded == f"target: {WORDS['int8']}, recorded on {short_machine(EPYC.describe())}"
+    spec, _ = load_recording((FIXTURES / "v1-recording.json").read_bytes())
+    assert "target_exec" not in spec.models and "machine" not in spec.models
+    assert trace_exec_line(spec, recorded=True) == ("target: bfloat16, recorded on cpu (an older recording names "
+                                                    "no execution or machine)")
+    assert trace_exec_line(None) == ""
+
+
+def test_the_legend_and_the_recording_status_carry_the_line_escaped():
+    from specviz.ui.live import show_recording
+
+    tr = make_trace()
+    tr.models.update(target_exec="int8", machine=XSS)
+    html = legend_html(tr)
+    assert 'class="sv-legend-exec"' in html and "on &lt;script&gt;" in html and "<script" not in html
+    old, _ = load_recording((FIXTURES / "v1-recording.json").read_bytes())
+    frame = show_recording(old, None, "Loaded old.json")
+    assert "recorded on cpu (an older recording names no execution" in frame.status
+    if frame.export:
+        Path(frame.export).unlink(missing_ok=True)
+
+
+# ---- the panel -----------------------------------------------------------------------------------
+
+
+def _curves_of(fig, recorded: bool = False):
+    return {t.meta["execution"]: t for t in fig.data
+            if isinstance(t.meta, dict) and "execution" in t.meta and bool(t.meta["recorded"]) == recorded}
+
+
+def test_the_figure_carries_the_measured_curves_and_marks_the_chosen_one():
+    probe = make_probe()
+    fig = M.verify_cost_figure(probe, target="Qwen target")
+    mine = _curves_of(fig)
+    assert set(mine) == set(CURVES)
+    for execution, curve in CURVES.items():
+        assert list(mine[execution].x) == sorted(curve) and list(mine[execution].y) == [curve[k] for k in sorted(curve)]
+    assert mine["int8"].name == "int8 (chosen)" and mine["int8"].meta["chosen"]
+    assert mine["int8"].line.width > max(mine[e].line.width for e in ("bf16", "fp32"))
+    assert "could not win" in mine["fp32"].name  # a single point: only its step was timed
+    assert "AMD EPYC 7B13 64-Core Processor" in fig.layout.title.text and fig.layout.meta["chosen"] == "int8"
+    refs = {t.meta["reference"]: t for t in fig.data if isinstance(t.meta, dict) and "reference" in t.meta}
+    assert set(refs["step"].y) == {100.0} and list(refs["step"].x) == [1, 8]  # flat at the chosen T(1)
+    assert set(refs["draft"].y) == {25.0}
+    assert any(a.text == "draft step<br>c = 0.25" for a in fig.layout.annotations)  # 25 ms / 100 ms
+    assert fig.layout.yaxis.type != "log"
+
+
+def test_the_figure_adds_the_recorded_machines_asked_for():
+    recorded = M.load_recorded(HARDWARE)
+    fig = M.verify_cost_figure(make_probe(), [r for r in recorded if r.key == "amx-xeon"])
+    theirs = [t for t in fig.data if isinstance(t.meta, dict) and t.meta.get("recorded")]
+    doc = json.loads((HARDWARE / "amx-xeon.json").read_text())
+    assert {t.meta["execution"] for t in theirs} == set(doc["curves"])
+    bf16 = next(t for t in theirs if t.meta["execution"] == "bf16")
+    assert list(bf16.y) == [doc["curves"]["bf16"][str(k)] for k in bf16.x]
+    assert bf16.name == "bf16 · AMX Xeon (recorded, its choice)" and bf16.line.dash == "dash"
+    assert doc["note"].split()[0] in bf16.hovertemplate
+    assert len(_curves_of(fig)) == len(CURVES)  # this machine's curves are still all there
+
+
+def test_without_a_probe_the_figure_shows_the_recorded_machines_or_says_why_it_is_empty():
+    recorded = M.load_recorded(HARDWARE)
+    fig = M.verify_cost_figure(None, recorded)
+    assert not _curves_of(fig) and len(_curves_of(fig, recorded=True)) >= 2
+    assert "not measured on this machine" in fig.layout.title.text
+    assert M.verify_cost_figure(None, []).layout.meta["empty"] is True
+
+
+def test_the_text_gives_this_machines_verify_factors_and_predicted_rates():
+    probe = make_probe()
+    gamma = probe.predicted["int8"]["gamma"]
+    k = gamma + 1
+    text = M.machine_text(probe, execution="int8", target="Qwen target")
+    assert "AMD EPYC 7B13 64-Core Processor" in text and "memory-bound" in text
+    for execution in ("bf16", "int8"):  # from the curves, as the probe computes it
+        assert f"**{probe.verify_factor(execution, k):.2f}** one-token steps" in text
+    assert f"**Verify factor T({k})/T(1)** (γ = {gamma})" in text
+    assert "only its one-token step was timed, T(1) = 210 ms: even with a flat verify pass at most" in text  # fp32
+    pred = probe.predicted["int8"]
+    assert f"**{pred['rate']:.1f} tokens/s** with speculation" in text
+    assert f"**{pred['standard']:.1f} tokens/s** standard decoding" in text
+    assert "**c = 0.25**" in text
+    forced = M.machine_text(probe, execution="bf16")
+    assert "runs as **bf16**, as set (the probe would choose int8)" in forced
+
+
+def test_the_text_says_plainly_when_there_is_no_probe():
+    recorded = M.load_recorded(HARDWARE)
+    text = M.machine_text(None, why_none="Nothing ran here yet.", recorded=recorded)
+    assert text.startswith("Nothing ran here yet.") and "Verify factor" not in text
+    assert "**AVX2 EPYC**" in text and "Test fixture: made-up figures shaped like a 2-core AVX2" in text
+    busy = Probe(EPYC.as_dict(), "offline:target", {}, None, 0.8, "int8", measured=False)
+    text = M.machine_text(busy, target="Qwen target")
+    assert "busy when Qwen target loaded" in text and "nothing was measured" in text and WORDS["int8"] in text
+
+
+def test_recorded_machines_are_read_from_whatever_files_exist(tmp_path, caplog):
+    names = [(r.key, r.name, r.choice_label) for r in M.load_recorded(HARDWARE)]
+    assert names == [("amx-xeon", "AMX Xeon", "AMX Xeon (recorded)"),
+                     ("avx2-epyc", "AVX2 EPYC", "AVX2 EPYC (recorded)")]
+    shutil.copy(HARDWARE / "avx2-epyc.json", tmp_path / "epyc.json")
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "empty.json").write_text(json.dumps({"machine": {}, "curves": {}}))
+    # Curves measured from runs rather than by the probe: no α, no prediction, no choice.
+    runs = {"machine": {"kind": "cpu", "name": "Intel(R) Xeon(R) Processor", "isa": ["amx_bf16", "avx2"],
+                        "label": "Intel(R) Xeon(R) Processor, AMX, 2 threads"},
+            "curves": {"bf16": {"1": 186.5, "4": 192.5, "9": 208.2}}, "note": "medians of recorded runs"}
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    with caplog.at_level(logging.WARNING, logger="specviz.views"):
+        loaded = M.load_recorded(tmp_path)
+    assert [r.key for r in loaded] == ["epyc", "runs"]
+    assert (loaded[1].name, loaded[1].probe.choice, loaded[1].probe.curves["bf16"][4]) == ("AMX Xeon", "bf16", 192.5)
+    # T(6) between the points at 4 and 9: 192.5 + 15.7 × 2/5 = 198.8 ms, 1.07 × T(1)
+    assert "AMX Xeon** (Intel(R) Xeon(R) Processor, AMX, 2 threads): chose bf16; T(6)/T(1): bf16 1.07 — medians" in (
+        M.machine_text(None, recorded=loaded))
+    assert {"broken.json", "empty.json"} <= {w for r in caplog.records for w in r.getMessage().split()}
+    assert M.load_recorded(tmp_path / "missing") == []
+
+
+def test_the_tab_for_the_tiny_pair_says_so_and_still_compares():
+    frame = machine_ui.machine_views(TINY_PRESET, [], folder=HARDWARE)
+    assert frame.note.startswith(machine_ui.TINY_WHY)
+    assert len(_curves_of(frame.plot, recorded=True)) >= 2 and not _curves_of(frame.plot)
+
+
+def test_the_tab_shows_the_loaded_pairs_probe_and_the_ticked_machines(monkeypatch):
+    probe = make_probe()
+    name = service.DEFAULT_PRESET
+    monkeypatch.setitem(service._EXECUTIONS, name, ("int8", probe, "Qwen target"))
+    frame = machine_ui.machine_views(name, ["avx2-epyc"], folder=HARDWARE)
+    assert "(chosen)" in _curves_of(frame.plot)["int8"].name
+    assert {t.meta["recorded"] for t in frame.plot.data if isinstance(t.meta, dict) and t.meta.get("recorded")} == {
+        "AVX2 EPYC"}
+    assert f"{probe.verify_factor('bf16', probe.predicted['int8']['gamma'] + 1):.2f}" in frame.note
+    # Forced without a probe: said plainly, the recorded machines drawn instead.
+    monkeypatch.setitem(service._EXECUTIONS, name, ("fp32", None, "Qwen target"))
+    monkeypatch.setattr(machine_ui, "_cached_probe", lambda name: None)
+    frame = machine_ui.machine_views(name, [], folder=HARDWARE)
+    assert "runs as **float32**, as set" in frame.note and "nothing was timed" in frame.note
+    assert _curves_of(frame.plot, recorded=True) and not _curves_of(frame.plot)
+    # Not loaded yet, nothing cached: the probe runs on the first load.
+    monkeypatch.delitem(service._EXECUTIONS, name)
+    assert "has not run on this server" in machine_ui.machine_views(name, [], folder=HARDWARE).note
