@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..costs import RaceCosts, loss_cause, race_costs, steps
 from ._fmt import esc, fsec
+from .execution import trace_exec_line
 from .text import looks_like_code, tokens_html
 
 if TYPE_CHECKING:
@@ -118,6 +119,9 @@ def _column(name: str, css: str, trace: Trace | None, side: RaceSide, denom: int
         sub = f"draft {models.get('draft', '?')} → target {models.get('target', '?')} · γ = {trace.gamma}"
     else:
         sub = f"target {models.get('target', '?')}"
+    line = trace_exec_line(trace)  # how the target executed, and where
+    if line:
+        sub += f" · {line}"
     pct = 100.0 * side.tokens / denom if denom > 0 else 0.0
     pairs = [(tok, r.index + 1) for r in side.rounds or [] for tok in r.emitted]
     text = "".join(t.text for t, _ in pairs)
