@@ -145,11 +145,11 @@ class VerifyTimer:
                 self.lm.crop(PREFIX)
         return 1000 * min(times)
 
-    def curve(self, ks: tuple[int, ...], known: dict[int, float] | None = None) -> dict[int, float]:
+    def curve(self, ks: tuple[int, ...], known: dict[int, float] | None = None, reps: int = 1) -> dict[int, float]:
         out = dict(known or {})
         for k in ks:
             if k not in out:
-                out[k] = self.ms(k, reps=2 if k == 1 else 1)
+                out[k] = self.ms(k, reps=max(reps, 2) if k == 1 else reps)
         return dict(sorted(out.items()))
 
     def close(self) -> None:
@@ -271,7 +271,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
         step = timer.curve((1,))
         if full or not curves or best_possible(step[1], draft_ms, alpha) >= max(
                 choose(curves, draft_ms, alpha)[1][e]["rate"] for e in curves):
-            step = timer.curve(ks, known=step)
+            step = timer.curve(ks, known=None if full else step, reps=3 if full else 1)
         timer.close()
         curves[execution] = step
         log.info("Target %s as %s: %s ms for %s tokens (built in %.1f s)", name, execution,
