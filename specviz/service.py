@@ -115,19 +115,29 @@ def offered_executions() -> tuple[str, ...]:
     return ("auto",) + offered(resolve_device(None))
 
 
+def zero_gpu() -> bool:
+    """A Hugging Face ZeroGPU Space (the GPU exists only inside spaces.GPU calls)."""
+    from .hosting import on_spaces
+
+    return on_spaces() and bool(os.environ.get("SPACES_ZERO_GPU"))
+
+
 def default_target_exec() -> str:
     """How the target executes unless a request says otherwise (env SPECVIZ_TARGET_EXEC): "auto" lets
     the execution probe choose on this machine; "bf16", "fp32", "int8" (CPU) or "bf16", "fp16",
     "bf16+graphs", "fp16+graphs" (CUDA) force one.  A value this machine does not offer means auto,
     with a warning (once per value, not once per request)."""
-    return _default_target_exec(os.environ.get("SPECVIZ_TARGET_EXEC", ""))
+    return _default_target_exec(os.environ.get("SPECVIZ_TARGET_EXEC", ""), zero_gpu())
 
 
 @functools.lru_cache(maxsize=8)
-def _default_target_exec(raw: str) -> str:
+def _default_target_exec(raw: str, on_zero_gpu: bool = False) -> str:
     from .hardware.executions import CHOICES
 
     name = env_choice("SPECVIZ_TARGET_EXEC", CHOICES, "auto")
+    if name == "auto" and not raw.strip() and on_zero_gpu:
+        # ZeroGPU attaches the GPU only inside spaces.GPU calls: no probe or CUDA graphs at load time.
+        return "bf16"
     offered = offered_executions()
     if name not in offered:
         log.warning("ignoring SPECVIZ_TARGET_EXEC=%r (this machine offers %s); using auto", name, ", ".join(offered))

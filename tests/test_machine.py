@@ -309,3 +309,20 @@ def test_the_tab_shows_the_loaded_pairs_probe_and_the_ticked_machines(monkeypatc
     # Not loaded yet, nothing cached: the probe runs on the first load.
     monkeypatch.delitem(service._EXECUTIONS, name)
     assert "has not run on this server" in machine_ui.machine_views(name, [], folder=HARDWARE).note
+
+
+def test_zero_gpu_spaces_run_the_target_eagerly_in_bf16(monkeypatch):
+    """ZeroGPU lends the GPU only inside spaces.GPU calls: no probe, no CUDA graphs at load."""
+    from specviz import service
+
+    service._default_target_exec.cache_clear()
+    monkeypatch.delenv("SPECVIZ_TARGET_EXEC", raising=False)
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")
+    assert service.default_target_exec() == "bf16"
+    monkeypatch.setenv("SPECVIZ_TARGET_EXEC", "auto")  # an operator who asks for the probe gets it
+    assert service.default_target_exec() == "auto"
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    monkeypatch.delenv("SPECVIZ_TARGET_EXEC")
+    assert service.default_target_exec() == "auto"
+    service._default_target_exec.cache_clear()
