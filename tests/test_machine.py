@@ -326,3 +326,19 @@ def test_zero_gpu_spaces_run_the_target_eagerly_in_bf16(monkeypatch):
     monkeypatch.delenv("SPECVIZ_TARGET_EXEC")
     assert service.default_target_exec() == "auto"
     service._default_target_exec.cache_clear()
+
+
+def test_a_lower_precision_is_named_with_what_it_costs(tmp_path, monkeypatch):
+    import json
+
+    from specviz.hardware import fidelity
+    from specviz.views.execution import exec_line, precision_cost
+
+    monkeypatch.setattr(fidelity, "FIDELITY_DIR", tmp_path)
+    assert precision_cost("int8") == ""  # nothing measured: nothing claimed
+    (tmp_path / "fidelity-int8.json").write_text(json.dumps({"exec": "int8", "mean_tv": 0.0412, "greedy_agree": 0.953}))
+    assert precision_cost("int8") == ("vs the bf16 target: mean TV 0.041 a position, greedy tokens agree 95% on "
+                                      "the shipped prompts")
+    line = exec_line("int8", "AMD EPYC, AVX2 (no native bf16), 2 threads (torch 2.13.0+cpu)", how="chosen by measuring")
+    assert line.startswith("target: int8 (per-channel") and "(chosen by measuring; vs the bf16 target: mean TV 0.041" in line
+    assert "torch" not in line and precision_cost("bf16") == ""

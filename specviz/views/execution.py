@@ -27,13 +27,28 @@ def short_machine(label: str) -> str:
     return _TORCH.sub("", label or "").strip()
 
 
+def precision_cost(execution: str) -> str:
+    """What ``execution`` costs against the bf16 target, from the shipped measurement
+    (assets/hardware/fidelity-<exec>.json, made by specviz.hardware.fidelity); "" when there is none."""
+    if not execution or execution.startswith(("bf16", "fp32")):
+        return ""
+    from ..hardware.fidelity import load
+
+    doc = load(execution)
+    if not doc:
+        return ""
+    return (f"vs the bf16 target: mean TV {doc['mean_tv']:.3f} a position, greedy tokens agree "
+            f"{100 * doc['greedy_agree']:.0f}% on the shipped prompts")
+
+
 def exec_line(execution: str, machine: str, *, recorded: bool = False, how: str = "") -> str:
     """"target: <execution> on <machine>" ("…, recorded on <machine>" for a recording), then ``how``
-    it was chosen when given."""
+    it was chosen when given, and what a lower precision costs against bf16 (when measured)."""
     words = exec_words(execution) if execution else "execution unknown"
     where = short_machine(machine)
     line = f"target: {words}" + (f", recorded on {where}" if recorded and where else f" on {where}" if where else "")
-    return f"{line} ({how})" if how else line
+    notes = "; ".join(n for n in (how, precision_cost(execution)) if n)
+    return f"{line} ({notes})" if notes else line
 
 
 def chosen_how(execution: str, probe: Any) -> str:
@@ -79,4 +94,5 @@ def trace_exec_line(trace: Any, *, recorded: bool = False) -> str:
     return f"target: {dtype or 'dtype unknown'}{where} (an older recording names no execution or machine)"
 
 
-__all__ = ["chosen_how", "exec_line", "exec_words", "pair_exec_line", "short_machine", "trace_exec_line"]
+__all__ = ["chosen_how", "exec_line", "exec_words", "pair_exec_line", "precision_cost", "short_machine",
+           "trace_exec_line"]
