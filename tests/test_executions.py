@@ -49,7 +49,7 @@ IDS = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).to
 
 def test_token_int8_linear_is_bit_identical_in_any_batch():
     w = torch.randn(96, 64) * 0.05
-    lin = int8.TokenInt8Linear(int8._int8_channel_weight(w), torch.randn(96))
+    lin = int8.TokenInt8Linear(int8.int8_channel_weight(w), torch.randn(96))
     x = torch.randn(7, 64) * torch.logspace(-2, 2, 7)[:, None]  # rows of very different magnitudes
     batch = lin(x)
     assert torch.equal(batch, torch.cat([lin(x[i:i + 1]) for i in range(7)]))
@@ -290,3 +290,15 @@ def test_fused_int8_projections_are_bit_identical_to_separate_ones():
     x = torch.tensor([IDS[:11]])
     with torch.inference_mode():
         assert torch.equal(fused(x).logits, separate(x).logits)
+
+
+def test_a_learned_head_still_recognises_and_reads_an_int8_target():
+    from specviz.speculator.model import head_fingerprint
+
+    _, bf16 = _tiny_target()
+    q = executions.apply(bf16, "int8", copy_model=True)
+    assert head_fingerprint(q) == head_fingerprint(bf16)  # trained on the loaded target: still found
+    rows = torch.tensor([0, 3, 17])
+    w = bf16.get_output_embeddings().weight.detach().float()[rows]
+    got = q.get_output_embeddings().dequantized(rows)
+    assert got.shape == w.shape and ((got - w).abs().max(1).values <= w.abs().max(1).values / 127 + 1e-6).all()

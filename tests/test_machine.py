@@ -143,8 +143,12 @@ def test_the_pair_line_names_the_execution_machine_and_how_it_was_chosen():
     assert probe.choice == "int8"
     pair = SimpleNamespace(target_exec="int8", probe=probe, device=torch.device("cpu"), dtype=torch.bfloat16)
     line = pair_exec_line(pair)
+    from specviz.views.execution import precision_cost
+
+    cost = precision_cost("int8")  # the shipped fidelity measurement, when there is one
+    assert cost.startswith("vs the bf16 target: mean TV")
     assert line == (f"target: {WORDS['int8']} on AMD EPYC 7B13 64-Core Processor, AVX2 (no native bf16), 2 threads "
-                    "(chosen by measuring this machine)")
+                    f"(chosen by measuring this machine; {cost})")
     forced = pair_exec_line(SimpleNamespace(target_exec="bf16", probe=probe, device=torch.device("cpu")))
     assert forced.startswith("target: bf16 on AMD EPYC") and "the probe here would choose int8" in forced
     busy = Probe(EPYC.as_dict(), "offline:target", {}, None, 0.8, "int8", measured=False)
@@ -163,9 +167,12 @@ def test_the_tiny_pair_names_its_dtype():
 def test_the_line_for_a_trace_and_for_an_old_recording():
     tr = make_trace()
     tr.models.update(target_exec="int8", machine=EPYC.describe())
-    assert trace_exec_line(tr) == f"target: {WORDS['int8']} on {short_machine(EPYC.describe())}"
+    from specviz.views.execution import precision_cost
+
+    cost = f" ({precision_cost('int8')})" if precision_cost("int8") else ""
+    assert trace_exec_line(tr) == f"target: {WORDS['int8']} on {short_machine(EPYC.describe())}{cost}"
     recorded = trace_exec_line(tr, recorded=True)
-    assert recorded == f"target: {WORDS['int8']}, recorded on {short_machine(EPYC.describe())}"
+    assert recorded == f"target: {WORDS['int8']}, recorded on {short_machine(EPYC.describe())}{cost}"
     spec, _ = load_recording((FIXTURES / "v1-recording.json").read_bytes())
     assert "target_exec" not in spec.models and "machine" not in spec.models
     assert trace_exec_line(spec, recorded=True) == ("target: bfloat16, recorded on cpu (an older recording names "

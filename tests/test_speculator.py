@@ -161,3 +161,15 @@ def test_shipped_weights_draft_on_the_real_pair():
     summ = spec.summary()
     # The trained head guesses right often enough to save target passes on code.
     assert summ["accepted"] >= 4 and summ["rounds"] < spec.n_tokens
+
+
+def test_shipped_weights_draft_for_the_int8_target():
+    """The execution an AVX2 CPU chooses: the learned head still finds its target and stays exact."""
+    pair = load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")
+    assert store.find(pair.target) is not None
+    prompt = "Write a Python function `is_prime(n)`."
+    ids = encode_prompt(pair, prompt)
+    s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=16, drafter="speculator")
+    spec = speculative_decode(pair, ids, s, prompt=prompt)
+    assert [t.id for t in spec.tokens] == [t.id for t in standard_decode(pair, ids, s, prompt=prompt).tokens]
+    assert spec.summary()["accepted"] >= 2

@@ -71,4 +71,5 @@ class SpeculatorDrafter(Drafter):
 
 
 def _width(target: torch.nn.Module) -> int:
-    return int(target.get_output_embeddings().weight.shape[1])
+    head = target.get_output_embeddings()
+    return int(head.in_features if hasattr(head, "in_features") else head.weight.shape[1])

@@ -115,9 +115,13 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
     elif base != "int8":
         model = model.to(dtypes[base])
     if name == "int8":
+        from ..speculator.model import head_fingerprint
+
+        fingerprint = head_fingerprint(model)  # a learned head trained on the loaded target still finds it
         cache = int8.cache_file(source_dir, loaded_dtype, "token") if source_dir else None
         cached = int8.load_int8_cache(cache, kind="token") if cache else None
         model = int8.quantize_int8(model, cache, cached, kind="token")
+        model._specviz_head_fingerprint = fingerprint
         return invariant.make_invariant(model)
     if graphs:
         compiled.attach(model, max_len, compile=True, mode="graph", warm=compiled.BUCKETS[:5])

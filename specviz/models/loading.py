@@ -205,7 +205,8 @@ def load_pair(
     ``device``: None -> cuda if available else cpu.  ``dtype``: None -> bf16 (fp16 on GPUs without bf16).
     ``draft_quant``: "auto" -> int8 on CPU when measured faster, None on GPU; "int8" forces; None disables.
     ``target_exec``: how the target executes (:mod:`specviz.hardware.executions`): "auto" lets the probe
-    choose by the speculative rate it predicts on this machine (measured once, then cached); "bf16",
+    choose by the speculative rate it predicts on this machine (measured once, then cached; an explicit
+    ``dtype`` instead runs the target in that dtype); "bf16",
     "fp32", "int8" (CPU) or "bf16", "fp16", "bf16+graphs" (CUDA) force one.
     ``progress(fraction, message)`` is called during slow steps (first-use conversion, loading).
     """
@@ -246,6 +247,8 @@ def load_pair(
         raise ModelError("int8 draft quantization is for CPU only; on a GPU use draft_quant=None.")
     requested_quant = draft_quant if dev.type == "cpu" else None
     requested_exec = executions.check(target_exec, dev)
+    if requested_exec == "auto" and dtype not in (None, "auto"):
+        requested_exec = executions.dtype_name(dt)  # a dtype asked for is the execution asked for: no probe
     key = (draft_ref, target_ref, str(dev), str(dt), requested_quant, requested_exec)
     with _LOCK:
         if key in _PAIRS:

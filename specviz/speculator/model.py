@@ -67,7 +67,11 @@ class MLPSpeculator(nn.Module):
         the head's V_r rows are gathered once so each draft token reads only those)."""
         self.vocab_ids = vocab_ids.to(torch.long)
         self.embed = target.get_input_embeddings().weight.detach()
-        self.head = target.get_output_embeddings().weight.detach()[self.vocab_ids].contiguous()
+        head = target.get_output_embeddings()
+        if hasattr(head, "weight"):
+            self.head = head.weight.detach()[self.vocab_ids].contiguous()
+        else:  # an int8 target (models.int8.TokenInt8Linear): the rows its int8 values stand for
+            self.head = head.dequantized(self.vocab_ids.cpu()).to(self.vocab_ids.device)
         return self
 
     def stage(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,5 +100,8 @@ class MLPSpeculator(nn.Module):
 def head_fingerprint(target: nn.Module) -> str:
     """A short hash of a few rows of the target's output head: weights trained on one
     target must not silently run on another with the same shapes."""
+    known = getattr(target, "_specviz_head_fingerprint", None)  # a target re-executed (int8) keeps its source's
+    if known:
+        return known
     w = target.get_output_embeddings().weight.detach()[:8].float().contiguous()
     return hashlib.sha256(w.numpy().tobytes()).hexdigest()[:16]

@@ -189,7 +189,7 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     if pair is None:
         from ..models import load_pair, resolve_preset
 
-        pair = load_pair(resolve_preset(cfg.preset), draft_quant=None)
+        pair = load_pair(resolve_preset(cfg.preset), draft_quant=None, target_exec="bf16")  # trains on the target as shipped
     target = pair.target
     fp = head_fingerprint(target)
     spec_data = cfg.data_spec(fp)
