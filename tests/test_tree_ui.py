@@ -156,8 +156,9 @@ def test_drafter_controls_lock_eps_and_uno_for_trees():
 
 def test_api_takes_the_tree_parameters_at_the_end():
     names = list(inspect.signature(api.api_trace).parameters)
-    assert names[-3:] == ["branches", "tree_nodes", "tree_mode"]
-    assert names[:-3] == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
+    # appended in the order they arrived, so positional callers keep working: the tree's, then target_exec
+    assert names[-4:] == ["branches", "tree_nodes", "tree_mode", "target_exec"]
+    assert names[:-4] == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
                           "variant", "standard", "drafter", "policy", "tau"]
     out = list(api.api_trace("abc abc", preset=TINY_PRESET, gamma=2, max_new_tokens=6, standard=False,
                              drafter="tree", branches=2, tree_nodes=4, tree_mode="best-first"))
