@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 from .envvars import env_int, env_number
 from .models import PRESETS, ModelError, resolve_preset
-from .service import CUSTOM_PRESET, MODEL_LOCK, default_preset
+from .service import CUSTOM_PRESET, MODEL_LOCK, default_preset, recording_execution, replay_execution
 from .settings import DecodeSettings
 from .trace import Trace, TraceError, load_recording, recording_to_json
 
@@ -51,7 +51,8 @@ def now_iso() -> str:
 class RunKey:
     """What makes two requests the same run: the pair, the prompt as the models see it, the
     validated settings (seed, drafter and policy included), whether standard decoding runs too and
-    how the target executes (the checked request's; shipped recordings answer "auto")."""
+    how the target executes here, with the class of machine ("int8@no-native-bf16": see
+    service.replay_execution; a recording says what it ran as, service.recording_execution)."""
 
     preset: str
     prompt: str
@@ -72,7 +73,7 @@ def run_key(preset: Any, prompt: str, settings: DecodeSettings, standard: bool =
         name = resolve_preset(preset)
     except ModelError:
         return None
-    return RunKey(name, prompt, settings, bool(standard), target_exec)
+    return RunKey(name, prompt, settings, bool(standard), replay_execution(name, target_exec))
 
 
 # ---- the cache --------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class RecordingCache:
                 preset = (spec.models or {}).get("preset", "")
                 if spec is None or preset not in PRESETS:
                     continue
-                key = RunKey(preset, spec.prompt, spec.settings, std is not None)
+                key = RunKey(preset, spec.prompt, spec.settings, std is not None, recording_execution(spec))
                 # A file's mtime is when it was checked out, not when it ran: the time is not known.
                 self.add(Entry(key, None, spec.device,
                                f"recorded example {path.name}", spec, std, nbytes=len(data)))

@@ -176,8 +176,53 @@ def loaded_execution(preset: Any) -> tuple[str, Any, str] | None:
     return _EXECUTIONS.get(preset)
 
 
+def machine_class(label: str = "", device: str = "cpu") -> str:
+    """The class of machine a run's timings belong to: "gpu", "bf16-native" (AMX, AVX512-BF16) or
+    "no-native-bf16" (AVX2-only and the like) -- from a machine label (hardware.machine.Machine.describe)."""
+    if str(device).startswith("cuda"):
+        return "gpu"
+    return "no-native-bf16" if "no native bf16" in label or "no AVX2" in label else "bf16-native"
+
+
+def replay_execution(preset: str, requested: str) -> str:
+    """What a request of `preset` asking for `requested` would execute as on this machine, with the
+    machine's class ("int8@no-native-bf16"): part of the replay key, so a recording made with another
+    execution or on another class of machine is never replayed as if it had run here."""
+    from .hardware import probe
+    from .hardware.machine import this_machine
+    from .models.pair import resolve_device, resolve_dtype
+
+    device = resolve_device(None)
+    machine = this_machine(device)
+    execution = requested
+    if execution == "auto":
+        loaded = _EXECUTIONS.get(preset)
+        target = PRESETS[preset].target if preset in PRESETS else ""
+        if loaded:
+            execution = loaded[0]
+        elif target.startswith("tiny:"):
+            execution = "fp32"  # the tiny pair is built in float32 and never probed
+        else:
+            known = probe.known(machine, target, resolve_dtype(None, device))
+            execution = known.choice if known else probe.fallback(machine)
+    return f"{execution}@{machine_class(machine.describe(), str(device))}"
+
+
+def recording_execution(spec: Any) -> str:
+    """A recording's execution and machine class, as replay_execution names them.  Recordings from
+    before executions were named give their dtype, and were made on the AMX Xeon the shipped
+    examples come from (bf16-native)."""
+    models = getattr(spec, "models", None) or {}
+    execution = models.get("target_exec") or {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}.get(
+        models.get("dtype", ""), models.get("dtype", ""))
+    return f"{execution}@{machine_class(models.get('machine', ''), getattr(spec, 'device', 'cpu') or 'cpu')}"
+
+
 def _remember_execution(preset: str, pair: ModelPair) -> ModelPair:
-    _EXECUTIONS[preset] = (getattr(pair, "target_exec", "") or "", getattr(pair, "probe", None), pair.target_name)
+    from .hardware.executions import dtype_name
+
+    execution = getattr(pair, "target_exec", "") or dtype_name(pair.dtype)  # the tiny pair: its dtype
+    _EXECUTIONS[preset] = (execution, getattr(pair, "probe", None), pair.target_name)
     return pair
 
 

@@ -104,7 +104,7 @@ def test_the_form_passes_the_execution_to_the_loader(monkeypatch):
     assert seen["target_exec"] == "fp32" and seen["preset"] == TINY_PRESET and req.prompt_ids
     RunForm(preset=TINY_PRESET, prompt="hello", max_new_tokens=4).request()
     assert seen["target_exec"] == "auto"  # the server's default
-    assert service.loaded_execution(TINY_PRESET)[:2] == ("", None)  # the tiny pair: no execution, no probe
+    assert service.loaded_execution(TINY_PRESET)[:2] == ("fp32", None)  # the tiny pair: its dtype, no probe
 
 
 def test_the_api_refuses_an_unknown_execution_without_a_traceback():
