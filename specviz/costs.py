@@ -31,6 +31,11 @@ from .trace import Trace, theoretical_speedup
 COMPUTE_BOUND_V = 1.5
 
 
+def _ratio(cost: float | None, unit: float | None) -> float | None:
+    """cost / unit, or None when either is unknown (or the unit is zero)."""
+    return None if cost is None or not unit else cost / unit
+
+
 @dataclass(frozen=True)
 class RaceCosts:
     """One race's cost model; every time in seconds, every cost in standard steps."""
@@ -49,23 +54,17 @@ class RaceCosts:
     @property
     def v(self) -> float | None:
         """The verify factor: a verify pass's cost in standard steps (None: unknown)."""
-        if self.t_verify is None or not self.t_step:
-            return None
-        return self.t_verify / self.t_step
+        return _ratio(self.t_verify, self.t_step)
 
     @property
     def c(self) -> float | None:
         """A draft token's cost in standard steps (None without a standard run)."""
-        if self.t_draft_token is None or not self.t_step:
-            return None
-        return self.t_draft_token / self.t_step
+        return _ratio(self.t_draft_token, self.t_step)
 
     @property
     def c_verify(self) -> float | None:
         """A draft token's cost in verify passes (the trace summary's c, all a lone run can give)."""
-        if self.t_draft_token is None or not self.t_verify:
-            return None
-        return self.t_draft_token / self.t_verify
+        return _ratio(self.t_draft_token, self.t_verify)
 
     @property
     def textbook(self) -> float | None:

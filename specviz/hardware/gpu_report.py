@@ -4,10 +4,10 @@
 
 Timing does not depend on weight values, so where no weights can be downloaded the models are built
 from the real configurations with random weights, on the GPU, in bf16.  For each size: the one-token
-step after a 60-token prefix and the verify pass over k = 2, 4, 8, 16 new tokens, eager (dynamic KV
-cache, transformers' forward) and with CUDA-graph steps over a static cache
+step after the probe's prefix (hardware.probe.PREFIX tokens) and the verify pass over k = 2, 4, 8,
+16 new tokens, eager (dynamic KV cache, transformers' forward) and with CUDA-graph steps over a static cache
 (:mod:`specviz.models.compiled`, ``mode="graph"``; ``--compile`` adds torch.compile's
-``reduce-overhead``), each the median of repeated runs with the GPU synchronised before every clock
+``reduce-overhead``), each the fastest of repeated runs with the GPU synchronised before every clock
 read.  Then c (draft step / target step) for 0.5B → 1.5B and 0.5B → 7B, and each step's bandwidth
 bound: the bytes of weights read per step over the measured device-to-device copy bandwidth.
 """
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
+
+from .probe import PREFIX as PROBE_PREFIX
 
 # The published configurations (config.json of Qwen/Qwen2.5-Coder-{0.5B,1.5B,7B}-Instruct).
 CONFIGS = {
@@ -32,7 +33,7 @@ CONFIGS = {
 }
 COMMON = dict(max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu")
 KS = (1, 2, 4, 8, 16)
-PREFIX = 60
+ENGINE_PROMPT = 60  # prompt tokens of the end-to-end engine runs
 
 
 def random_model(size: str, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
@@ -71,54 +72,33 @@ def copy_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 20) -> fl
     return 2 * n / seconds
 
 
-def _timed(fn, device: torch.device) -> float:
-    torch.cuda.synchronize(device)
-    t = time.perf_counter()
-    fn()
-    torch.cuda.synchronize(device)
-    return time.perf_counter() - t
+def step_times(model: torch.nn.Module, reps: int = 15) -> dict[int, float]:
+    """ms of a feed of k new tokens for each k in KS (hardware.probe.VerifyTimer: the GPU synchronised
+    around each pass; the static cache's compiled steps when the model has them)."""
+    from .probe import VerifyTimer
 
-
-def step_times(lm_factory, device: torch.device, vocab: int, reps: int = 15) -> dict[int, float]:
-    """Median ms of a feed of k new tokens after a PREFIX-token prompt, for each k in KS; the cache is
-    cropped back after each feed so every pass sees the same prefix."""
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, vocab, (PREFIX,), generator=gen).tolist()
-    extra = torch.randint(0, vocab, (max(KS),), generator=gen).tolist()
-    lm = lm_factory()
-    out: dict[int, float] = {}
-    with torch.inference_mode():
-        lm.feed(prompt)
-        for k in KS:
-            ids = prompt + extra[:k]
-            times = []
-            for i in range(reps + 3):
-                dt = _timed(lambda: lm.feed(ids, keep=k), device)
-                lm.crop(PREFIX)
-                if i >= 3:
-                    times.append(dt)
-            out[k] = 1000 * statistics.median(times)
-    lm.free()
-    return out
+    timer = VerifyTimer(model, model.config.vocab_size)
+    try:
+        return timer.curve(KS, reps=reps)
+    finally:
+        timer.close()
 
 
 def measure(size: str, device: torch.device, modes: list[str], bw: float) -> dict:
-    from ..kv import CachedLM
-    from ..models.compiled import StaticLM, attach
+    from ..models.compiled import attach, detach
 
     model = random_model(size, device)
-    vocab = model.config.vocab_size
     row: dict = {"size": size, "weight_bytes": weight_bytes(model), "params": sum(p.numel() for p in model.parameters())}
     row["bound_ms"] = 1000 * row["weight_bytes"] / bw
-    row["eager"] = step_times(lambda: CachedLM(model, device), device, vocab)
+    row["eager"] = step_times(model)
     for mode in modes:
         t = time.perf_counter()
-        steps = attach(model, 512, compile=True, mode=mode, warm=KS)
+        attach(model, 512, compile=True, mode=mode, warm=KS)
         row[f"build_s_{mode}"] = round(time.perf_counter() - t, 1)
-        row[mode] = step_times(lambda: StaticLM(steps, device), device, vocab)
-        del model._specviz_steps
+        row[mode] = step_times(model)
+        detach(model)
     fp16 = model.to(torch.float16)
-    row["eager_fp16"] = step_times(lambda: CachedLM(fp16, device), device, vocab, reps=8)
+    row["eager_fp16"] = step_times(fp16, reps=8)
     del model, fp16
     torch.cuda.empty_cache()
     return row
@@ -132,11 +112,11 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
     from transformers import AutoTokenizer
 
     from ..engine import speculative_decode, standard_decode
-    from ..models.compiled import attach
+    from ..models.compiled import attach, detach
     from ..settings import DecodeSettings
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:PREFIX]
+    prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:ENGINE_PROMPT]
     draft = random_model("0.5B", device)
     rows = []
     for size in targets:
@@ -152,8 +132,7 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
                                dtype=torch.bfloat16, draft_quant=None)
         for mode in ["eager", *modes]:
             for m in (draft, target):
-                if hasattr(m, "_specviz_steps"):
-                    del m._specviz_steps
+                detach(m)
                 if mode != "eager":
                     attach(m, 512, compile=True, mode=mode, warm=KS)
             s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=new_tokens)
@@ -169,8 +148,7 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
             print(json.dumps(row), flush=True)
             rows.append(row)
         for m in (draft, target):
-            if hasattr(m, "_specviz_steps"):
-                del m._specviz_steps
+            detach(m)
         del target, pair
         torch.cuda.empty_cache()
     return rows
@@ -187,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     modes = ["graph"] + (["reduce-overhead"] if args.compile else [])
     bw = copy_bandwidth(device)
     report = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "copy_bandwidth_GBps": round(bw / 1e9, 1), "prefix": PREFIX, "modes": ["eager"] + modes, "sizes": {}}
+              "copy_bandwidth_GBps": round(bw / 1e9, 1), "prefix": PROBE_PREFIX, "modes": ["eager"] + modes, "sizes": {}}
     print(json.dumps({k: report[k] for k in ("gpu", "torch", "copy_bandwidth_GBps")}), flush=True)
     for size in args.sizes.split(","):
         row = measure(size, device, modes, bw)
