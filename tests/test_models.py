@@ -688,13 +688,13 @@ def test_int8_draft_weights_cached_next_to_the_pack(tmp_path, monkeypatch, cache
     if not int8.int8_available():
         pytest.skip("this torch has no dynamic int8 kernels")
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
-    first = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8")
-    path = int8.cache_file(convert.pack_dir(draft), torch.bfloat16)
+    first = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="bf16")
+    path = int8.cache_file(convert.pack_dir(draft), torch.bfloat16, int8.DRAFT_KIND)
     assert first.draft_quant == "int8" and path.is_file()
-    assert not int8.cache_file(convert.pack_dir(target), torch.bfloat16).exists()  # only the draft's
+    assert not int8.cache_file(convert.pack_dir(target), torch.bfloat16, int8.DRAFT_KIND).exists()  # only the draft's
     clear_cache()
-    monkeypatch.setattr(int8, "_int8_weight", lambda *a: pytest.fail("quantized although cached"))
-    second = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8")
+    monkeypatch.setattr(int8, "int8_channel_weight", lambda *a: pytest.fail("quantized although cached"))
+    second = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="bf16")
     assert second is not first and second.draft_quant == "int8"
     ids = torch.tensor([encode_prompt(first, "def f")])
     with torch.no_grad():

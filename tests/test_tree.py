@@ -287,7 +287,9 @@ def test_real_tree_round_renders(real_tree_run):
     html = tree_html(rnd)
     assert html.count('data-status="accepted"') == len(rnd.tree.path) > 0
     assert tree_steps(rnd) == max(n.depth for n in rnd.tree.nodes) + sum(len(v.tries) for v in rnd.tree.visits) + 1
-    assert "accepted" in tree_narration(rnd, max(n.depth for n in rnd.tree.nodes) + 1)
+    depth = max(n.depth for n in rnd.tree.nodes)
+    walk = [tree_narration(rnd, step) for step in range(depth + 1, tree_steps(rnd))]
+    assert sum(" accepted: u=" in line for line in walk) == len(rnd.tree.path)  # one line per node kept
 
 
 # ---- settings, trace, view ---------------------------------------------------------------

@@ -301,18 +301,18 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     # weights of an offline pack are cached on disk: packing them starts now, in a background
     # thread, while this one imports transformers and loads the models and the tokenizer.
     plan = int8.int8_plan(quant, draft_ref, dt)  # None | "int8" | "measure"
-    int8_file = int8.cache_file(Path(draft_src), dt) if plan and offline_pack(draft_ref) else None
+    int8_file = int8.cache_file(Path(draft_src), dt, int8.DRAFT_KIND) if plan and offline_pack(draft_ref) else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-int8") if plan == "int8" else None
     cached: Future | None = None
     if pool is not None and int8_file is not None:
         # Leave a core to this thread, which has more to do (on 2 cores: pack in one thread).
-        cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1)
+        cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1, kind=int8.DRAFT_KIND)
     future: Future | None = None
     try:
         report(progress, 0.0, f"Loading {draft_name}…")
         draft_model = _load_model(draft_src, draft_name, dev, dt)
         if pool is not None:
-            future = pool.submit(lambda: int8.quantize_int8(draft_model, int8_file, cached.result() if cached else None))
+            future = pool.submit(lambda: int8.int8_draft(draft_model, int8_file, cached.result() if cached else None))
         report(progress, 0.15, f"Loading the tokenizer of {target_name}…")
         tokenizer = _load_tokenizer(target_src, target_name)
         if not _same_tokenizer_files(draft_src, target_src):

@@ -1,0 +1,83 @@
+"""The int8 draft's lean decode path (specviz.models.lean) against transformers' forward on the same
+int8 weights: same logits (to float rounding) through prefills, steps, multi-token feeds, crops
+and cache growth; and the engine runs a chain on it with greedy text equal to standard decoding."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specviz.engine import speculative_decode, standard_decode
+from specviz.kv import CachedLM, cached_lm
+from specviz.models import int8, lean
+from specviz.models.compiled import StaticLM
+from specviz.models.tiny import build_tiny_pair
+from specviz.settings import DecodeSettings
+
+pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch has no fbgemm int8 kernels")
+
+
+def _int8_model(layers: int = 2, seed: int = 0):
+    pair = build_tiny_pair(vocab_size=40, seed=seed, hidden=64, target_layers=layers, draft_layers=1)
+    return pair, int8.quantize_int8(copy.deepcopy(pair.target), kind="token")
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.shape == b.shape
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_lean_matches_transformers_through_feeds_crops_and_growth(monkeypatch):
+    monkeypatch.setattr(lean, "_START", 8)  # grow the cache several times within the test
+    _, model = _int8_model()
+    ids = torch.randint(0, 40, (70,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref = CachedLM(model, torch.device("cpu"))
+    steps = lean.attach(model)
+    assert steps is not None
+    fast = cached_lm(model, torch.device("cpu"), need=100)
+    assert isinstance(fast, StaticLM) and fast.steps is steps
+    with torch.inference_mode():
+        plan = [(12, 12), (13, 1), (17, 4), (18, 1)]  # (length fed up to, positions kept)
+        for end, keep in plan:
+            _close(ref.feed(ids[:end], keep=keep).logits, fast.feed(ids[:end], keep=keep).logits)
+        ref.crop(14), fast.crop(14)  # a rejection: roll back, then feed a different continuation
+        _close(ref.feed(ids[:14] + [5, 6, 7], keep=3).logits, fast.feed(ids[:14] + [5, 6, 7], keep=3).logits)
+        _close(ref.feed(ids, keep=2).logits, fast.feed(ids, keep=2).logits)  # past 8, 16, 32 and 64 slots
+        fed = fast.feed(ids + [1], hidden=True)
+        assert fed.hidden is not None and fed.hidden.shape == (1, 64)
+    assert steps.capacity >= 71
+    fast.free()
+    assert not steps.in_use
+
+
+def test_lean_refuses_what_it_cannot_run():
+    pair, model = _int8_model()
+    assert lean.unsupported(pair.target) is not None  # float linears: not the int8 draft
+    assert lean.attach(pair.target) is None and not hasattr(pair.target, "_specviz_steps")
+    assert lean.unsupported(model) is None
+    with pytest.raises(ValueError, match="lean"):
+        lean.LeanSteps(pair.target, 64)
+
+
+def test_lean_cache_bound_is_enforced():
+    _, model = _int8_model()
+    steps = lean.LeanSteps(model, max_len=10)
+    with pytest.raises(RuntimeError, match="holds 10 tokens"):
+        steps.forward(list(range(11)), keep=1)
+
+
+def test_engine_chain_on_the_lean_draft_keeps_greedy_text():
+    pair, draft = _int8_model(layers=2, seed=4)
+    int8.int8_draft(draft)  # the loader's path: int8 draft + lean steps
+    assert lean.unsupported(draft) is None and hasattr(draft, "_specviz_steps")
+    pair = copy.copy(pair)
+    pair.draft = draft
+    prompt = [5, 6, 7, 8, 9]
+    settings = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=24)
+    spec = speculative_decode(pair, prompt, settings)
+    std = standard_decode(pair, prompt, settings)
+    assert [t.id for t in spec.tokens] == [t.id for t in std.tokens] and len(std.tokens) > 5
+    assert len(spec.rounds) < spec.n_tokens  # some drafted tokens were accepted
+    assert not draft._specviz_steps.in_use  # the run gave the steps back
