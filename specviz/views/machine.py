@@ -323,6 +323,8 @@ def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
     head = (f"**This machine:** {label}. The target ({target or probe.model}) was timed in "
             f"{len(probe.curves)} execution{'s' if len(probe.curves) != 1 else ''}"
             + (f" in {probe.seconds:.0f} s" if probe.seconds else "")
+            + (f" ({probe.build_seconds:.0f} s of it preparing {probe.choice}, which any start running it pays)"
+               if probe.build_seconds >= 1 else "")
             + f"; **{chosen}** was chosen: the highest predicted speculative rate at the pair's typical "
               f"acceptance α = {probe.alpha:.2f}.")
     if running != chosen:
