@@ -20,7 +20,7 @@ Sources:
   drafts), Thms 4–5 (rejection/bias Pareto front under over-acceptance).
 
 The acceptance rule itself is never re-implemented here: it comes from
-`specviz.sampling` (`verdicts`, `residual`), the code the engine runs.
+`specviz.core.sampling` (`verdicts`, `residual`), the code the engine runs.
 
 Why one file of ~600 lines: each formula sits next to the simulation that
 checks it, and the tests and the Theory tab read them as one set; splitting
@@ -36,8 +36,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from .sampling import Warp, residual, verdicts
-from .trace import Trace, theoretical_speedup
+from ..core.sampling import Warp, residual, verdicts
+from ..trace import Trace, theoretical_speedup
 
 __all__ = [
     "expected_tokens_per_round",
@@ -124,7 +124,7 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     at γ).
 
     Thm 3.8 with c = 0 (free drafts) *is* the tokens per round, so this reuses
-    the one implementation in `specviz.trace.theoretical_speedup` rather than
+    the one implementation in `specviz.trace.model.theoretical_speedup` rather than
     writing the formula a second time.
     """
     a, g = _alpha(alpha), _gamma(gamma)
@@ -146,11 +146,11 @@ def expected_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> floa
     v = 1 is the theorem as published: it assumes a verify pass costs one step, which holds when
     the target is memory-bound (reading its weights dominates: GPUs at batch 1, CPUs with AMX
     matrix units).  On a compute-bound CPU (AVX2 only) a verify pass over six tokens measured 4.7
-    steps in bf16, and speculation lost; the page measures v for each run (`specviz.costs`).
+    steps in bf16, and speculation lost; the page measures v for each run (`specviz.theory.costs`).
     Note that dividing the draft's cost by the verify pass instead (c' = c / v) gives the textbook
     value with c', which is v times this one: it counts time in verify passes, not steps.
 
-    Delegates to `specviz.trace.theoretical_speedup`, the function the run summary uses, so the
+    Delegates to `specviz.trace.model.theoretical_speedup`, the function the run summary uses, so the
     theory tab and the run summary can never disagree.  γ = 0 is plain decoding (1.0).
     """
     a, g, cc, vv = _alpha(alpha), _gamma(gamma), _cost(c), _cost(v, "v")
@@ -361,7 +361,7 @@ def simulate_rejections(
     abstraction of Yin et al.; the first position conditions on token 0).
 
     The text is generated sequentially as the real algorithm does: at each
-    position draft x ~ q, accept with b(x) (from `specviz.sampling.verdicts`),
+    position draft x ~ q, accept with b(x) (from `specviz.core.sampling.verdicts`),
     otherwise emit a correction from the fallback; the emitted token is the
     context of the next position.  With `gamma`, positions are grouped into
     rounds of γ drafts and after γ acceptances the next position is a bonus
@@ -443,7 +443,7 @@ def synthetic_pair(
 
     Target logits z ~ N(0, spread²); draft logits closeness·z + √(1 − closeness²)·z'
     with independent z' (closeness 1 → q = p, 0 → unrelated).  Both go through
-    `specviz.sampling.Warp(temperature, top_k)`, as the app warps both models
+    `specviz.core.sampling.Warp(temperature, top_k)`, as the app warps both models
     identically; with top_k > 0 the two keep different token sets, so p puts
     mass where q has none — the situation where batch drafting saturates.
     Returns float64 tensors [vocab].
@@ -493,7 +493,7 @@ def speculative_emit(
     """Run one position of speculative sampling n times; return the emitted tokens [n].
 
     Draft x ~ q, accept iff u < b(x), else emit y ~ P (the fallback), with b
-    and P from `specviz.sampling.verdicts`.  Its histogram should match p at
+    and P from `specviz.core.sampling.verdicts`.  Its histogram should match p at
     ε = 0 and `emitted_distribution` at any ε.
     """
     pp, qq = _dist(p, "p"), _dist(q, "q")
