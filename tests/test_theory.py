@@ -1,4 +1,4 @@
-"""Tests for specviz.theory.formulas and specviz.views.theory_plots.
+"""Tests for specviz.theory (formulas, simulate, batch) and specviz.views.theory_plots.
 
 Each formula is checked against an independent computation: a Monte Carlo of
 the process it describes, a brute-force search, or the same quantity written

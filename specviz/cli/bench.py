@@ -391,7 +391,7 @@ def _gamma_for(policy: str, args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.cli.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", help="model pair, by id or display name: " + preset_help())
     ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="JSONL file, one {\"prompt\": ...} per line")
     ap.add_argument("--gamma", type=int, default=5, help="draft length γ (the maximum for dynamic policies)")

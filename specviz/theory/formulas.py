@@ -1,30 +1,13 @@
-"""The theory behind speculative decoding, as plain functions.
+"""The closed forms, as plain functions (the notation and the papers: specviz.theory).
 
-No UI and no models: these functions compute (and check by simulation) the
-formulas the workshop teaches, so that every plot of a real run can be put
-next to what the theory predicts.
+Leviathan et al.'s tokens per round, Thm 3.8 (wall time, with a verify factor v), Thm 3.11
+(arithmetic) and the choice of γ; Yin et al.'s Thm 1 (expected rejections = Σ TV, with its running
+sums along a real run) and Thms 4–5 (the rejection / bias Pareto front).  The simulations that
+check them are in `specviz.theory.simulate`, the batch drafts of Thm 3 in `specviz.theory.batch`.
 
-Notation (Leviathan et al. 2023, used throughout specviz): p = target
-distribution, q = draft distribution, γ = draft length, α = mean acceptance
-probability, c = cost of a draft forward / cost of a standard one-token
-target step, v = cost of a verify pass / that step (the verify factor: 1 in
-the paper, several steps on a compute-bound CPU), ε = over-acceptance threshold.  Chen et al. (2023) and Yin et al. (NeurIPS
-2024) swap p and q; the formulas below are rewritten in our letters.
-
-Sources:
-- Leviathan, Kalman, Matias, "Fast Inference from Transformers via
-  Speculative Decoding" (ICML 2023): tokens per round, Thm 3.8 (wall time),
-  Thm 3.11 (arithmetic operations), choice of γ.
-- Yin, Chen, Huang, Wang, "A Theoretical Perspective for Speculative Decoding
-  Algorithm" (NeurIPS 2024): Thm 1 (expected rejections = Σ TV), Thm 3 (batch
-  drafts), Thms 4–5 (rejection/bias Pareto front under over-acceptance).
-
-The acceptance rule itself is never re-implemented here: it comes from
-`specviz.core.sampling` (`verdicts`, `residual`), the code the engine runs.
-
-Why one file of ~600 lines: each formula sits next to the simulation that
-checks it, and the tests and the Theory tab read them as one set; splitting
-by paper would separate a theorem from its check.
+The acceptance rule itself is never re-implemented here: it comes from `specviz.core.sampling`
+(`verdicts`), the code the engine runs.  The argument checks (`_alpha`, `_gamma`, `_cost`, `_dist`,
+`_torch_gen`) are shared by the three modules.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from ..core.sampling import Warp, residual, verdicts
+from ..core.sampling import verdicts
 from ..trace import Trace, theoretical_speedup
 
 __all__ = [
@@ -46,29 +29,19 @@ __all__ = [
     "optimal_gamma",
     "arithmetic_cost_factor",
     "sweep_theory",
-    "simulate_tokens_per_round",
     "expected_rejections",
     "Theorem1Series",
     "theorem1_series",
     "running_tv_vs_rejections",
-    "RejectionSim",
-    "simulate_rejections",
     "tv_distance",
-    "synthetic_pair",
-    "synthetic_chain",
     "emitted_distribution",
-    "speculative_emit",
     "pareto_front",
     "tradeoff_point",
     "pareto_points",
-    "batch_rejection_exact",
-    "batch_rejection_floor",
-    "batch_sample",
-    "batch_rejection_mc",
 ]
 
 
-# ---- validation -------------------------------------------------------------------
+# ---- argument checks -----------------------------------------------------------------------------
 
 
 def _alpha(alpha: float) -> float:
@@ -107,12 +80,20 @@ def _dist(x: Any, name: str) -> torch.Tensor:
     return t / mass
 
 
+def _torch_gen(gen: torch.Generator | int | None) -> torch.Generator:
+    if isinstance(gen, torch.Generator):
+        return gen
+    g = torch.Generator()
+    g.manual_seed(0 if gen is None else int(gen))
+    return g
+
+
 def tv_distance(p: Any, q: Any) -> float:
     """Total variation distance ½ Σ_x |p(x) − q(x)| between two vectors."""
     return float(0.5 * (_dist(p, "p") - _dist(q, "q")).abs().sum())
 
 
-# ---- Leviathan et al.: tokens per round, speedup, cost, choice of γ ------------------
+# ---- Leviathan et al.: tokens per round, speedup, cost, choice of γ ------------------------------
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
@@ -223,29 +204,7 @@ def sweep_theory(alpha: float, c: float, gammas: Iterable[int] | None = None, c_
     return out
 
 
-def simulate_tokens_per_round(alpha: float, gamma: int, rounds: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
-    """Monte Carlo of the idealised round: γ i.i.d. Bernoulli(α) acceptances,
-    stop at the first rejection, then one correction/bonus token.
-
-    Returns the tokens emitted by each of `rounds` rounds (ints in 1..γ+1);
-    their mean estimates `expected_tokens_per_round`, with standard error
-    std/√rounds.  Simulates the process directly (uniforms and a running
-    product), not via the geometric distribution, so it checks the formula.
-    """
-    a, g = _alpha(alpha), _gamma(gamma)
-    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    n = int(rounds)
-    if n < 1:
-        raise ValueError("rounds must be ≥ 1")
-    if g == 0:
-        return np.ones(n, dtype=np.int64)
-    ok = rng.random((n, g)) < a
-    # Drafts are only accepted up to the first rejection: a running AND.
-    accepted = np.cumprod(ok, axis=1).sum(axis=1)
-    return accepted.astype(np.int64) + 1
-
-
-# ---- Yin et al. Thm 1: expected rejections = Σ TV ----------------------------------
+# ---- Yin et al. Thm 1: expected rejections = Σ TV ------------------------------------------------
 
 
 def expected_rejections(tvs: Iterable[float] | torch.Tensor | np.ndarray) -> float:
@@ -322,161 +281,7 @@ def running_tv_vs_rejections(trace: Trace | None) -> tuple[list[int], list[float
     return s.index, s.cum_tv, s.cum_rejections
 
 
-@dataclass
-class RejectionSim:
-    """Result of `simulate_rejections` (means over runs, with standard errors)."""
-
-    n_runs: int
-    mean_rejections: float
-    se_rejections: float
-    mean_sum_tv: float  # E[Σ TV over verified positions]: Thm 1's prediction
-    se_sum_tv: float
-    mean_sum_reject_prob: float  # E[Σ r over verified positions] (= TV sum at ε = 0)
-    se_sum_reject_prob: float
-    mean_verified: float  # verified positions per run (< T when bonus tokens occur)
-
-
-def _rows_at(table: torch.Tensor, n: int, prev: torch.Tensor) -> torch.Tensor:
-    """Distribution rows for position n: fixed [T, V] or Markov [T, V, V] (row = previous token)."""
-    if table.ndim == 2:
-        return table[n].expand(prev.shape[0], -1)
-    return table[n, prev]
-
-
-def simulate_rejections(
-    p_rows: Any,
-    q_rows: Any,
-    n_runs: int,
-    gen: torch.Generator | int | None = None,
-    *,
-    gamma: int | None = None,
-    epsilon: float = 0.0,
-    variant: str = "opt",
-) -> RejectionSim:
-    """Check Yin et al. Thm 1 by running the algorithm on synthetic distributions.
-
-    p_rows, q_rows: target and draft distributions for T positions, either
-    [T, V] (the same at every prefix) or [T, V, V] where row [n, y] is the
-    distribution at position n after the previous token y (a Markov chain, the
-    abstraction of Yin et al.; the first position conditions on token 0).
-
-    The text is generated sequentially as the real algorithm does: at each
-    position draft x ~ q, accept with b(x) (from `specviz.core.sampling.verdicts`),
-    otherwise emit a correction from the fallback; the emitted token is the
-    context of the next position.  With `gamma`, positions are grouped into
-    rounds of γ drafts and after γ acceptances the next position is a bonus
-    token ~ p, which is not verified (and so cannot be rejected).
-
-    Returns the mean number of rejections next to the mean of Σ TV over the
-    verified positions (equal in expectation at ε = 0 by Thm 1) and of Σ r,
-    the rejection probability (equal in expectation for any ε).
-    """
-    p = _dist(p_rows, "p_rows")
-    q = _dist(q_rows, "q_rows")
-    if p.shape != q.shape or p.ndim not in (2, 3) or (p.ndim == 3 and p.shape[1] != p.shape[2]):
-        raise ValueError("p_rows and q_rows must both be [T, V] or [T, V, V]")
-    g = None if gamma is None else _gamma(gamma, lo=1)
-    n = int(n_runs)
-    if n < 2:
-        raise ValueError("n_runs must be ≥ 2")
-    gen = _torch_gen(gen)
-    T, V = p.shape[0], p.shape[-1]
-    # Evaluate the rule once for every row: the same code the engine runs.
-    v = verdicts(p.reshape(-1, V), q.reshape(-1, V), float(epsilon), variant)
-    shape = p.shape[:-1]
-    b, fallback = v.b.reshape(p.shape), v.fallback.reshape(p.shape)
-    tv, rprob = v.tv.reshape(shape), v.reject_prob.reshape(shape)
-
-    prev = torch.zeros(n, dtype=torch.long)
-    run_len = torch.zeros(n, dtype=torch.long)  # drafts accepted so far in the current round
-    rejections = torch.zeros(n, dtype=torch.float64)
-    sum_tv = torch.zeros(n, dtype=torch.float64)
-    sum_r = torch.zeros(n, dtype=torch.float64)
-    n_verified = torch.zeros(n, dtype=torch.float64)
-    runs = torch.arange(n)
-    for t in range(T):
-        verified = torch.ones(n, dtype=torch.bool) if g is None else run_len < g
-        x = torch.multinomial(_rows_at(q, t, prev), 1, generator=gen).squeeze(1)
-        u = torch.rand(n, generator=gen, dtype=torch.float64)
-        accept = u < _rows_at(b, t, prev)[runs, x]  # u < b, as in the engine
-        correction = torch.multinomial(_rows_at(fallback, t, prev), 1, generator=gen).squeeze(1)
-        bonus = torch.multinomial(_rows_at(p, t, prev), 1, generator=gen).squeeze(1)
-        token = torch.where(verified, torch.where(accept, x, correction), bonus)
-        rejected = verified & ~accept
-        rejections += rejected.double()
-        sum_tv += verified.double() * (tv[t] if tv.ndim == 1 else tv[t, prev])
-        sum_r += verified.double() * (rprob[t] if rprob.ndim == 1 else rprob[t, prev])
-        n_verified += verified.double()
-        # A rejection or a bonus token ends the round; an acceptance extends it.
-        run_len = torch.where(verified & accept, run_len + 1, torch.zeros_like(run_len))
-        prev = token
-
-    def mse(x: torch.Tensor) -> tuple[float, float]:
-        return float(x.mean()), float(x.std(unbiased=True) / math.sqrt(n))
-
-    m_rej, se_rej = mse(rejections)
-    m_tv, se_tv = mse(sum_tv)
-    m_r, se_r = mse(sum_r)
-    return RejectionSim(n, m_rej, se_rej, m_tv, se_tv, m_r, se_r, float(n_verified.mean()))
-
-
-# ---- synthetic distributions ----------------------------------------------------------
-
-
-def _torch_gen(gen: torch.Generator | int | None) -> torch.Generator:
-    if isinstance(gen, torch.Generator):
-        return gen
-    g = torch.Generator()
-    g.manual_seed(0 if gen is None else int(gen))
-    return g
-
-
-def synthetic_pair(
-    vocab: int = 16,
-    seed: int = 0,
-    closeness: float = 0.7,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    spread: float = 2.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A (p, q) pair of distributions over `vocab` tokens, for demonstrations.
-
-    Target logits z ~ N(0, spread²); draft logits closeness·z + √(1 − closeness²)·z'
-    with independent z' (closeness 1 → q = p, 0 → unrelated).  Both go through
-    `specviz.core.sampling.Warp(temperature, top_k)`, as the app warps both models
-    identically; with top_k > 0 the two keep different token sets, so p puts
-    mass where q has none — the situation where batch drafting saturates.
-    Returns float64 tensors [vocab].
-    """
-    if int(vocab) < 2:
-        raise ValueError("vocab must be ≥ 2")
-    rho = float(closeness)
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError("closeness must be in [0, 1]")
-    g = _torch_gen(int(seed))
-    z = torch.randn(int(vocab), generator=g, dtype=torch.float64) * spread
-    z2 = torch.randn(int(vocab), generator=g, dtype=torch.float64) * spread
-    zq = rho * z + math.sqrt(max(0.0, 1.0 - rho * rho)) * z2
-    warp = Warp(temperature=float(temperature), top_k=int(top_k))
-    return _dist(warp(z), "p"), _dist(warp(zq), "q")
-
-
-def synthetic_chain(
-    length: int = 8, vocab: int = 6, seed: int = 0, closeness: float = 0.6, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Markov-chain target and draft: p_rows, q_rows [length, vocab, vocab],
-    row [n, y] = distribution at position n after token y (Yin et al.'s
-    abstraction), each row a `synthetic_pair`.  For `simulate_rejections`."""
-    ps, qs = [], []
-    for k in range(int(length) * int(vocab)):
-        p, q = synthetic_pair(vocab, seed=int(seed) * 100_003 + k, closeness=closeness, temperature=temperature)
-        ps.append(p)
-        qs.append(q)
-    shape = (int(length), int(vocab), int(vocab))
-    return torch.stack(ps).reshape(shape), torch.stack(qs).reshape(shape)
-
-
-# ---- one position of the rule: exactness and over-acceptance -------------------------------
+# ---- one position of the rule: exactness and over-acceptance -------------------------------------
 
 
 def emitted_distribution(p: Any, q: Any, epsilon: float = 0.0, variant: str = "opt") -> torch.Tensor:
@@ -487,26 +292,7 @@ def emitted_distribution(p: Any, q: Any, epsilon: float = 0.0, variant: str = "o
     return (qq * v.b[0] + v.reject_prob[0] * v.fallback[0]).clone()
 
 
-def speculative_emit(
-    p: Any, q: Any, epsilon: float = 0.0, variant: str = "opt", n: int = 10_000, gen: torch.Generator | int | None = None
-) -> torch.Tensor:
-    """Run one position of speculative sampling n times; return the emitted tokens [n].
-
-    Draft x ~ q, accept iff u < b(x), else emit y ~ P (the fallback), with b
-    and P from `specviz.core.sampling.verdicts`.  Its histogram should match p at
-    ε = 0 and `emitted_distribution` at any ε.
-    """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    gen = _torch_gen(gen)
-    v = verdicts(pp.unsqueeze(0), qq.unsqueeze(0), float(epsilon), variant)
-    m = int(n)
-    x = torch.multinomial(qq, m, replacement=True, generator=gen)
-    u = torch.rand(m, generator=gen, dtype=torch.float64)
-    y = torch.multinomial(v.fallback[0], m, replacement=True, generator=gen)
-    return torch.where(u < v.b[0][x], x, y)
-
-
-# ---- Yin et al. Thms 4–5: the rejection / bias Pareto front -------------------------------
+# ---- Yin et al. Thms 4–5: the rejection / bias Pareto front --------------------------------------
 
 
 def pareto_front(tv: float, n: int = 50) -> tuple[list[float], list[float]]:
@@ -543,87 +329,3 @@ def pareto_points(p: Any, q: Any, epsilons: Sequence[float], variants: Sequence[
             r, bias = tradeoff_point(p, q, eps, variant)
             out.append({"label": f"ε={eps:g}", "epsilon": float(eps), "variant": variant, "reject_prob": r, "bias": bias})
     return out
-
-
-# ---- Yin et al. Thm 3: batch drafts at one position ----------------------------------------
-
-
-def batch_rejection_exact(p: Any, q: Any, M: int) -> list[float]:
-    """P(all of the first m i.i.d. drafts from q are rejected), for m = 1..M.
-
-    Drafts are verified in turn against a residual that shrinks after each
-    rejection: r_0 = p, r_m = norm(max(0, r_{m−1} − q)).  Draft m is rejected
-    with probability TV(q, r_{m−1}) whatever token was drafted (the residual
-    does not depend on it), so P(all m rejected) = Π_{k=1..m} TV(q, r_{k−1}).
-    (Derived for the notes and checked by `batch_rejection_mc`; the batch
-    algorithm is Yin et al. Thm 3.)  Returns a list of length M; [-1] is M.
-
-    The product never increases, and never drops below
-    `batch_rejection_floor` (the mass of p where q is 0).  When q covers all
-    of p's support it does tend to 0, but only geometrically at rate
-    1 − q(x*), x* the token where p/q is largest — slowly when the draft
-    rarely proposes it: extra drafts mostly repeat tokens already rejected.
-    """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    m_max = _gamma(M, lo=1)
-    r, prob, out = pp, 1.0, []
-    for _ in range(m_max):
-        prob *= float(0.5 * (qq - r).abs().sum())
-        out.append(prob)
-        r = residual(r, qq)
-    return out
-
-
-def batch_rejection_floor(p: Any, q: Any) -> float:
-    """Σ_{x: q(x) = 0} p(x): a lower bound on P(all M drafts rejected) for every M
-    (such tokens are never drafted yet are emitted with probability p(x), which
-    requires rejecting every draft), and the limit as M → ∞."""
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    return float(pp[qq <= 0].sum())
-
-
-def batch_sample(
-    p: Any, q: Any, M: int, n: int, gen: torch.Generator | int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Monte Carlo of batch verification at one position, n independent times.
-
-    Up to M drafts x_m ~ q i.i.d.; draft m is accepted with
-    min(1, r_{m−1}(x)/q(x)) (`verdicts` of r_{m−1} against q at ε = 0); on
-    rejection the residual is updated (`verdicts(...).fallback`); if all M are
-    rejected the token is drawn from r_M.  Returns (number of drafts rejected
-    before acceptance, in 0..M, [n]; emitted token [n]).  The emitted token is
-    distributed as p (the procedure is exact).
-    """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    m_max, k = _gamma(M, lo=1), int(n)
-    gen = _torch_gen(gen)
-    n_rejected = torch.zeros(k, dtype=torch.long)
-    token = torch.full((k,), -1, dtype=torch.long)
-    alive = torch.ones(k, dtype=torch.bool)
-    r = pp
-    for _ in range(m_max):
-        v = verdicts(r.unsqueeze(0), qq.unsqueeze(0), 0.0, "opt")
-        x = torch.multinomial(qq, k, replacement=True, generator=gen)
-        u = torch.rand(k, generator=gen, dtype=torch.float64)
-        acc = alive & (u < v.b[0][x])
-        token = torch.where(acc, x, token)
-        alive = alive & ~acc
-        n_rejected += alive.long()
-        r = v.fallback[0]
-        if not alive.any():
-            break
-    last = torch.multinomial(r, k, replacement=True, generator=gen)
-    token = torch.where(alive, last, token)
-    return n_rejected, token
-
-
-def batch_rejection_mc(
-    p: Any, q: Any, M: int, n: int, gen: torch.Generator | int | None = None
-) -> tuple[list[float], list[float]]:
-    """Monte Carlo estimate of `batch_rejection_exact`: for m = 1..M, the
-    fraction of n runs whose first m drafts were all rejected, and its
-    binomial standard error √(f(1 − f)/n)."""
-    n_rejected, _ = batch_sample(p, q, M, n, gen)
-    k = n_rejected.numel()
-    fr = [float((n_rejected >= m).double().mean()) for m in range(1, int(M) + 1)]
-    return fr, [math.sqrt(max(f * (1 - f), 0.0) / k) for f in fr]

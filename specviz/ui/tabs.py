@@ -16,7 +16,8 @@ from ..serving.replay import GATE, Busy
 from ..serving.service import InputError, describe_error
 from ..serving.sweep_budget import sweep_budget, time_limit_note, within
 from ..theory.costs import race_costs, steps
-from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
+from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma
+from ..theory.simulate import synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
 from ..views import tree_plots as TRP
