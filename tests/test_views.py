@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import pytest
 
 from specviz.theory.costs import race_costs
-from specviz.trace import Round, Token, Trace, theoretical_speedup, trace_from_json
+from specviz.trace import Round, Token, theoretical_speedup, trace_from_json
 from specviz.views import plots
 from specviz.views.html import (
     legend_html,
