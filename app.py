@@ -2,7 +2,7 @@
 
 Layout and wiring only.  The handlers are in specviz.ui (they return typed
 frames; `Slots` turns them into ``{component: value}`` here), decoding in
-specviz.engine, input checks in specviz.service, drawing in specviz.views.
+specviz.core.engine, input checks in specviz.serving.service, drawing in specviz.views.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import hosting, replay
+from specviz.core.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
+                                   DecodeSettings)
 from specviz.drafters import DRAFTERS
-from specviz.envvars import env_int
 from specviz.models import PRESETS
-from specviz.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
-                              DecodeSettings)
+from specviz.serving import hosting, replay
+from specviz.serving.envvars import env_int
+from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.ui import api, live, machine_ui, shootout_ui, tabs, tree_ui
 from specviz.ui.form import RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame

@@ -45,7 +45,7 @@ def percentile(xs: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-RETRY = re.compile(r"retry in about (\d+) s")  # the live gate's refusal (specviz.replay.Busy)
+RETRY = re.compile(r"retry in about (\d+) s")  # the live gate's refusal (specviz.serving.replay.Busy)
 
 
 def attendee(url: str, prompt: str, settings: dict, kind: str, delay: float, out: list, lock: threading.Lock,

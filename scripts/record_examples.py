@@ -16,10 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from specviz.core.settings import DecodeSettings  # noqa: E402
 from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair  # noqa: E402
-from specviz.service import race  # noqa: E402
-from specviz.service import Request  # noqa: E402
-from specviz.settings import DecodeSettings  # noqa: E402
+from specviz.serving.service import race  # noqa: E402
+from specviz.serving.service import Request  # noqa: E402
 from specviz.trace import recording_to_json  # noqa: E402
 
 EXAMPLES = {

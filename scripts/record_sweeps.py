@@ -21,10 +21,10 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz import recorded, shootout, sweeps  # noqa: E402
+from specviz.experiments import recorded, shootout, sweeps  # noqa: E402
 from specviz.models import DEFAULT_PRESET, load_pair  # noqa: E402
 from specviz.models.int8 import cpu_model  # noqa: E402
-from specviz.service import prepare  # noqa: E402
+from specviz.serving.service import prepare  # noqa: E402
 
 # Fewer points than the page's sweeps (γ 1…12, seven ε) so that recording takes minutes, not tens.
 GAMMAS = (1, 2, 3, 4, 5, 6, 8, 10, 12)

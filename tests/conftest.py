@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 def _no_replays_across_tests():
     """The recording cache is per process: a run cached by one test must not turn another
     test's identical request into a replay."""
-    replay = sys.modules.get("specviz.replay")
+    replay = sys.modules.get("specviz.serving.replay")
     if replay is not None:
         replay.CACHE.clear()
     yield

@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz.drafters import draft_model, tree  # noqa: E402
+from specviz.drafters import draft_model  # noqa: E402
+from specviz.drafters.tree import drafter as tree  # noqa: E402
 
 DELAY_S = float(os.environ.get("SPECVIZ_TEST_DRAFT_DELAY", "0.4"))
 _real_draft = draft_model.ModelDrafter.draft

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specviz.settings import DecodeSettings
+from specviz.core.settings import DecodeSettings
 from specviz.trace import DraftToken, Extra, Position, Round, Token, Trace
 
 XSS = "<script>alert(1)</script>"

@@ -14,7 +14,7 @@ from gradio_client import Client
 from gradio_client.utils import Status
 
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
-from specviz.trace import SCHEMA_VERSION, Trace, load_recording
+from specviz.trace import SCHEMA_VERSION, Trace, load_recording, trace_from_dict
 from tests.server import launch_app
 
 PROMPT = "Write a Python function `square(x)` that returns x squared."
@@ -39,8 +39,8 @@ def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = Tru
     """Everything a client may rely on in a finished recording."""
     assert doc["schema"] == "specviz.recording" and doc["version"] == SCHEMA_VERSION == 2
     assert "partial" not in doc
-    spec = Trace.from_dict(doc["speculative"])
-    std = Trace.from_dict(doc["standard"]) if standard else None
+    spec = trace_from_dict(doc["speculative"])
+    std = trace_from_dict(doc["standard"]) if standard else None
     assert (doc["standard"] is not None) == standard
     again = load_recording(json.dumps(doc))  # what the app's "Load a trace" reads
     assert again[0].to_dict() == spec.to_dict()
@@ -126,7 +126,7 @@ def test_tiny_pair_is_reproducible_and_standard_optional(client):
     spec, _ = check_recording(a, prompt="abc def", preset=TINY_PRESET, standard=False,
                               **{k: v for k, v in kw.items() if k not in ("prompt", "preset")})
     b = trace_call(client, standard=True, **kw)
-    assert [t.id for t in Trace.from_dict(b["speculative"]).tokens] == [t.id for t in spec.tokens]
+    assert [t.id for t in trace_from_dict(b["speculative"]).tokens] == [t.id for t in spec.tokens]
 
 
 def test_defaults_of_the_endpoint(client):
@@ -186,7 +186,7 @@ def test_cancel_stops_the_run_within_a_round(server, client):
         time.sleep(0.1)
     else:
         pytest.fail("no partial recording within 180 s")
-    partial = Trace.from_dict(job.outputs()[-1]["speculative"])
+    partial = trace_from_dict(job.outputs()[-1]["speculative"])
     print(f"cancel: decoding under way {time.perf_counter() - t_submit:.1f} s after submitting")
     round_s = max(r.t_end - r.t_start for r in partial.rounds)
 
@@ -233,7 +233,7 @@ def app_module(monkeypatch):
 @pytest.fixture()
 def freed(monkeypatch):
     """The KV caches freed, in order."""
-    from specviz import engine
+    from specviz.core import engine
 
     out = []
     real_free = engine.CachedLM.free
@@ -247,7 +247,7 @@ def freed(monkeypatch):
 
 
 def test_closing_a_running_api_generator_releases_lock_and_caches(app_module, freed):
-    from specviz.service import MODEL_LOCK
+    from specviz.serving.service import MODEL_LOCK
 
     gen = app_module.api_trace("hello there", TINY_PRESET, 2, 0.0, 0.0, 1.0, 200, 0, "opt", True)
     first = next(gen)
@@ -270,8 +270,8 @@ def test_closing_a_running_api_generator_releases_lock_and_caches(app_module, fr
 def test_a_failing_run_releases_the_lock(app_module, monkeypatch):
     import gradio as gr
 
-    from specviz import engine
-    from specviz.service import MODEL_LOCK
+    from specviz.core import engine
+    from specviz.serving.service import MODEL_LOCK
 
     def broken_feed(self, ids, keep=1, hidden=False):
         raise RuntimeError("CUDA out of memory (simulated)")

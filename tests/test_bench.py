@@ -8,9 +8,9 @@ import statistics
 import pytest
 import torch
 
-from specviz import bench, bench_hf
-from specviz.policy import STOP_REASONS
-from specviz.settings import POLICIES
+from specviz.cli import bench, bench_hf
+from specviz.core.policy import STOP_REASONS
+from specviz.core.settings import POLICIES
 
 GAMMA, MAX_NEW = 2, 12
 PROMPTS = [

@@ -95,9 +95,9 @@ def page(browser, server, shots, request):
 @pytest.fixture(scope="module")
 def tiny_recording(tmp_path_factory) -> Path:
     """A recording made in-process with the tiny random pair (no server, no download)."""
-    from specviz import engine
+    from specviz.core import engine
     from specviz.models import encode_prompt
-    from specviz.settings import DecodeSettings
+    from specviz.core.settings import DecodeSettings
     from specviz.models.tiny import build_tiny_pair
     from specviz.trace import recording_to_json
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from specviz import shootout, sweeps
 from specviz import theory as th
-from specviz.costs import COMPUTE_BOUND_V, loss_cause, race_costs
-from specviz.settings import DecodeSettings
+from specviz.core.settings import DecodeSettings
+from specviz.experiments import shootout, sweeps
+from specviz.theory.costs import COMPUTE_BOUND_V, loss_cause, race_costs
 from specviz.views import plots
 from specviz.views.metrics import metrics_html
 from specviz.views.race import race_html
@@ -137,7 +137,7 @@ def test_speedup_bars_show_the_textbook_and_the_measured_verify():
 
 
 class Decodes:
-    """Stands in for the engine in specviz.sweeps and specviz.shootout: logs each call and returns
+    """Stands in for the engine in specviz.experiments.sweeps and specviz.experiments.shootout: logs each call and returns
     synthetic traces (speculative: the verify-bound one; standard: one step every STEP seconds)."""
 
     def __init__(self, monkeypatch):
@@ -225,7 +225,7 @@ def test_the_theory_tab_takes_the_last_runs_verify_factor():
 def test_a_recording_without_the_verify_factor_says_its_gamma_speedups_read_high(tmp_path):
     import json
 
-    from specviz import recorded
+    from specviz.experiments import recorded
     from specviz.ui import shootout_ui
 
     data = json.loads(recorded.DEFAULT_PATH.read_text(encoding="utf-8"))

@@ -12,11 +12,11 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from specviz import replay as R
+from specviz.core.settings import DecodeSettings
 from specviz.models import TINY_PRESET
-from specviz.service import MODEL_LOCK
-from specviz.settings import DecodeSettings
-from specviz.trace import Trace, load_recording
+from specviz.serving import replay as R
+from specviz.serving.service import MODEL_LOCK
+from specviz.trace import Trace, load_recording, trace_from_dict
 from specviz.ui import api, live, tabs
 from specviz.ui.form import RunForm
 from specviz.ui.frames import SKIP
@@ -207,7 +207,7 @@ def test_shipped_recordings_are_served_for_the_page_examples(monkeypatch, tmp_pa
     (the AMX Xeon they were recorded on).  On an AVX2-only CPU the target runs another way (int8)
     and its timings differ: the examples run live rather than show another machine's race."""
     import app
-    from specviz import service
+    from specviz.serving import service
     from specviz.hardware import machine
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # no probe recorded: the machine's default execution
@@ -295,7 +295,7 @@ def test_raw_http_calls_get_defaults_or_a_clear_error(server, data, expect):
 def test_raw_http_call_with_a_partial_list_runs_with_the_defaults(server):
     event, payload = call_raw(server.url, ["hello crowd", TINY_PRESET])
     assert event == "complete", payload
-    spec = Trace.from_dict(payload[0]["speculative"])
+    spec = trace_from_dict(payload[0]["speculative"])
     assert spec.settings == DecodeSettings(max_new_tokens=32) and spec.n_tokens <= 32
     assert "Traceback" not in server.log()
 

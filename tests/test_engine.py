@@ -9,10 +9,10 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specviz.engine import speculative_decode, speculative_stream, standard_decode
-from specviz.sampling import Warp, residual, verdicts
-from specviz.settings import DecodeSettings, SettingsError
-from specviz.trace import Trace
+from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.core.sampling import Warp, residual, verdicts
+from specviz.core.settings import DecodeSettings, SettingsError
+from specviz.trace import trace_from_json
 
 
 class CharTokenizer:
@@ -244,7 +244,7 @@ def test_trace_records_consistent_numbers_and_round_trips():
             assert pos.accepted == (pos.u < pos.b)
             assert pos.bias == pytest.approx(0.0, abs=1e-5)  # OPT at ε = 0 is exact
             assert pos.reject_prob == pytest.approx(pos.tv, abs=1e-5)
-    back = Trace.from_json(tr.to_json())
+    back = trace_from_json(tr.to_json())
     assert back.to_dict() == tr.to_dict()
     assert back.text == tr.text
 
@@ -289,7 +289,7 @@ def test_a_different_drafter_plugs_in_and_stays_exact():
 def test_greedy_rule_from_token_ids_equals_the_vector_rule(eps, variant):
     """Greedy rounds skip the [k, V] vectors (sampling.greedy_rule): the same b(x), p(x), q(x),
     rejection probability, TV and bias as the rule and its statistics on one-hot p and q."""
-    from specviz.sampling import greedy_rule, rule_stats, verdicts
+    from specviz.core.sampling import greedy_rule, rule_stats, verdicts
 
     g = torch.Generator().manual_seed(0)
     vocab, k = 50, 12

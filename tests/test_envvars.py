@@ -1,4 +1,4 @@
-"""Operator settings from the environment (specviz.envvars): an unreadable value falls back to the
+"""Operator settings from the environment (specviz.serving.envvars): an unreadable value falls back to the
 default with a warning that names the variable and the value, instead of stopping the app."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from specviz.envvars import env_choice, env_int, env_number
+from specviz.serving.envvars import env_choice, env_int, env_number
 
 BAD = ("abc", "-3", "0", "nan", "inf", "-inf", "1e999", "  ", "")
 
@@ -75,10 +75,10 @@ def test_the_app_starts_with_a_bad_setting(monkeypatch, caplog, name, attr, defa
 
 
 @pytest.mark.parametrize("module,name,read", [
-    ("specviz.replay", "SPECVIZ_CACHE_ENTRIES", lambda m: m.CACHE_ENTRIES == 64),
-    ("specviz.replay", "SPECVIZ_CACHE_MB", lambda m: m.CACHE_BYTES == 32 * 2**20),
-    ("specviz.replay", "SPECVIZ_MAX_REPLAY_S", lambda m: m.MAX_REPLAY_S == 60.0),
-    ("specviz.replay", "SPECVIZ_MAX_WAITING", lambda m: m.LiveGate().max_waiting == 8),
+    ("specviz.serving.replay", "SPECVIZ_CACHE_ENTRIES", lambda m: m.CACHE_ENTRIES == 64),
+    ("specviz.serving.replay", "SPECVIZ_CACHE_MB", lambda m: m.CACHE_BYTES == 32 * 2**20),
+    ("specviz.serving.replay", "SPECVIZ_MAX_REPLAY_S", lambda m: m.MAX_REPLAY_S == 60.0),
+    ("specviz.serving.replay", "SPECVIZ_MAX_WAITING", lambda m: m.LiveGate().max_waiting == 8),
     ("specviz.ui.store", "SPECVIZ_STORE_MB", lambda m: m.STORE_BYTES == 24 * 2**20),
 ])
 def test_the_other_settings_read_at_import_fall_back_too(monkeypatch, caplog, module, name, read):

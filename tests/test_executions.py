@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.engine import speculative_decode, standard_decode
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.kv import CachedLM
+from specviz.core.settings import DecodeSettings
 from specviz.hardware import executions, probe
 from specviz.hardware.machine import Machine, this_machine
-from specviz.kv import CachedLM
 from specviz.models import int8
 from specviz.models.tiny import build_tiny_pair
-from specviz.settings import DecodeSettings
 from test_engine import PROMPT, assert_matches, make_pair, next_dist
 
 pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch has no fbgemm int8 kernels")
@@ -118,7 +118,7 @@ def test_speculative_sampling_with_an_int8_target_is_exact():
     """χ² on the first two tokens with the int8 target: the rule samples the int8 model exactly."""
     pair = make_pair()
     pair.target = executions.apply(pair.target, "int8")
-    from specviz.sampling import Warp
+    from specviz.core.sampling import Warp
 
     warp, exact = Warp(1.0), {}
     p1 = next_dist(pair.target, PROMPT, warp)

@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
-from specviz.service import CUSTOM_PRESET, MAX_PROMPT_CHARS, InputError, get_pair, prepare, race
-from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json
+from specviz.serving.service import CUSTOM_PRESET, MAX_PROMPT_CHARS, InputError, get_pair, prepare, race
+from specviz.trace import (MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_to_json, trace_from_dict,
+                           trace_from_json)
 from tests.rendering import render_everything
 from tests.server import launch_app
 
@@ -79,7 +80,7 @@ def raw_call(url: str, **kw) -> tuple[str, object]:
 
 
 def assert_valid_recording(doc: dict, max_new_tokens: int) -> Trace:
-    spec = Trace.from_dict(doc["speculative"])
+    spec = trace_from_dict(doc["speculative"])
     assert 1 <= spec.n_tokens <= max_new_tokens
     return spec
 
@@ -155,7 +156,7 @@ def test_gamma_range_follows_the_policy(client):
         with pytest.raises(AppError, match="between 1 and 32"):
             client.predict(api_name="/trace", **{**GOOD, "gamma": 33, "policy": policy})
     doc = client.predict(api_name="/trace", **{**GOOD, "gamma": 32, "policy": "adaptive", "standard": False})
-    assert Trace.from_dict(doc["speculative"]).settings.gamma == 32
+    assert trace_from_dict(doc["speculative"]).settings.gamma == 32
 
 
 @pytest.mark.parametrize("param,value,words", BAD, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(BAD)])
@@ -210,7 +211,7 @@ def test_defaults_when_null(server):
     """null for a setting means its default."""
     kind, doc = raw_call(server.url, gamma=None, epsilon=None, temperature=None, top_p=None, seed=None)
     assert kind == "complete", doc
-    assert Trace.from_dict(doc["speculative"]).settings.gamma == 5
+    assert trace_from_dict(doc["speculative"]).settings.gamma == 5
 
 
 def test_bad_settings_fail_before_loading_models(client, server):
@@ -380,7 +381,7 @@ def test_hostile_trace_file(doc, case, tmp_path):
 def test_valid_recording_round_trips(doc):
     spec, std = load_recording(dumps(doc).encode())
     assert spec.to_dict() == doc[S] and std.to_dict() == doc["standard"]
-    tr = Trace.from_json(json.dumps(doc[S]))  # a bare trace loads too
+    tr = trace_from_json(json.dumps(doc[S]))  # a bare trace loads too
     assert tr.to_dict() == doc[S]
 
 
@@ -390,7 +391,7 @@ def test_too_large_files_are_refused_before_parsing(doc, tmp_path):
         with pytest.raises(TraceError, match="too large"):
             load_recording(data)
     with pytest.raises(TraceError, match="too large"):
-        Trace.from_json(big.encode())
+        trace_from_json(big.encode())
     assert len(big) > MAX_TRACE_BYTES
 
 

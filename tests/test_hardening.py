@@ -20,13 +20,13 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from specviz import service
-from specviz.engine import speculative_decode
-from specviz.models import TINY_PRESET, encode_prompt
-from specviz.settings import SEED_MAX, DecodeSettings, SettingsError
-from specviz.models.tiny import SPECIALS, ALPHABET, build_tiny_pair, build_tokenizer
 from specviz import trace as T
-from specviz.trace import Trace, TraceError, load_recording, recording_to_json
+from specviz.core.engine import speculative_decode
+from specviz.core.settings import SEED_MAX, DecodeSettings, SettingsError
+from specviz.models import TINY_PRESET, encode_prompt
+from specviz.models.tiny import SPECIALS, ALPHABET, build_tiny_pair, build_tokenizer
+from specviz.serving import service
+from specviz.trace import TraceError, load_recording, recording_to_json, trace_from_dict
 from specviz.views import html as V
 from tests.rendering import render_everything
 from tests.server import launch_app
@@ -132,7 +132,7 @@ def test_a_round_index_beyond_64_bits_is_refused(tmp_path):
 @pytest.mark.parametrize("field,value", [("draft_forwards", 10**309), ("draft_forwards", 2**64),
                                          ("target_forwards", 10**12), ("t_end", 1e300)])
 def test_huge_numbers_are_refused(tmp_path, field, value):
-    """(e) draft_forwards = 10**309 raised OverflowError in trace.py."""
+    """(e) draft_forwards = 10**309 raised OverflowError in the trace module."""
     d = example()
     d["speculative"]["rounds"][0][field] = value
     refused(upload(tmp_path, d), f"speculative.rounds[0].{field}")
@@ -232,7 +232,7 @@ API = dict(prompt="hello", preset=TINY_PRESET, gamma=3, epsilon=0.0, temperature
 @pytest.mark.parametrize("seed", [2**53 + 1, 2**63 - 1])
 def test_api_seed_round_trips_exactly(client, seed):
     rec = client.predict(api_name="/trace", seed=seed, **API)
-    spec = Trace.from_dict(rec["speculative"])
+    spec = trace_from_dict(rec["speculative"])
     assert rec["speculative"]["settings"]["seed"] == seed and spec.settings.seed == seed
     pair = build_tiny_pair()  # the server ran exactly this seed
     local = speculative_decode(pair, encode_prompt(pair, "hello"),

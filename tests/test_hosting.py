@@ -24,10 +24,10 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from specviz import hosting
 from specviz.models import PRESETS, TINY_PRESET
-from specviz.service import GPU_DEFAULT_PRESET
-from specviz.trace import Trace
+from specviz.serving import hosting
+from specviz.serving.service import GPU_DEFAULT_PRESET
+from specviz.trace import trace_from_dict
 from tests.server import ROOT, free_port, stop_process
 
 # ---- Hugging Face Spaces: the README's front matter -----------------------------------------
@@ -216,7 +216,7 @@ def test_gpu_wraps_on_zerogpu_with_a_duration_from_the_request(monkeypatch, fake
     # Calling the wrapped endpoint asks ZeroGPU for that duration and still decodes.
     *_, doc = zapp.api_trace("hello", TINY_PRESET, 2, 0.0, 0.0, 1.0, 200, 0, "opt", False)
     assert fake_spaces.requests[-1] == ("api_trace", 40)
-    assert 1 <= Trace.from_dict(doc["speculative"]).n_tokens <= 200
+    assert 1 <= trace_from_dict(doc["speculative"]).n_tokens <= 200
 
     # Gradio still reads the endpoint's typed signature through the wrapper.
     demo = zapp.build()
@@ -368,7 +368,7 @@ def test_spacefile_offers_every_setting_the_app_reads(spacefile):
 
 def test_spacefile_number_defaults_are_the_apps(spacefile):
     """Each numeric setting's default in the Spacefile is the one the code falls back to."""
-    from specviz import service, sweep_budget
+    from specviz.serving import service, sweep_budget
 
     env = {e["name"]: e.get("default") for e in spacefile["micros"][0]["presets"]["env"]}
     found = re.findall(r'env_(?:int|number)\(\s*"(SPECVIZ_[A-Z_]+)",\s*([A-Za-z_][A-Za-z0-9_]*|[0-9.]+)', _sources())

@@ -9,12 +9,12 @@ import copy
 import pytest
 import torch
 
-from specviz.engine import speculative_decode, standard_decode
-from specviz.kv import CachedLM, cached_lm
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.kv import CachedLM, cached_lm
+from specviz.core.settings import DecodeSettings
 from specviz.models import int8, lean
 from specviz.models.compiled import StaticLM
 from specviz.models.tiny import build_tiny_pair
-from specviz.settings import DecodeSettings
 
 pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch has no fbgemm int8 kernels")
 

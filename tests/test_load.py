@@ -16,7 +16,7 @@ from gradio_client.exceptions import AppError
 from gradio_client.utils import QueueError
 
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
-from specviz.trace import Trace
+from specviz.trace import trace_from_dict
 from tests.server import launch_app
 
 PROMPTS = ["hello world", "def add(a, b):", "The quick brown fox", "Explain hash tables.", "1, 2, 3, 4,",
@@ -36,11 +36,11 @@ def tiny_run(client: Client, i: int, max_new_tokens: int = 48) -> dict:
 
 
 def check(doc: dict, max_new_tokens: int, standard: bool = True) -> None:
-    spec = Trace.from_dict(doc["speculative"])
+    spec = trace_from_dict(doc["speculative"])
     assert 1 <= spec.n_tokens <= max_new_tokens
     assert spec.stop_reason in ("eos", "max_new_tokens")
     if standard:
-        assert Trace.from_dict(doc["standard"]).n_tokens >= 1
+        assert trace_from_dict(doc["standard"]).n_tokens >= 1
 
 
 def is_queue_full(exc: BaseException) -> bool:
@@ -271,7 +271,7 @@ def test_disk_stays_bounded_over_200_runs(tmp_path, monkeypatch):
     import os
     import tempfile
 
-    from specviz import replay
+    from specviz.serving import replay
     from specviz.ui import live
     from specviz.ui.form import RunForm
 

@@ -15,12 +15,12 @@ import gradio as gr
 import pytest
 import torch
 
-from specviz import service
 from specviz.hardware.executions import WORDS, offered
 from specviz.hardware.machine import Machine
 from specviz.hardware.probe import Probe, choose
 from specviz.models import TINY_PRESET, load_pair
-from specviz.service import InputError, check_target_exec, default_target_exec
+from specviz.serving import service
+from specviz.serving.service import InputError, check_target_exec, default_target_exec
 from specviz.trace import load_recording
 from specviz.ui import machine_ui
 from specviz.ui.form import RunForm
@@ -116,7 +116,7 @@ def test_the_api_refuses_an_unknown_execution_without_a_traceback():
 
 
 def test_the_execution_is_part_of_a_replayed_request():
-    from specviz.replay import run_key
+    from specviz.serving.replay import run_key
 
     _, settings = RunForm(prompt="hi").check()
     assert run_key(TINY_PRESET, "hi", settings) == run_key(TINY_PRESET, "hi", settings, target_exec="auto")
@@ -320,7 +320,7 @@ def test_the_tab_shows_the_loaded_pairs_probe_and_the_ticked_machines(monkeypatc
 
 def test_zero_gpu_spaces_run_the_target_eagerly_in_bf16(monkeypatch):
     """ZeroGPU lends the GPU only inside spaces.GPU calls: no probe, no CUDA graphs at load."""
-    from specviz import service
+    from specviz.serving import service
 
     service._default_target_exec.cache_clear()
     monkeypatch.delenv("SPECVIZ_TARGET_EXEC", raising=False)

@@ -206,29 +206,6 @@ def test_resolve_preset_ids_names_and_default():
     assert all(p.id in preset_help() and p.name in preset_help() for p in PRESETS.values())
 
 
-def test_package_imports_without_cycles():
-    """Each module of the package imports first in a fresh interpreter (an import cycle breaks
-    whichever module happens to be imported first, so every entry point is tried)."""
-    import subprocess
-    import sys
-
-    script = (
-        "import importlib, sys\n"
-        "import specviz.models.tiny\n"
-        "import specviz.models\n"
-        "assert specviz.models.tiny.build_tiny_pair\n"
-        "for name in ['tiny', 'loading', 'int8', 'convert', 'packs', 'tokens', 'presets', 'pair', '']:\n"
-        "    for mod in [m for m in sys.modules if m == 'specviz' or m.startswith('specviz.')]:\n"
-        "        del sys.modules[mod]\n"
-        "    importlib.import_module('specviz.models' + ('.' + name if name else ''))\n"
-        "from specviz.models import load_pair, ModelPair, PRESETS, DEFAULT_PRESET, TINY_PRESET, ModelError\n"
-        "print('ok')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
-    assert not (REPO / "specviz" / "tiny.py").exists() and not (REPO / "specviz" / "models.py").exists()
-
-
 @pytest.mark.parametrize(
     "kwargs, words",
     [

@@ -15,12 +15,12 @@ from collections import Counter
 import pytest
 import torch
 
-from specviz import engine
+from specviz.core import engine
+from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.core.policy import STOP_REASONS, Adaptive, Confidence, Heuristic, make_policy
+from specviz.core.sampling import Warp
+from specviz.core.settings import POLICIES, DecodeSettings
 from specviz.drafters.draft_model import ModelDrafter
-from specviz.engine import speculative_decode, speculative_stream, standard_decode
-from specviz.policy import STOP_REASONS, Adaptive, Confidence, Heuristic, make_policy
-from specviz.sampling import Warp
-from specviz.settings import POLICIES, DecodeSettings
 from tests.test_engine import PROMPT, assert_matches, make_pair
 
 VOCAB, GAMMA, FIRST = 6, 3, 3
@@ -242,7 +242,7 @@ def test_adaptive_stops_early_when_drafting_is_dear_and_acceptance_low():
 
 
 def test_calibration_is_the_penalised_logistic_fit_and_informs_neighbouring_confidences():
-    from specviz.policy import _Calibration
+    from specviz.core.policy import _Calibration
 
     cal = _Calibration()
     assert cal(0.3) == pytest.approx(0.3) and cal(0.9) == pytest.approx(0.9)  # no evidence: â = c

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.engine import speculative_decode, standard_decode
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.settings import DecodeSettings
 from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair
-from specviz.settings import DecodeSettings
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def _verify_vs_steps(pair, k: int = 6):
     chat prompt (the tokens: the target's own greedy continuation)."""
     import torch
 
-    from specviz.kv import CachedLM
+    from specviz.core.kv import CachedLM
 
     ids = encode_prompt(pair, PROMPT_IDS_TEXT)
     cont = [t.id for t in standard_decode(pair, ids, DecodeSettings(temperature=0.0, max_new_tokens=k)).tokens]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specviz.engine import speculative_decode, standard_decode
-from specviz.settings import DecodeSettings
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.settings import DecodeSettings
 from specviz.models.tiny import build_tiny_pair
 from specviz.trace import TraceError, load_recording, recording_to_json
 from specviz.views import html as V

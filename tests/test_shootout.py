@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from specviz import recorded, shootout
+from specviz.core.settings import DecodeSettings
 from specviz.drafters import DRAFTERS
+from specviz.experiments import recorded, shootout
 from specviz.models import TINY_PRESET
 from specviz.models.tiny import build_tiny_pair
-from specviz.replay import GATE
-from specviz.service import prepare
-from specviz.settings import DecodeSettings
+from specviz.serving.replay import GATE
+from specviz.serving.service import prepare
 from specviz.trace import DraftToken, Position, Round
 from specviz.ui import shootout_ui
 from specviz.ui.form import RunForm

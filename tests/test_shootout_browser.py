@@ -3,7 +3,7 @@ the tiny pair whose runs go to the Live tab.  Fixtures and helpers are test_brow
 
 from __future__ import annotations
 
-from specviz import recorded
+from specviz.experiments import recorded
 from specviz.models import TINY_PRESET
 from tests.test_browser import (UI_S, assert_no_traceback, browser, open_accordion, open_app, page,  # noqa: F401
                                 pick, server, set_number, shots, status, wait_until)

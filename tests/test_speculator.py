@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.sampling import Warp
+from specviz.core.settings import DecodeSettings
 from specviz.drafters import DRAFTERS, make_drafter
 from specviz.drafters.speculator import SpeculatorDrafter
-from specviz.engine import speculative_decode, standard_decode
 from specviz.models import DEFAULT_PRESET, ModelError, encode_prompt, load_pair
-from specviz.sampling import Warp
-from specviz.settings import DecodeSettings
+from specviz.models.tiny import build_tiny_pair
 from specviz.speculator import store
 from specviz.speculator.model import MLPSpeculator, SpeculatorConfig
 from specviz.speculator.train import TrainConfig, train
-from specviz.models.tiny import build_tiny_pair
 from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
 
 # A small, fixed corpus for training tests: a package that is always installed with the app.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from specviz import service
 from specviz.models import TINY_PRESET
-from specviz.sweep_budget import SWEEP_SECONDS, sweep_budget, sweep_seconds, within
+from specviz.serving import service
+from specviz.serving.sweep_budget import SWEEP_SECONDS, sweep_budget, sweep_seconds, within
 from specviz.ui import tabs
 from specviz.ui.form import RunForm
 from specviz.ui.frames import SKIP
@@ -142,7 +142,7 @@ def shootout_frames(clock: Clock, when: str, seconds: float = 100):
 def test_the_shootout_stops_between_drafters_at_its_time_limit(clock, monkeypatch):
     """The clock moves 100 s as each drafter finishes: the draft model (100 s) and prompt lookup
     (200 s) finish; the budget (150 s) is checked before the tree, which never starts."""
-    from specviz.replay import GATE
+    from specviz.serving.replay import GATE
 
     monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "150")
     frames = shootout_frames(clock, "done")

@@ -1,4 +1,4 @@
-"""Tests for specviz.theory and specviz.views.theory_plots.
+"""Tests for specviz.theory (formulas, simulate, batch) and specviz.views.theory_plots.
 
 Each formula is checked against an independent computation: a Monte Carlo of
 the process it describes, a brute-force search, or the same quantity written
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from specviz import theory as th
-from specviz.settings import DecodeSettings
+from specviz.core.settings import DecodeSettings
 from specviz.trace import Position, Round, Token, Trace, theoretical_speedup
 from specviz.views import theory_plots as tp
 

@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from specviz import theory
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.kv import CachedLM
+from specviz.core.sampling import Warp
+from specviz.core.settings import DecodeSettings, SettingsError
 from specviz.drafters import DraftContext, make_drafter
-from specviz.engine import speculative_decode, standard_decode
-from specviz.kv import CachedLM
-from specviz.sampling import Warp
-from specviz.settings import DecodeSettings, SettingsError
+from specviz.drafters.tree.structure import ROOT, DraftTree, verify
 from specviz.models.tiny import build_tiny_pair
-from specviz.trace import Extra, Position, Round, Token, Trace, TraceError
-from specviz.trace_tree import RoundTree, TreeNode, TreeTry, TreeVisit
-from specviz.tree import ROOT, DraftTree, verify
+from specviz.trace import Extra, Position, Round, Token, TraceError, trace_from_dict, trace_from_json
+from specviz.trace.tree import RoundTree, TreeNode, TreeTry, TreeVisit
 from specviz.views.tree import tree_html, tree_mask_figure, tree_narration, tree_steps
 from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
 
@@ -277,7 +277,7 @@ def test_greedy_tree_equals_standard_on_the_real_pair(real_tree_run):
     summ = spec.summary()
     assert summ["rounds"] < spec.n_tokens and summ["accepted"] > 0
     assert all(r.tree is not None and len(r.tree.nodes) <= 16 for r in spec.rounds if r.draft)
-    back = Trace.from_json(spec.to_json())
+    back = trace_from_json(spec.to_json())
     assert back.to_dict() == spec.to_dict()
 
 
@@ -301,7 +301,7 @@ def test_tree_settings_are_validated():
         DecodeSettings.checked(drafter="tree", epsilon=0.1)
     with pytest.raises(SettingsError, match="UNO"):
         DecodeSettings.checked(drafter="tree", variant="uno")
-    # Dynamic policies shape trees too (specviz.policy: depth, width, nodes verified).
+    # Dynamic policies shape trees too (specviz.core.policy: depth, width, nodes verified).
     assert DecodeSettings.checked(drafter="tree", policy="adaptive", gamma=20).policy == "adaptive"
     with pytest.raises(SettingsError, match="branches"):
         DecodeSettings.checked(branches=9)
@@ -373,7 +373,7 @@ def test_tree_trace_round_trips_and_chain_rounds_stay_unchanged():
     s = tree_settings("iid", 3, gamma=3, temperature=1.0, max_new_tokens=12, seed=4)
     tr = speculative_decode(pair, PROMPT, s)
     assert any(r.tree_size > 3 for r in tr.rounds)
-    back = Trace.from_json(tr.to_json())
+    back = trace_from_json(tr.to_json())
     assert back.to_dict() == tr.to_dict() and back.rounds[0].tree == tr.rounds[0].tree
     for r in tr.rounds:  # the chain fields summarise the accepted path
         if r.tree:
@@ -381,17 +381,17 @@ def test_tree_trace_round_trips_and_chain_rounds_stay_unchanged():
             assert len(r.positions) == len(r.tree.visits)
     chain = speculative_decode(pair, PROMPT, DecodeSettings(gamma=3, temperature=1.0, max_new_tokens=8))
     assert all("tree" not in r for r in chain.to_dict()["rounds"])
-    assert Trace.from_json(chain.to_json()).rounds[0].tree is None
+    assert trace_from_json(chain.to_json()).rounds[0].tree is None
     d = json.loads(tr.to_json())
     k = next(i for i, r in enumerate(d["rounds"]) if "tree" in r)
     bad = json.loads(json.dumps(d))
     bad["rounds"][k]["tree"]["nodes"][0]["parent"] = 5
     with pytest.raises(TraceError, match=rf"rounds\[{k}\]\.tree\.nodes\[0\]\.parent"):
-        Trace.from_dict(bad)
+        trace_from_dict(bad)
     bad = json.loads(json.dumps(d))
     bad["rounds"][k]["tree"]["visits"][0]["tries"][0]["b"] = 1.5
     with pytest.raises(TraceError, match=r"tree\.visits\[0\]\.tries\[0\]\.b"):
-        Trace.from_dict(bad)
+        trace_from_dict(bad)
 
 
 def test_tree_counts_in_the_engine_match_the_trace():
@@ -418,5 +418,5 @@ def test_unique_tree_rounds_have_distinct_children_and_round_trip():
         for parent in {n.parent for n in r.tree.nodes}:
             kids = [n.id for n in r.tree.nodes if n.parent == parent]
             assert len(kids) == len(set(kids)) <= 3  # without replacement: no token twice under a node
-    back = Trace.from_json(tr.to_json())
+    back = trace_from_json(tr.to_json())
     assert back.to_dict() == tr.to_dict() and back.settings.tree_mode == "unique"

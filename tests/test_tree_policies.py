@@ -1,5 +1,5 @@
 """Draft-length policies shaping token trees: how deep and how wide a tree grows and how many of
-its nodes the target verifies (specviz.policy's tree_value / tree_expand / tree_keep), the
+its nodes the target verifies (specviz.core.policy's tree_value / tree_expand / tree_keep), the
 drafter obeying them, the engine teaching them from tree rounds, and the rule staying exact
 (χ² on the joint of three tokens) and greedy-equal when a measured policy prunes the tree."""
 
@@ -10,16 +10,16 @@ import copy
 import pytest
 import torch
 
-from specviz import engine
+from specviz.core import engine
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.policy import STOP_REASONS, Adaptive, Policy, make_policy
+from specviz.core.sampling import Warp
+from specviz.core.settings import DecodeSettings
 from specviz.drafters import DraftContext, make_drafter
-from specviz.engine import speculative_decode, standard_decode
+from specviz.drafters.tree.structure import ROOT
 from specviz.models.tiny import build_tiny_pair
-from specviz.policy import STOP_REASONS, Adaptive, Policy, make_policy
-from specviz.sampling import Warp
-from specviz.settings import DecodeSettings
-from specviz.tree import ROOT
-from specviz.views._fmt import DRAFT_STOP_SHORT
 from specviz.trace import DRAFT_STOPS
+from specviz.views._fmt import DRAFT_STOP_SHORT
 from tests.test_engine import assert_matches, make_pair
 from tests.test_policies import first_tokens
 from tests.test_tree import PREFIX, exact_joint, one_thread, tree_settings  # noqa: F401 (one_thread: autouse)

@@ -10,8 +10,8 @@ import gradio as gr
 import pytest
 
 from specviz.models import TINY_PRESET
-from specviz.service import InputError
-from specviz.trace import Trace
+from specviz.serving.service import InputError
+from specviz.trace import Trace, trace_from_dict
 from specviz.ui import api, live, tabs, tree_ui
 from specviz.ui.form import RunForm
 from specviz.ui.frames import SKIP
@@ -162,7 +162,7 @@ def test_api_takes_the_tree_parameters_at_the_end():
                           "variant", "standard", "drafter", "policy", "tau"]
     out = list(api.api_trace("abc abc", preset=TINY_PRESET, gamma=2, max_new_tokens=6, standard=False,
                              drafter="tree", branches=2, tree_nodes=4, tree_mode="best-first"))
-    spec = Trace.from_dict(out[-1]["speculative"])
+    spec = trace_from_dict(out[-1]["speculative"])
     assert spec.settings.tree_nodes == 4 and spec.settings.tree_mode == "best-first"
     assert any(r.tree is not None and 1 <= len(r.tree.nodes) <= 4 for r in spec.rounds)
     with pytest.raises(gr.Error, match="chain"):
@@ -170,7 +170,7 @@ def test_api_takes_the_tree_parameters_at_the_end():
 
 
 def test_tree_sweep_measures_each_size(monkeypatch):
-    from specviz import sweeps
+    from specviz.experiments import sweeps
     monkeypatch.setattr(sweeps, "TREE_SIZES", (1, 4))
     out = list(tabs.tree_sweep(RunForm(preset=TINY_PRESET, prompt="hello there")))
     plots = [f.tree_plot for f in out if f.tree_plot is not SKIP]

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from specviz.core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, POLICIES, VARIANTS
 from specviz.drafters import DRAFTERS
 from specviz.models import TINY_PRESET
-from specviz.service import InputError
-from specviz.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, POLICIES, VARIANTS
+from specviz.serving.service import InputError
 from specviz.ui.form import POLICY_HELP, RunForm
 from specviz.ui.frames import SKIP, LiveFrame, Slots
 from specviz.ui.tabs import gamma_slider

@@ -7,8 +7,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.costs import race_costs
-from specviz.trace import Round, Token, Trace, theoretical_speedup
+from specviz.theory.costs import race_costs
+from specviz.trace import Round, Token, theoretical_speedup, trace_from_json
+from specviz.views import plots
 from specviz.views.html import (
     legend_html,
     metrics_html,
@@ -20,7 +21,6 @@ from specviz.views.html import (
     standalone_page,
     text_html,
 )
-from specviz.views import plots
 
 from tests.synthetic import ATTR_XSS, DEFAULT_PLAN, XSS, empty_trace, make_std_trace, make_trace
 
@@ -55,7 +55,7 @@ def statuses(html: str) -> list[str]:
 def test_synthetic_traces_roundtrip_json():
     spec, std = make_trace(), make_std_trace()
     for tr in (spec, std):
-        back = Trace.from_json(tr.to_json())
+        back = trace_from_json(tr.to_json())
         assert back.n_tokens == tr.n_tokens
     s = spec.summary()
     assert s["alpha"] == pytest.approx(16 / 20)
@@ -506,7 +506,7 @@ def _stop_span(h: str) -> dict | None:
 
 
 def test_each_round_shows_how_many_were_drafted_and_why_drafting_stopped():
-    from specviz.policy import STOP_REASONS
+    from specviz.core.policy import STOP_REASONS
 
     tr = make_trace(plan=STOP_PLAN, policy="adaptive", gamma=4)
     shown = []

@@ -1,7 +1,9 @@
 """The drafters: everything that proposes tokens for the target to verify.
 
 The contract is in `base.py`.  Adding a drafter is one new module here plus one
-line in DRAFTERS (name -> (label shown on the page, "module:Class")).
+line in DRAFTERS (name -> (label shown on the page, "module:Class")) and its name in
+specviz.core.settings.DRAFTER_NAMES (what settings accept: the settings never import the
+drafters, which import torch; a test checks that the two agree).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from .base import DraftContext, Drafter, DraftStep, one_hot
 DRAFTERS: dict[str, tuple[str, str]] = {
     "model": ("draft model", "draft_model:ModelDrafter"),
     "prompt-lookup": ("prompt lookup (n-grams)", "prompt_lookup:PromptLookupDrafter"),
-    "tree": ("draft model, token tree", "tree:TreeDrafter"),
+    "tree": ("draft model, token tree", "tree.drafter:TreeDrafter"),
     "speculator": ("learned head (MLP speculator)", "speculator:SpeculatorDrafter"),
 }
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from ..sampling import Warp
+from ..core.sampling import Warp
 
 if TYPE_CHECKING:
-    from ..settings import DecodeSettings
+    from ..core.settings import DecodeSettings
 
 
 @dataclass

@@ -6,9 +6,9 @@ from typing import Any, Iterator
 
 import torch
 
-from ..kv import cached_lm
-from ..settings import GAMMA_MAX_DYNAMIC
-from ..sampling import sample
+from ..core.kv import cached_lm
+from ..core.sampling import sample
+from ..core.settings import GAMMA_MAX_DYNAMIC
 from .base import DraftContext, Drafter, DraftStep
 
 

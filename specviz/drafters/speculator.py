@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..sampling import sample
+from ..core.sampling import sample
 from .base import DraftContext, Drafter, DraftStep
 
 # Weights attached to a loaded target, per target: building the drafter for each run then

@@ -28,9 +28,9 @@ FIDELITY_DIR = Path(__file__).resolve().parents[2] / "assets" / "hardware"
 def compare(reference, other, prompts: list[tuple[str, bool]], tokens: int = 48) -> dict:
     """TV and greedy agreement of ``other``'s target against ``reference``'s, along the reference's
     greedy continuation of each (prompt, chat) pair."""
-    from ..engine import standard_decode
+    from ..core.engine import standard_decode
     from ..models import encode_prompt
-    from ..settings import DecodeSettings
+    from ..core.settings import DecodeSettings
 
     tvs: list[float] = []
     agree = total = 0
@@ -72,7 +72,7 @@ def load(execution: str) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..bench import DEFAULT_PROMPTS, read_prompts
+    from ..cli.bench import DEFAULT_PROMPTS, read_prompts
     from ..hardware.machine import this_machine
     from ..models import DEFAULT_PRESET, load_pair
 

@@ -111,9 +111,9 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
     Random models rarely agree, so acceptance is low: what this measures is the cost of each pass."""
     from transformers import AutoTokenizer
 
-    from ..engine import speculative_decode, standard_decode
+    from ..core.engine import speculative_decode, standard_decode
     from ..models.compiled import attach, detach
-    from ..settings import DecodeSettings
+    from ..core.settings import DecodeSettings
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:ENGINE_PROMPT]

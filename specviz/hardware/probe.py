@@ -124,7 +124,7 @@ class VerifyTimer:
     add time).  The GPU is synchronised before every clock read."""
 
     def __init__(self, model: torch.nn.Module, vocab: int, device: torch.device | None = None):
-        from ..kv import cached_lm
+        from ..core.kv import cached_lm
 
         self.device = device or next(model.parameters()).device
         gen = torch.Generator().manual_seed(0)

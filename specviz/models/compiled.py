@@ -13,7 +13,7 @@ real position, their KV slots lie past the cache's length and are overwritten by
 Longer feeds (the prompt) and feeds that ask for hidden states run the same model eagerly into the
 same static cache.  Rolling back is setting the cache's length: nothing is copied.
 
-:class:`StaticLM` is :class:`specviz.kv.CachedLM`'s interface (feed, prefill, crop, free) over it;
+:class:`StaticLM` is :class:`specviz.core.kv.CachedLM`'s interface (feed, prefill, crop, free) over it;
 ``kv.cached_lm`` hands one out when the model has compiled steps and the run fits the cache.
 Token trees need a custom 4D mask and index-selected caches: they stay on the eager path.
 
@@ -153,7 +153,7 @@ class CompiledSteps:
 
 
 class StaticLM:
-    """:class:`specviz.kv.CachedLM`'s interface over a model's :class:`CompiledSteps`."""
+    """:class:`specviz.core.kv.CachedLM`'s interface over a model's :class:`CompiledSteps`."""
 
     def __init__(self, steps: CompiledSteps, device: torch.device):
         if steps.in_use:
@@ -166,7 +166,7 @@ class StaticLM:
         steps.set_length(0)
 
     def feed(self, ids: list[int], keep: int = 1, hidden: bool = False):
-        from ..kv import Fed
+        from ..core.kv import Fed
 
         new = ids[self.cached:]
         assert new, "nothing new to feed"

@@ -13,8 +13,8 @@ not match transformers' bit for bit (it does to float rounding: tested).  The ta
 transformers' forward and the batch-invariant attention (:mod:`.invariant`).
 
 :class:`LeanSteps` has the interface of :class:`.compiled.CompiledSteps`, so
-:func:`specviz.kv.cached_lm` hands a chain run a :class:`.compiled.StaticLM` over it; token trees
-(4D masks) keep the eager :class:`specviz.kv.CachedLM`.
+:func:`specviz.core.kv.cached_lm` hands a chain run a :class:`.compiled.StaticLM` over it; token trees
+(4D masks) keep the eager :class:`specviz.core.kv.CachedLM`.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class LeanSteps:
 
 
 def attach(model: torch.nn.Module, max_len: int | None = None) -> LeanSteps | None:
-    """Give ``model`` the lean decode path (:func:`specviz.kv.cached_lm` then uses it for chains) when
+    """Give ``model`` the lean decode path (:func:`specviz.core.kv.cached_lm` then uses it for chains) when
     it supports it; returns the steps, or None (logged) when it does not."""
     why = unsupported(model)
     if why is not None:

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ..models import ModelError
-from ..replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay, replay_json, run_key, snapshot
-from ..service import InputError, describe_error, race
+from ..serving.replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay, replay_json, run_key, snapshot
+from ..serving.service import InputError, describe_error, race
 from ..trace import recording_to_json
 from .form import RunForm
 

@@ -2,7 +2,7 @@
 
 The page builds a `RunForm` once per event from its components
 (``Slots(RunForm, ...).read(values)``); the API builds one from its
-parameters.  Validation is `specviz.service`'s, whatever the client sent.
+parameters.  Validation is `specviz.serving.service`'s, whatever the client sent.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from .. import hosting
-from ..service import Request, check_request, check_target_exec, get_pair, prepare
-from ..settings import DecodeSettings
+from ..core.settings import DecodeSettings
+from ..serving import hosting
+from ..serving.service import Request, check_request, check_target_exec, get_pair, prepare
 
-# One line per draft-length policy (specviz.policy has the details), shown under the selector.
+# One line per draft-length policy (specviz.core.policy has the details), shown under the selector.
 POLICY_HELP = {
     "constant": "always draft γ tokens (Leviathan et al.)",
     "heuristic": "transformers' schedule: 2 more after a round with every draft accepted, 1 fewer otherwise (≤ γ)",

@@ -21,11 +21,11 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from ..costs import race_costs
 from ..models import ModelError
-from ..replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay_speed, run_key, snapshot
-from ..replay import replay as replay_run
-from ..service import InputError, describe_error, race, release_memory
+from ..serving.replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay_speed, run_key, snapshot
+from ..serving.replay import replay as replay_run
+from ..serving.service import InputError, describe_error, race, release_memory
+from ..theory.costs import race_costs
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
 from ..views import plots as P

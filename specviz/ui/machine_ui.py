@@ -14,7 +14,7 @@ from typing import Any
 
 from ..hardware.executions import WORDS
 from ..models import PRESETS, TINY_PRESET, ModelError, resolve_preset
-from ..service import CUSTOM_PRESET, default_preset, default_target_exec, loaded_execution, offered_executions
+from ..serving.service import CUSTOM_PRESET, default_preset, default_target_exec, loaded_execution, offered_executions
 from ..views import machine as M
 from ..views.execution import exec_words
 from .frames import MachineFrame

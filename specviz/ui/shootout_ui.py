@@ -1,6 +1,6 @@
 """The Sweeps tab's drafter shoot-out and the recorded sweeps shown when the page opens.
 
-`shootout` runs `specviz.shootout` on the loaded pair with the Live tab's form (through the live
+`shootout` runs `specviz.experiments.shootout` on the loaded pair with the Live tab's form (through the live
 gate, like the other sweeps; Stop cancels it) and keeps each run's traces in the page's store, so
 `show_run` can put any of them on the Live tab (step mode, export).  `recorded_frame` draws
 `assets/sweeps.json` without a model.
@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from .. import recorded, shootout as SO
-from ..sweep_budget import sweep_budget, time_limit_note
+from ..experiments import recorded, shootout as SO
+from ..serving.sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
 from ..views import theory_plots as TP
 from .form import RunForm
@@ -101,7 +101,7 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
             f"{'greedy' if not s.get('temperature') else 'T = ' + str(s.get('temperature'))}")
     load = f" (load average {rec.load_average[0]:g})" if rec.load_average else ""
     if any(r.gamma > 0 for r in rec.gamma) and not any(r.v for r in rec.gamma):
-        # Recorded before sweeps warmed up (specviz.sweeps.warm_up) and measured the verify factor.
+        # Recorded before sweeps warmed up (specviz.experiments.sweeps.warm_up) and measured the verify factor.
         load += (" · this γ sweep timed its standard baseline cold, first thing after loading (compare the "
                  "shoot-out's standard tok/s), so its speedups read high, and its theory is the textbook one")
     g = sweep_frame("gamma", [r.model_dump() for r in rec.gamma], "")

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ..envvars import env_number
+from ..serving.envvars import env_number
 from ..trace import Trace, recording_to_json
 
 STORE_ENTRIES = 256

@@ -8,15 +8,16 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from .. import sweeps
-from ..costs import race_costs, steps
+from ..core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _number
+from ..experiments import sweeps
+from ..experiments.shootout import cost_ratio
 from ..models import ModelError
-from ..replay import GATE, Busy
-from ..service import InputError, describe_error
-from ..shootout import cost_ratio
-from ..settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _number
-from ..sweep_budget import sweep_budget, time_limit_note, within
-from ..theory import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma, synthetic_pair
+from ..serving.replay import GATE, Busy
+from ..serving.service import InputError, describe_error
+from ..serving.sweep_budget import sweep_budget, time_limit_note, within
+from ..theory.costs import race_costs, steps
+from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma
+from ..theory.simulate import synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
 from ..views import tree_plots as TRP
@@ -52,7 +53,7 @@ def policy_info(policy: Any) -> str:
 
 
 def run_c(spec: Any) -> float | None:
-    """The run's cost ratio c (specviz.shootout.cost_ratio: draft forward ÷ target forward, or a
+    """The run's cost ratio c (specviz.experiments.shootout.cost_ratio: draft forward ÷ target forward, or a
     lookup's drafting time per token ÷ target forward, which is what γ·c stands for in Thm 3.8)."""
     return cost_ratio(spec)
 
@@ -102,7 +103,7 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
     if rc is not None:
         s, c_run = spec.summary(), rc.c if rc.c is not None else run_c(spec)
         if s.get("alpha") is not None and c_run is not None:
-            # c and v per standard step of the race's standard run (specviz.costs)
+            # c and v per standard step of the race's standard run (specviz.theory.costs)
             measured = {"alpha": s["alpha"], "c": c_run, "v": rc.v, "gamma": spec.gamma,
                         "speedup": V.race_speedup(spec, std), "draft_len": mean_draft_length(spec)}
     alpha, c, c_hat, g, vv = x["alpha"], x["c"], x["c_hat"], x["gamma"], x["v"]
@@ -134,7 +135,7 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
 
 def use_last_run(state: Any) -> tuple[Any, Any, Any, Any]:
     """(α, γ, c, v) sliders of the Theory tab moved to the last run's measurements: c and v per
-    standard step when the run raced a standard run (specviz.costs), else c per verify pass and v
+    standard step when the run raced a standard run (specviz.theory.costs), else c per verify pass and v
     left where it is."""
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
     s = spec.summary() if spec else {}

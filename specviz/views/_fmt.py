@@ -54,7 +54,7 @@ MEANINGS: dict[str, str] = {
 
 
 # Why a round stopped drafting (Round.draft_stop), as the chip row says it; the full
-# sentence is specviz.policy.STOP_REASONS.
+# sentence is specviz.core.policy.STOP_REASONS.
 DRAFT_STOP_SHORT: dict[str, str] = {
     "limit": "γ reached",
     "budget": "token budget",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specviz.policy import STOP_REASONS
+from specviz.core.policy import STOP_REASONS
 
 from ._fmt import (
     DRAFT_STOP_SHORT,

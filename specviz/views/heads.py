@@ -82,7 +82,7 @@ is unchanged, so the output is exact. Hover a token of a learned-head round to s
 
 def section() -> str:
     """The section as the page shows it: the shipped card and the shipped recording, where they load."""
-    from .. import recorded
+    from ..experiments import recorded
 
     try:
         rec = recorded.load()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..costs import RaceCosts, steps
+from ..theory.costs import RaceCosts, steps
 from ._fmt import esc, fnum, fsec
 
 _STOP = {
@@ -28,7 +28,7 @@ def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
 def metric_rows(summary: dict[str, Any], gamma: int | None = None,
                 costs: RaceCosts | None = None) -> list[tuple[str, str, str, str]]:
     """(group, metric, value, definition) rows, all plain text.  ``costs``: the race's cost model
-    (specviz.costs.race_costs with the standard run), which puts c and Thm 3.8 in standard steps
+    (specviz.theory.costs.race_costs with the standard run), which puts c and Thm 3.8 in standard steps
     and adds the verify factor; without it the verify cost is "unknown"."""
     s = summary or {}
     spec = s.get("kind") == "speculative"
@@ -153,7 +153,7 @@ def metrics_html(summary: dict[str, Any] | None, *, gamma: int | None = None, co
     """The metrics of ``Trace.summary()`` as a compact table, each row with its definition.
 
     ``summary`` may also be a Trace (its summary is taken, and γ from its settings).  ``costs``:
-    the race's cost model (specviz.costs.race_costs), for the verify factor and Thm 3.8 with it.
+    the race's cost model (specviz.theory.costs.race_costs), for the verify factor and Thm 3.8 with it.
     """
     if summary is not None and hasattr(summary, "summary"):
         gamma = gamma if gamma is not None else getattr(summary, "gamma", None)

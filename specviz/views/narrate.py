@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specviz.policy import STOP_REASONS
+from specviz.core.policy import STOP_REASONS
 
 from ._fmt import (
     drafter_name,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.costs import race_costs, steps
-from specviz.policy import STOP_REASONS
+from specviz.core.policy import STOP_REASONS
+from specviz.theory.costs import race_costs, steps
 
 from ._fmt import COLORS, DRAFT_STOP_SHORT, fsec, mean_draft_length
 
@@ -381,7 +381,7 @@ def tokens_vs_time(spec: Trace | None, std: Trace | None) -> go.Figure:
 
 def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
     """Measured speedup (spec tok/s ÷ std tok/s) next to Thm 3.8 twice: as published (a verify pass
-    costs one standard step) and with the verify factor v this race measured (specviz.costs)."""
+    costs one standard step) and with the verify factor v this race measured (specviz.theory.costs)."""
     title = "Speedup: measured vs theory"
     if spec is None or spec.kind != "speculative" or not spec.rounds:
         return empty_figure(title, "No data yet: run speculative decoding")

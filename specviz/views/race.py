@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..costs import RaceCosts, loss_cause, race_costs, steps
+from ..theory.costs import RaceCosts, loss_cause, race_costs, steps
 from ._fmt import esc, fsec
 from .execution import trace_exec_line
 from .text import looks_like_code, tokens_html

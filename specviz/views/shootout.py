@@ -1,5 +1,5 @@
 """The drafter shoot-out drawn: one table and one chart, from rows of plain dicts (a fresh
-shoot-out's `specviz.shootout.Row.as_dict()` or a recording's), and the "recorded" marking."""
+shoot-out's `specviz.experiments.shootout.Row.as_dict()` or a recording's), and the "recorded" marking."""
 
 from __future__ import annotations
 

@@ -412,7 +412,7 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
     """Measured speedup vs γ against Thm 3.8, textbook and with the measured verify cost.
 
     results: list of dict(gamma, speedup, alpha, c[, v]), one per run; c and v are per standard
-    step (specviz.costs), v the verify pass's cost in steps measured at that γ.  The textbook curve
+    step (specviz.theory.costs), v the verify pass's cost in steps measured at that γ.  The textbook curve
     (a verify pass costs one step) uses alpha and c when given, else the mean α and c of the runs;
     when the runs measured v, a second curve evaluates Thm 3.8 at each measured γ with that γ's own
     v (v grows with γ on a compute-bound target).  Each run's own prediction (its α, c, v) is a

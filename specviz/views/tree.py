@@ -1,6 +1,6 @@
 """A tree round drawn left to right by depth, step by step, with a narration and its attention mask.
 
-Pure functions of a trace round (``Round.tree``, see specviz.trace): no models,
+Pure functions of a trace round (``Round.tree``, see specviz.trace.model): no models,
 no torch.  The chips reuse the classes of :mod:`specviz.views.chips`: the
 accepted path is bold green, children tried and rejected are red (with the
 order they were tried in), nodes never visited are grey, and the correction or
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.policy import STOP_REASONS
+from specviz.core.policy import STOP_REASONS
 
 from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
 from .chips import _chip, _tip
@@ -26,7 +26,7 @@ from .plots import _style, empty_figure
 
 if TYPE_CHECKING:
     from specviz.trace import Round
-    from specviz.trace_tree import RoundTree
+    from specviz.trace.tree import RoundTree
 
 MODE_LABELS = {"iid": "i.i.d. drafts", "best-first": "best-first tree", "unique": "distinct draws (no replacement)"}
 _ROW = "display:flex;align-items:center;gap:6px"

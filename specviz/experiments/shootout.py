@@ -22,12 +22,12 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
-from .drafters import DRAFTERS
-from .engine import speculative_decode, standard_decode
-from .models import ModelError
-from .service import describe_error
-from .settings import GAMMA_MAX, DecodeSettings, SettingsError
-from .sweep_budget import within
+from ..core.engine import speculative_decode, standard_decode
+from ..core.settings import GAMMA_MAX, DecodeSettings, SettingsError
+from ..drafters import DRAFTERS
+from ..models import ModelError
+from ..serving.service import describe_error
+from ..serving.sweep_budget import within
 from .sweeps import WARMING_UP, warm_up
 
 log = logging.getLogger("specviz.shootout")
@@ -135,7 +135,7 @@ def run(req: Any, contenders: list[Contender] | None = None,
     message, rows so far) before each run and after it; the rows end with standard decoding,
     and the speedups are filled in once it has run.
 
-    `should_stop` (the sweep's time budget, specviz.sweep_budget) is checked before each
+    `should_stop` (the sweep's time budget, specviz.serving.sweep_budget) is checked before each
     contender but the first and passed to the decodes: a run it cuts short is dropped (its
     numbers are not comparable with the others') and the shoot-out ends with the rows it finished."""
     contenders = contenders if contenders is not None else lineup(req.settings)

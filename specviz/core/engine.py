@@ -10,7 +10,7 @@ with Yin et al.'s (NeurIPS 2024) over-acceptance threshold ε:
     all accepted: emit a bonus ~ p_{γ+1}
 
 Each drafted token is yielded as an event the moment it exists; the policy
-(specviz.policy) and EOS decide when to stop asking the drafter for more.
+(specviz.core.policy) and EOS decide when to stop asking the drafter for more.
 Both models keep a KV cache holding a prefix of the emitted text; each forward
 feeds only the tokens the cache does not hold yet, and a rejection crops the
 cache back to the accepted prefix.  The engine knows nothing of the UI: it
@@ -26,13 +26,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .drafters import DraftContext, Drafter, make_drafter
+from ..drafters import DraftContext, Drafter, make_drafter
+from ..models.tokens import Detokenizer, token_text
+from ..trace import DraftToken, Extra, Position, Round, Token, Trace
 from .kv import CachedLM, cached_lm
-from .models.tokens import Detokenizer, token_text
 from .policy import make_policy
 from .sampling import Warp, greedy_rule, rule_stats, sample, verdicts
 from .settings import GAMMA_MAX_DYNAMIC, DecodeSettings
-from .trace import DraftToken, Extra, Position, Round, Token, Trace
 from .tree_round import TreeRun
 
 
@@ -104,7 +104,7 @@ def _machine_label(pair: Any) -> str:
     device = getattr(pair, "device", None)
     if device is None:
         return ""
-    from .hardware.machine import this_machine
+    from ..hardware.machine import this_machine
 
     return this_machine(device).describe()
 
@@ -162,7 +162,7 @@ def speculative_stream(
     ids = list(prompt_ids)
     n_prompt = len(ids)
     clock = Clock(device)
-    # A tree drafter's rounds draft, verify and roll back in specviz.tree_round.
+    # A tree drafter's rounds draft, verify and roll back in specviz.core.tree_round.
     tree = TreeRun(drafter, target, ids, warp, gen, device, eos, piece, detok, clock, settings.tree_mode) \
         if is_tree else None
     try:

@@ -1,6 +1,6 @@
-"""The token tree of a tree-drafter round, as plain trace data (see specviz.trace's schema).
+"""The token tree of a tree-drafter round, as plain trace data (see specviz.trace.model's schema).
 
-Its own module so that specviz.trace only gains an optional `Round.tree` field:
+Its own module so that specviz.trace.model only gains an optional `Round.tree` field:
 the types are checked by pydantic (a TypeAdapter over these dataclasses), the
 tree's shape (parents before children, depths, the path and the visits along
 it) by `parse_tree`.
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
-from .settings import TREE_NODES_MAX
+from ..core.settings import TREE_NODES_MAX
 
 
 def _probability(v: float) -> float:

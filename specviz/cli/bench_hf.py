@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import torch
 from transformers import GenerationConfig
 
-from .settings import DecodeSettings
+from ..core.settings import DecodeSettings
 
 HF_CONFIGS = {
     "hf_plain": "transformers generate, no assistant",

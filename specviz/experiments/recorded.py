@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 SCHEMA = "specviz.sweeps"
 VERSION = 1
 MAX_BYTES = 2 * 2**20  # metrics only: a real recording is a few kB
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "assets" / "sweeps.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "assets" / "sweeps.json"
 
 
 class RecordedError(ValueError):

@@ -3,7 +3,7 @@
 A speedup here is what the race and the shoot-out call one: speculative tokens/s ÷ standard
 tokens/s, each over the whole run (the prompt pass included), and every timed run is warm (see
 `warm_up`).  The γ sweep's theory is Thm 3.8 with c and the verify factor v measured against the
-baseline's standard step (specviz.costs), beside the textbook value.
+baseline's standard step (specviz.theory.costs), beside the textbook value.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
-from .costs import race_costs
-from .engine import speculative_decode, standard_decode
-from .service import Request
-from .settings import DecodeSettings
-from .sweep_budget import within
+from ..core.engine import speculative_decode, standard_decode
+from ..core.settings import DecodeSettings
+from ..serving.service import Request
+from ..serving.sweep_budget import within
+from ..theory.costs import race_costs
 
 log = logging.getLogger("specviz.sweeps")
 GAMMAS = tuple(range(1, 13))
@@ -90,7 +90,7 @@ def gamma_sweep(req: Request, gammas=GAMMAS, should_stop: Callable[[], bool] = l
 
 
 def _gamma_point(g: int, tr: Any, std: Any) -> tuple[str, dict[str, Any]]:
-    """One γ's row: measured speedup, α, c and v per standard step (specviz.costs), and Thm 3.8
+    """One γ's row: measured speedup, α, c and v per standard step (specviz.theory.costs), and Thm 3.8
     with the measured v (the textbook value follows from α, c and γ with v = 1)."""
     rc = race_costs(tr, std)
     res = {"gamma": g, "tokens_per_s": tr.summary()["tokens_per_s"], "speedup": rc.measured, "alpha": rc.alpha,
@@ -143,7 +143,7 @@ def tree_verify_times(pair: Any, prompt_ids: list[int], sizes=TREE_SIZES, repeat
 
     import torch
 
-    from .kv import CachedLM
+    from ..core.kv import CachedLM
 
     lm = CachedLM(pair.target, pair.device)
     rows = []

@@ -1,7 +1,7 @@
 """Benchmark CLI: specviz's speculative loop vs standard decoding (and transformers).
 
-    python -m specviz.bench --prompts assets/prompts.jsonl --gamma 5 --compare-hf --json out.json
-    python -m specviz.bench --policy all --repeats 5          # one row per draft-length policy
+    python -m specviz.cli.bench --prompts assets/prompts.jsonl --gamma 5 --compare-hf --json out.json
+    python -m specviz.cli.bench --policy all --repeats 5          # one row per draft-length policy
 
 Every configuration runs --repeats times per prompt, in an order that rotates
 between repeats (so drift on a busy machine favours none); tables show the median
@@ -14,7 +14,7 @@ checked here, never by timed assertions in tests.
 
 --compare-hf times transformers' `generate` three ways with the very same model
 objects: plain (hf_plain); assisted with specviz's constant γ (hf_same); assisted
-with transformers' own defaults (hf_default); see specviz.bench_hf.
+with transformers' own defaults (hf_default); see specviz.cli.bench_hf.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ import transformers
 from transformers.utils import is_sklearn_available
 from tqdm import tqdm
 
+from ..core.engine import speculative_decode, standard_decode
+from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
+from ..drafters import DRAFTERS
+from ..hardware.executions import CHOICES as EXEC_CHOICES
+from ..models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
-from .drafters import DRAFTERS
-from .hardware.executions import CHOICES as EXEC_CHOICES
-from .engine import speculative_decode, standard_decode
-from .models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
-from .settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.jsonl"
 BF16_NOTE = ("bf16/fp16 divergences are rounding: the verify pass computes several positions in one matmul, whose "
              "low-precision sums differ in the last bits from one-token steps and flip near-ties; fp32 should match")
 
@@ -391,7 +391,7 @@ def _gamma_for(policy: str, args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.cli.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", help="model pair, by id or display name: " + preset_help())
     ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="JSONL file, one {\"prompt\": ...} per line")
     ap.add_argument("--gamma", type=int, default=5, help="draft length γ (the maximum for dynamic policies)")
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "transformers": transformers.__version__,
             "threads": torch.get_num_threads(),
             "hf": {"same": hf_same_values(base), "default": hf_default_assistant(pair.draft),
-                   "default_threshold_retuned": is_sklearn_available(),  # see specviz.bench_hf
+                   "default_threshold_retuned": is_sklearn_available(),  # see specviz.cli.bench_hf
                    "descriptions": HF_CONFIGS} if args.compare_hf else None,
             "greedy_note": BF16_NOTE if greedy and dtype in ("bfloat16", "float16") else None,
             "prompts": prompts, "aggregate": agg,

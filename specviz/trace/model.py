@@ -17,7 +17,7 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
       "settings": {gamma, epsilon, variant ("opt"|"uno"), temperature, top_k,
                    top_p, max_new_tokens, seed, drafter, policy, tau,
                    branches, tree_nodes, tree_mode},  # the last three: the tree drafter only
-                                     # specviz.settings.DecodeSettings; gamma is the maximum
+                                     # specviz.core.settings.DecodeSettings; gamma is the maximum
                                      # draft length under a dynamic policy
       "models": {"preset": str, "draft": str, "target": str, "drafter": str},
       "device": str,                 # "cpu", "cuda:0 (NVIDIA H100)", ...
@@ -51,7 +51,7 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
       "tree": RoundTree              # only in rounds of the tree drafter (absent otherwise)
     }
 
-    RoundTree = {                    # a token tree verified in one target pass (specviz.tree)
+    RoundTree = {                    # a token tree verified in one target pass (specviz.drafters.tree.structure)
       "mode": "iid" | "best-first",  # i.i.d. draft sequences (q_j = q) or top-k children (q_j one-hot)
       "nodes": [{"id", "text", "parent", "depth", "q", "conf", "draws"}],
                                      # creation order, parents first; parent -1 = the last emitted
@@ -85,8 +85,8 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
 Drafted tokens after the first rejection are never verified: they have no
 Position and are shown as discarded.
 
-Loading (`Trace.from_dict`, `Trace.from_json`, `load_recording`) checks every rule the views rely
-on, with pydantic (specviz.trace_schema): strict types, finite and bounded numbers, token ids
+This module is the data model only.  Loading (`trace_from_dict`, `trace_from_json`, `load_recording` in
+specviz.trace.recording) checks every rule the views rely on, with pydantic (specviz.trace.schema): strict types, finite and bounded numbers, token ids
 below 2**31, positions numbered 1…k with only the last one rejected, rounds numbered in order with
 consistent n_before, at most γ drafts; lone surrogates in text become U+FFFD.  A file loads whole
 or not at all, with a message saying where ("speculative.rounds[3].positions[1].i: ...").
@@ -96,20 +96,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .settings import DecodeSettings
-from .trace_tree import RoundTree
+from ..core.settings import DecodeSettings
+from .tree import RoundTree
 
 SCHEMA_NAME = "specviz.trace"
 SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
 READ_VERSIONS = (1, 2)  # version 1 recordings load with the new fields at their defaults
 DRAFT_STOPS = ("", "limit", "budget", "confidence", "cost", "eos", "nodes", "exhausted", "none")
-MAX_TRACE_BYTES = 20 * 1024 * 1024  # a trace file larger than this is refused
 MAX_ROUNDS = 20_000
 
 ORIGINS = ("accepted", "correction", "bonus", "target")
@@ -171,7 +167,7 @@ class Round:
     t_end: float = 0.0
     draft_forwards: int = 0
     target_forwards: int = 1
-    draft_stop: str = ""  # why drafting stopped: one of specviz.policy.STOP_REASONS ("" in old recordings)
+    draft_stop: str = ""  # why drafting stopped: one of specviz.core.policy.STOP_REASONS ("" in old recordings)
     # Prompt tokens this round's target pass also fed: the target's prefill, merged into the first pass
     # (as transformers' generate does) instead of a pass of its own; 0 for every other round.
     prompt_fed: int = 0
@@ -253,14 +249,14 @@ class Trace:
         c: mean draft forward time / mean target forward time (verify passes),
             both measured in this run (prefill excluded): all one run can give.
             Thm 3.8 wants both costs in standard one-token steps; with the
-            standard run of the same race, specviz.costs.race_costs gives c per
+            standard run of the same race, specviz.theory.costs.race_costs gives c per
             step and the verify factor v (what a verify pass costs in steps),
             as the bench does.
         mean_draft_length: tokens drafted per round, over rounds that drafted.
         theoretical_speedup: (1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et
             al. Theorem 3.8, from this run's own α and c: time counted in
             verify passes, so it overstates the speedup by v when a verify pass
-            costs v > 1 steps (the page shows specviz.costs's figures instead).
+            costs v > 1 steps (the page shows specviz.theory.costs's figures instead).
         """
         rounds = self.rounds
         n_tokens = self.n_tokens
@@ -343,31 +339,6 @@ class Trace:
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
 
-    @classmethod
-    def from_dict(cls, d: Any) -> "Trace":
-        return _parse_trace(d)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> "Trace":
-        return _parse_trace(_read_json(text))
-
-
-def _read_json(data: str | bytes) -> Any:
-    """Decode an uploaded file: size limit, UTF-8 and JSON checked, each with a clear TraceError."""
-    if isinstance(data, bytes):
-        if len(data) > MAX_TRACE_BYTES:
-            raise TraceError(f"file is too large ({len(data):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TraceError("file is not UTF-8 text: expected a specviz .json trace or recording") from None
-    if len(data) > MAX_TRACE_BYTES:
-        raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
-        raise TraceError(f"not valid JSON: {exc}") from None
-
 
 def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: float | None = 1.0) -> float | None:
     """Leviathan et al. Thm 3.8 with a verify factor: (1 − α^(γ+1)) / ((1 − α)(γc + v)).
@@ -375,7 +346,7 @@ def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: f
     γ may be a mean draft length.  c and v are in units of one standard decoding step: c = a draft
     token's cost, v = a verify pass's cost.  v = 1 (the default) is the textbook theorem, which
     assumes the target scores γ + 1 tokens in the time it produces one (a memory-bound target).
-    None when an input is unknown.  `specviz.theory.expected_speedup` is the checked public face."""
+    None when an input is unknown.  `specviz.theory.formulas.expected_speedup` is the checked public face."""
     if alpha is None or c is None or v is None or gamma < 1 or gamma * c + v <= 0:
         return None
     if alpha >= 1.0:
@@ -385,7 +356,7 @@ def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: f
     return tokens / (gamma * c + v)
 
 
-# ---- validation: specviz.trace_schema (pydantic) -------------------------------------------
+# ---- JSON: non-finite numbers of the summary become null ------------------------------------
 
 
 def _finite(obj: Any) -> Any:
@@ -397,68 +368,3 @@ def _finite(obj: Any) -> Any:
         return [_finite(v) for v in obj]
     return obj
 
-
-def _parse_trace(d: Any, where: str = "trace") -> Trace:
-    """A checked Trace, or TraceError saying what is wrong and where."""
-    if not isinstance(d, dict):
-        raise TraceError(f"not a specviz trace ({where}): the file must hold a JSON object")
-    if d.get("schema") != SCHEMA_NAME:
-        raise TraceError(f"not a specviz trace ({where}): field 'schema' must be 'specviz.trace'")
-    if d.get("version") not in READ_VERSIONS:
-        raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads versions 1 and 2)")
-    from .trace_schema import parse_trace  # it builds these dataclasses, so it imports this module
-
-    return parse_trace(d, where)
-
-
-# ---- recordings: a speculative run and its standard baseline in one file ------------
-
-RECORDING_NAME = "specviz.recording"
-
-
-def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None = None) -> str:
-    """One file for a whole race: what the app exports and loads back."""
-    doc = {
-        "schema": RECORDING_NAME,
-        "version": SCHEMA_VERSION,
-        "speculative": spec.to_dict() if spec else None,
-        "standard": std.to_dict() if std else None,
-    }
-    return json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
-
-
-def save_recording(spec: Trace | None, std: Trace | None, directory: str | os.PathLike | None = None) -> str:
-    """Write a recording to a new temporary .json file and return its path ("Export trace").
-
-    The bytes are ready before the file is created, so a failure never leaves an empty file behind;
-    a lone surrogate built in memory (loading already replaces them) is written as U+FFFD."""
-    data = re.sub("[\ud800-\udfff]", "\ufffd", recording_to_json(spec, std, indent=1)).encode("utf-8")
-    fd, path = tempfile.mkstemp(prefix="specviz-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        os.unlink(path)
-        raise
-    return path
-
-
-def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
-    """Parse an exported recording (or a bare trace) into (speculative, standard)."""
-    doc = _read_json(data)
-    if isinstance(doc, dict) and doc.get("schema") == SCHEMA_NAME:
-        tr = _parse_trace(doc)
-        return (tr, None) if tr.kind == "speculative" else (None, tr)
-    if not isinstance(doc, dict) or doc.get("schema") != RECORDING_NAME:
-        raise TraceError("not a specviz recording: expected a JSON object with \"schema\": \"specviz.recording\"")
-    if doc.get("version") not in READ_VERSIONS:
-        raise TraceError(f"unsupported recording version {doc.get('version')!r}")
-    spec = _parse_trace(doc["speculative"], "speculative") if doc.get("speculative") is not None else None
-    std = _parse_trace(doc["standard"], "standard") if doc.get("standard") is not None else None
-    if spec is not None and spec.kind != "speculative":
-        raise TraceError("recording: the 'speculative' entry is not a speculative trace")
-    if std is not None and std.kind != "standard":
-        raise TraceError("recording: the 'standard' entry is not a standard trace")
-    if spec is None and std is None:
-        raise TraceError("recording holds no trace")
-    return spec, std

@@ -5,7 +5,7 @@ Three ways to grow it (settings.tree_mode; γ is the depth, settings.tree_nodes 
 - "iid": M = settings.branches draft sequences of length up to γ, each token
   sampled from q (Yin et al.'s batch drafts), merged into a prefix tree:
   sequences that drew the same tokens share nodes, and every draw counts as a
-  try of its own in the rule (specviz.tree).  How many sequences continue at a
+  try of its own in the rule (specviz.drafters.tree.structure).  How many sequences continue at a
   depth is decided before drawing there (the node budget caps it), never from
   the tokens drawn, so the draws at each node stay i.i.d. from q — which the
   rule's exactness needs.  In greedy mode every draw is the argmax, so the tree
@@ -26,7 +26,7 @@ Three ways to grow it (settings.tree_mode; γ is the depth, settings.tree_nodes 
   greedy mode q is one-hot: a chain.
 
 Each depth level is one draft forward over all the nodes being expanded, with a
-tree attention mask (specviz.kv.CachedLM.feed_tree).  After the verdict the
+tree attention mask (specviz.core.kv.CachedLM.feed_tree).  After the verdict the
 draft cache keeps the accepted path only (`keep_path`).  The engine drives this
 drafter through `grow` (one yield per depth, so the page can show the tree
 growing) instead of the chain contract's `draft`.
@@ -39,16 +39,16 @@ from typing import Any, Iterator
 
 import torch
 
-from ..kv import CachedLM
-from ..sampling import sample
-from ..policy import Policy
-from ..settings import TREE_MODES, DecodeSettings
-from ..tree import ROOT, DraftTree
-from .base import DraftContext, Drafter, DraftStep
+from ...core.kv import CachedLM
+from ...core.policy import Policy
+from ...core.sampling import sample
+from ...core.settings import TREE_MODES, DecodeSettings
+from ..base import DraftContext, Drafter, DraftStep
+from .structure import ROOT, DraftTree
 
 
 class TreeDrafter(Drafter):
-    is_tree = True  # the engine runs a tree round (specviz.tree_round) for this drafter
+    is_tree = True  # the engine runs a tree round (specviz.core.tree_round) for this drafter
 
     def __init__(self, model: torch.nn.Module, device: torch.device, mode: str = "best-first", branches: int = 2,
                  max_nodes: int = 16, name: str = "draft model"):

@@ -1,8 +1,8 @@
-"""One round of tree speculative decoding, for the engine's loop (specviz.engine).
+"""One round of tree speculative decoding, for the engine's loop (specviz.core.engine).
 
 draft a tree (TreeDrafter.grow, one yield per depth) → one target forward over
 the uncached suffix and every node (tree mask) → the multi-candidate rule
-(specviz.tree.verify) → both caches keep the accepted path only.
+(specviz.drafters.tree.structure.verify) → both caches keep the accepted path only.
 
 The round is recorded twice: `Round.tree` holds the whole tree and the rule at
 each visited node; the chain fields hold the accepted path as if it had been a
@@ -18,12 +18,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .drafters import DraftContext
+from ..drafters import DraftContext
+from ..drafters.tree.structure import ROOT, DraftTree, TreeVerdict, verify
+from ..trace import DraftToken, Extra, Position, Round, Token
+from ..trace.tree import RoundTree, TreeNode, TreeTry, TreeVisit
 from .policy import Policy
 from .sampling import Warp, sample
-from .trace import DraftToken, Extra, Position, Round, Token
-from .trace_tree import RoundTree, TreeNode, TreeTry, TreeVisit
-from .tree import ROOT, DraftTree, TreeVerdict, verify
 
 
 def _nodes(tree: DraftTree, piece: Callable[[int], str]) -> list[TreeNode]:
@@ -48,7 +48,7 @@ class TreeRun:
     def round(self, rnd: Round, limit: int, gamma: int, policy: Policy) -> Iterator[None]:
         """Draft, verify, emit and roll back; yields after each drafted depth.  Returns
         True when the text ended (an end-of-text token was emitted).  The draft-length
-        policy shapes the tree (specviz.policy) and learns from the round's verdicts."""
+        policy shapes the tree (specviz.core.policy) and learns from the round's verdicts."""
         ids, clock, piece = self.ids, self.clock, self.piece
         tree = None
         passes: list[tuple[int, float]] = []  # (nodes fed, seconds) of each draft pass

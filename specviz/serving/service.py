@@ -21,11 +21,11 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .engine import Event, speculative_stream, standard_stream
+from ..core.engine import Event, speculative_stream, standard_stream
+from ..core.settings import DecodeSettings, SettingsError
+from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
+                      resolve_preset, short_error)
 from .envvars import env_choice, env_int, env_number
-from .models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
-                     resolve_preset, short_error)
-from .settings import DecodeSettings, SettingsError
 
 MAX_PROMPT_CHARS = 8_000
 # Prompt tokens (env SPECVIZ_MAX_PROMPT_TOKENS): prefill time and KV-cache memory grow with them, and
@@ -109,8 +109,8 @@ def check_model_id(name: Any) -> str:
 
 def offered_executions() -> tuple[str, ...]:
     """The target executions this server's device offers (hardware.executions), "auto" first."""
-    from .hardware.executions import offered
-    from .models.pair import resolve_device
+    from ..hardware.executions import offered
+    from ..models.pair import resolve_device
 
     return ("auto",) + offered(resolve_device(None))
 
@@ -132,7 +132,7 @@ def default_target_exec() -> str:
 
 @functools.lru_cache(maxsize=8)
 def _default_target_exec(raw: str, on_zero_gpu: bool = False) -> str:
-    from .hardware.executions import CHOICES
+    from ..hardware.executions import CHOICES
 
     name = env_choice("SPECVIZ_TARGET_EXEC", CHOICES, "auto")
     if name == "auto" and not raw.strip() and on_zero_gpu:
@@ -188,9 +188,9 @@ def replay_execution(preset: str, requested: str) -> str:
     """What a request of `preset` asking for `requested` would execute as on this machine, with the
     machine's class ("int8@no-native-bf16"): part of the replay key, so a recording made with another
     execution or on another class of machine is never replayed as if it had run here."""
-    from .hardware import probe
-    from .hardware.machine import this_machine
-    from .models.pair import resolve_device, resolve_dtype
+    from ..hardware import probe
+    from ..hardware.machine import this_machine
+    from ..models.pair import resolve_device, resolve_dtype
 
     device = resolve_device(None)
     machine = this_machine(device)
@@ -219,7 +219,7 @@ def recording_execution(spec: Any) -> str:
 
 
 def _remember_execution(preset: str, pair: ModelPair) -> ModelPair:
-    from .hardware.executions import dtype_name
+    from ..hardware.executions import dtype_name
 
     execution = getattr(pair, "target_exec", "") or dtype_name(pair.dtype)  # the tiny pair: its dtype
     _EXECUTIONS[preset] = (execution, getattr(pair, "probe", None), pair.target_name)

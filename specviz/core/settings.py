@@ -17,9 +17,12 @@ MAX_NEW_TOKENS_MAX = 1024
 SEED_MAX = 2**63 - 1
 # The one map of variant labels: the UI shows the keys, everything else stores the values.
 VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "uno"}
-# How many tokens a drafter proposes per round (see specviz.policy):
+# Who drafts: the names of specviz.drafters.DRAFTERS (the registry, which imports torch, maps each to
+# its label and class; a test checks that the two agree):
+DRAFTER_NAMES = ("model", "prompt-lookup", "tree", "speculator")
+# How many tokens a drafter proposes per round (see specviz.core.policy):
 POLICIES = ("constant", "heuristic", "confidence", "adaptive")
-# How the tree drafter grows its tree (specviz.drafters.tree): M i.i.d. draft sequences merged into a
+# How the tree drafter grows its tree (specviz.drafters.tree.drafter): M i.i.d. draft sequences merged into a
 # prefix tree (Yin et al.'s batch drafts, SpecInfer), EAGLE-2's best-first tree of top-k children, or
 # M distinct children per expanded node sampled from q without replacement.
 TREE_MODES = ("iid", "best-first", "unique")
@@ -113,7 +116,7 @@ class DecodeSettings:
     top_p: float = 1.0  # 1 = off
     max_new_tokens: int = 64
     seed: int = 0
-    drafter: str = "model"  # a name in specviz.drafters.DRAFTERS
+    drafter: str = "model"  # a name in DRAFTER_NAMES
     policy: str = "constant"  # a name in POLICIES; γ is the maximum draft length for the dynamic ones
     tau: float = 0.4  # the confidence policy stops drafting when q(x) of the token just drafted < τ
     # The tree drafter only (chain drafters ignore these); γ is the tree's depth:
@@ -147,9 +150,7 @@ class DecodeSettings:
             raise SettingsError(f"top-p must be in (0, 1], not {_show(d['top_p'])}")
         max_new = _integer("max new tokens", d["max_new_tokens"], 1, MAX_NEW_TOKENS_MAX)
         seed = _integer("seed", d["seed"], 0, SEED_MAX)
-        from .drafters import DRAFTERS  # lazily: the registry imports torch
-
-        drafter = _choice("drafter", d["drafter"], tuple(DRAFTERS))
+        drafter = _choice("drafter", d["drafter"], DRAFTER_NAMES)
         tau = _number("τ (confidence threshold)", d["tau"])
         if not 0.0 <= tau <= 1.0:
             raise SettingsError(f"τ (confidence threshold) must be between 0 and 1, not {_show(d['tau'])}")

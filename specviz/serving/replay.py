@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..core.settings import DecodeSettings
+from ..models import PRESETS, ModelError, resolve_preset
+from ..trace import Trace, TraceError, load_recording, recording_to_json
 from .envvars import env_int, env_number
-from .models import PRESETS, ModelError, resolve_preset
 from .service import CUSTOM_PRESET, MODEL_LOCK, default_preset, recording_execution, replay_execution
-from .settings import DecodeSettings
-from .trace import Trace, TraceError, load_recording, recording_to_json
 
 log = logging.getLogger("specviz.replay")
 

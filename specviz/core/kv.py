@@ -5,7 +5,7 @@ holding a prefix of the sequence being decoded.  Each call feeds only the tokens
 the cache does not hold yet; after a rejection the cache is cropped back to the
 accepted prefix, so no token is ever recomputed.
 
-Token trees (specviz.tree): `feed_tree` appends tree nodes after the linear
+Token trees (specviz.drafters.tree.structure): `feed_tree` appends tree nodes after the linear
 prefix, each attending to the prefix, its ancestors and itself through a 4D
 additive float mask [1, 1, Q, P+Q] (0 = may attend, the dtype's minimum
 elsewhere) with position_ids = P + depth − 1.  transformers 5 passes a 4D mask
@@ -145,7 +145,7 @@ def cached_lm(model: torch.nn.Module, device: torch.device, need: int | None = N
     """The model with a KV cache for one run: compiled steps over its static cache when the loader
     gave it some (:mod:`specviz.models.compiled`), it is free and the run's ``need`` tokens fit;
     otherwise a :class:`CachedLM` (eager, dynamic cache)."""
-    from .models.compiled import StaticLM, steps_of
+    from ..models.compiled import StaticLM, steps_of
 
     steps = steps_of(model)
     if steps is not None and not steps.in_use and need is not None and need <= steps.max_len:

@@ -1,7 +1,7 @@
 """The trace file schema, checked with pydantic: everything the views rely on.
 
 A recording is data from anywhere (a hand-edited file, another version of specviz), and every
-view draws straight from the dataclasses in `specviz.trace`.  So loading guarantees what drawing
+view draws straight from the dataclasses in `specviz.trace.model`.  So loading guarantees what drawing
 assumes, and a file either loads whole or is refused with one message that says where
 ("speculative.rounds[3].positions[1].i: ..."):
 
@@ -30,9 +30,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Pla
 from pydantic import model_validator
 from pydantic_core import PydanticCustomError
 
-from . import trace as T
-from .settings import DecodeSettings, SettingsError
-from .trace_tree import parse_tree
+from ..core.settings import DecodeSettings, SettingsError
+from . import model as T
+from .tree import parse_tree
 
 MAX_TOKEN_ID = 2**31  # larger than any vocabulary; keeps ids in 32 bits
 MAX_SECONDS = 1e6  # 11.6 days: far past any job's time budget, small enough that sums stay finite

@@ -14,7 +14,7 @@ lost.  So the costs here are measured against the standard run of the same race:
              passes, whose cost is the very thing in question)
 
 and Thm 3.8 is given twice: textbook (v = 1) and with the measured v
-(`specviz.theory.expected_speedup`).  Without a standard run there is no step to divide by: v is
+(`specviz.theory.formulas.expected_speedup`).  Without a standard run there is no step to divide by: v is
 unknown, never assumed, and the textbook figure uses the trace summary's c (÷ the verify pass).
 
 No UI and no models: plain functions of traces.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .trace import Trace, theoretical_speedup
+from ..trace import Trace, theoretical_speedup
 
 # From this verify factor up, the headline calls the target compute-bound: a memory-bound verify
 # pass over a few tokens costs 1.0-1.3 steps (the AMX Xeon: 6 tokens ≈ 1.1 steps).

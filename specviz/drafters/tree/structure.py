@@ -1,8 +1,8 @@
 """Token trees: the draft tree and its lossless multi-candidate verification.
 
-A tree round drafts many continuations at once (specviz.drafters.tree), the
+A tree round drafts many continuations at once (specviz.drafters.tree.drafter), the
 target scores every node in one forward pass with a tree attention mask
-(specviz.kv.CachedLM.feed_tree), and this rule walks down from the root
+(specviz.core.kv.CachedLM.feed_tree), and this rule walks down from the root
 (SpecInfer's multi-step speculative sampling; Yin et al.'s batch speculative
 decoding).  At a node whose target distribution is p::
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import residual, sample
+from ...core.sampling import residual, sample
 
 ROOT = -1  # the parent index of a child of the last emitted token
 
@@ -60,7 +60,7 @@ class DraftTree:
     dist: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> warped draft distribution q there
     forwards: int = 0  # draft forward passes spent
     passes: list[int] = field(default_factory=list)  # tokens or nodes each of those passes fed
-    stop: str | None = None  # why it stopped growing (a key of specviz.policy.STOP_REASONS)
+    stop: str | None = None  # why it stopped growing (a key of specviz.core.policy.STOP_REASONS)
 
     def __len__(self) -> int:
         return len(self.tokens)

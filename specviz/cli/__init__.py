@@ -1,0 +1,5 @@
+"""Command-line tools.
+
+bench.py     the benchmark: `python -m specviz.cli.bench --help`
+bench_hf.py  transformers' generate (plain and assisted) for the benchmark's --compare-hf
+"""

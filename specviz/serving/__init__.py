@@ -1,0 +1,8 @@
+"""Jobs behind the UI and the API, with no Gradio in them.
+
+service.py       input checks, the model lock, the race (speculative then standard)
+replay.py        finished runs served again from a bounded cache; the live gate (LiveGate)
+sweep_budget.py  a sweep's wall-time limit (any sweep or shoot-out)
+hosting.py       where the server runs (port, Hugging Face Spaces)
+envvars.py       the SPECVIZ_* numbers from the environment (an unreadable one: the default, with a warning)
+"""

@@ -1,0 +1,106 @@
+"""Trace files: reading and writing a trace or a recording (a race's two traces) as JSON.
+
+Reading checks everything: the file's size, UTF-8, JSON, then the schema name and version here,
+then every rule the views rely on with pydantic (specviz.trace.schema).  A file loads whole or
+not at all, with a message saying where ("speculative.rounds[3].positions[1].i: ...").  The
+data model itself, and what a trace's JSON holds, is specviz.trace.model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from typing import Any
+
+from .model import READ_VERSIONS, SCHEMA_NAME, SCHEMA_VERSION, Trace, TraceError
+from .schema import parse_trace
+
+MAX_TRACE_BYTES = 20 * 1024 * 1024  # a trace file larger than this is refused
+
+
+def _read_json(data: str | bytes) -> Any:
+    """Decode an uploaded file: size limit, UTF-8 and JSON checked, each with a clear TraceError."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"file is too large ({len(data):,} bytes; the limit is {MAX_TRACE_BYTES:,})")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceError("file is not UTF-8 text: expected a specviz .json trace or recording") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
+        raise TraceError(f"not valid JSON: {exc}") from None
+
+
+def trace_from_dict(d: Any, where: str = "trace") -> Trace:
+    """A checked Trace from a decoded JSON object, or TraceError saying what is wrong and where."""
+    if not isinstance(d, dict):
+        raise TraceError(f"not a specviz trace ({where}): the file must hold a JSON object")
+    if d.get("schema") != SCHEMA_NAME:
+        raise TraceError(f"not a specviz trace ({where}): field 'schema' must be 'specviz.trace'")
+    if d.get("version") not in READ_VERSIONS:
+        raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads versions 1 and 2)")
+    return parse_trace(d, where)
+
+
+def trace_from_json(text: str | bytes) -> Trace:
+    """A checked Trace from a trace's JSON text (a bare trace, not a recording), or TraceError."""
+    return trace_from_dict(_read_json(text))
+
+
+# ---- recordings: a speculative run and its standard baseline in one file ------------
+
+RECORDING_NAME = "specviz.recording"
+
+
+def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None = None) -> str:
+    """One file for a whole race: what the app exports and loads back."""
+    doc = {
+        "schema": RECORDING_NAME,
+        "version": SCHEMA_VERSION,
+        "speculative": spec.to_dict() if spec else None,
+        "standard": std.to_dict() if std else None,
+    }
+    return json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def save_recording(spec: Trace | None, std: Trace | None, directory: str | os.PathLike | None = None) -> str:
+    """Write a recording to a new temporary .json file and return its path ("Export trace").
+
+    The bytes are ready before the file is created, so a failure never leaves an empty file behind;
+    a lone surrogate built in memory (loading already replaces them) is written as U+FFFD."""
+    data = re.sub("[\ud800-\udfff]", "\ufffd", recording_to_json(spec, std, indent=1)).encode("utf-8")
+    fd, path = tempfile.mkstemp(prefix="specviz-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
+    """Parse an exported recording (or a bare trace) into (speculative, standard)."""
+    doc = _read_json(data)
+    if isinstance(doc, dict) and doc.get("schema") == SCHEMA_NAME:
+        tr = trace_from_dict(doc)
+        return (tr, None) if tr.kind == "speculative" else (None, tr)
+    if not isinstance(doc, dict) or doc.get("schema") != RECORDING_NAME:
+        raise TraceError("not a specviz recording: expected a JSON object with \"schema\": \"specviz.recording\"")
+    if doc.get("version") not in READ_VERSIONS:
+        raise TraceError(f"unsupported recording version {doc.get('version')!r}")
+    spec = trace_from_dict(doc["speculative"], "speculative") if doc.get("speculative") is not None else None
+    std = trace_from_dict(doc["standard"], "standard") if doc.get("standard") is not None else None
+    if spec is not None and spec.kind != "speculative":
+        raise TraceError("recording: the 'speculative' entry is not a speculative trace")
+    if std is not None and std.kind != "standard":
+        raise TraceError("recording: the 'standard' entry is not a standard trace")
+    if spec is None and std is None:
+        raise TraceError("recording holds no trace")
+    return spec, std

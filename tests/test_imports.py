@@ -1,0 +1,95 @@
+"""The package's layout: every module imports first on its own, and imports go one way between layers.
+
+An import circle breaks whichever module of it happens to be imported first, so each module is
+tried first: in one fresh interpreter, every specviz module is dropped from sys.modules before
+the next is imported (third-party packages stay loaded, which keeps this fast).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "specviz"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = sorted(_module(p) for p in PACKAGE.rglob("*.py"))
+
+# layer -> the layers it must never import (the lower layers know nothing of the upper ones)
+FORBIDDEN = {
+    "core": ("serving", "experiments", "ui", "views", "cli", "theory", "speculator"),
+    "drafters": ("core.engine", "core.tree_round", "serving", "experiments", "ui", "views", "cli", "theory"),
+    "trace": ("core.engine", "core.kv", "core.policy", "core.sampling", "core.tree_round", "drafters", "models",
+              "hardware", "serving", "experiments", "ui", "views", "cli", "theory"),
+    "theory": ("serving", "experiments", "ui", "views", "cli", "drafters", "models", "hardware"),
+    "serving": ("experiments", "ui", "views", "cli"),
+    "experiments": ("ui", "views", "cli"),
+    "views": ("ui", "serving", "cli"),
+}
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    assert len(MODULES) > 60 and "specviz.core.engine" in MODULES and "specviz.trace.schema" in MODULES
+    script = (
+        "import importlib, json, sys, traceback\n"
+        "failed = {}\n"
+        f"for name in {MODULES!r}:\n"
+        "    for mod in [m for m in sys.modules if m == 'specviz' or m.startswith('specviz.')]:\n"
+        "        del sys.modules[mod]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except BaseException:\n"
+        "        failed[name] = traceback.format_exc(limit=-3)\n"
+        "print(json.dumps(failed))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    failed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not failed, "\n".join(f"{name}:\n{tb}" for name, tb in failed.items())
+
+
+def _imports(path: Path) -> list[str]:
+    """The specviz modules (or packages) a file imports, lazy imports included, as absolute names."""
+    package = _module(path) if path.name == "__init__.py" else _module(path).rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            out += [f"{name}.{a.name}" for a in node.names] + [name]
+    return [m for m in out if m == "specviz" or m.startswith("specviz.")]
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_imports_go_one_way_between_layers(layer):
+    bad = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        for name in _imports(path):
+            for other in FORBIDDEN[layer]:
+                if name == f"specviz.{other}" or name.startswith(f"specviz.{other}."):
+                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_the_package_root_holds_only_layers():
+    """One place per concept: no module left at the top beside the layers (and no shim of a moved one)."""
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py"]
+    layers = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert layers == ["cli", "core", "drafters", "experiments", "hardware", "models", "serving", "speculator",
+                      "theory", "trace", "ui", "views"]
