@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specviz.cli import bench, bench_hf
-from specviz.core.policy import STOP_REASONS
+from specviz.core.settings import DRAFT_STOPS
 from specviz.core.settings import POLICIES
 
 GAMMA, MAX_NEW = 2, 12
@@ -105,7 +105,7 @@ def test_bench_runs_every_configuration_with_sane_numbers(prompts_file, tmp_path
             m = p["configs"][f"spec-{policy}"]
             assert 0 <= m["alpha"] <= 1 and 0 < m["mean_draft_length"] <= GAMMA
             assert m["c"]["median"] > 0 and m["theory"] > 0 and m["verify_extra"]["median"] > -1
-            assert set(m["draft_stops"]) <= set(STOP_REASONS)
+            assert set(m["draft_stops"]) <= set(DRAFT_STOPS)
             # One stop reason per round, summed over the repeats.
             assert sum(m["draft_stops"].values()) == sum(sum(r["draft_stops"].values())
                                                          for r in p["runs"][f"spec-{policy}"])
@@ -119,7 +119,7 @@ def test_bench_runs_every_configuration_with_sane_numbers(prompts_file, tmp_path
                       / sum(p["runs"][cfg][rep]["seconds"] for p in doc["prompts"]) for rep in range(2)]
         assert agg[cfg]["tok_s"]["median"] == pytest.approx(statistics.median(per_repeat))
     assert agg["spec-constant"]["mean_draft_length"] <= GAMMA
-    assert set(agg["spec-adaptive"]["draft_stops"]) <= set(STOP_REASONS)
+    assert set(agg["spec-adaptive"]["draft_stops"]) <= set(DRAFT_STOPS)
 
     # hf_same really used γ: transformers read it from the assistant's generation_config, which
     # the bench set for the call and restored afterwards; hf_default ran transformers' defaults.

@@ -358,7 +358,7 @@ def test_theory_slider_updates_note_and_plot(page, server):
                "the theory note with the recorded run's numbers", UI_S)
     before = page.inner_text("#sv-theory-note")
     first = sorted((ROOT / "assets" / "traces").glob("*.json"))[0]
-    recorded_alpha = load_recording(first.read_bytes())[0].summary()["alpha"]
+    recorded_alpha = load_recording(first.read_bytes())[0].summary().alpha
     assert f"α = {recorded_alpha:.2f}" in before and "γ* = " in before, \
         f"sliders did not follow the recorded run (α = {recorded_alpha:.3f}): {before!r}"
     plot_before = page.locator("#sv-t-speed").text_content()

@@ -35,11 +35,11 @@ def test_the_verify_factor_and_c_are_measured_against_the_standard_step():
     assert rc.t_step == pytest.approx(STEP) and rc.t_verify == pytest.approx(0.12)
     assert rc.v == pytest.approx(0.12 / STEP)
     assert rc.c == pytest.approx(0.01 / STEP)  # per standard step, not per verify pass
-    assert rc.c_verify == pytest.approx(spec.summary()["c"])
-    a = spec.summary()["alpha"]
+    assert rc.c_verify == pytest.approx(spec.summary().c)
+    a = spec.summary().alpha
     assert rc.textbook == pytest.approx(th.expected_speedup(a, 4, 0.01 / STEP))
     assert rc.with_verify == pytest.approx(th.expected_speedup(a, 4, 0.01 / STEP, 0.12 / STEP))
-    assert rc.measured == pytest.approx(spec.summary()["tokens_per_s"] / std.summary()["tokens_per_s"])
+    assert rc.measured == pytest.approx(spec.summary().tokens_per_s / std.summary().tokens_per_s)
 
 
 def test_the_prompt_pass_is_not_a_step():
@@ -53,7 +53,7 @@ def test_without_a_standard_run_the_verify_cost_is_unknown_not_assumed():
     spec = make_trace(**VERIFY_BOUND)
     rc = race_costs(spec, None)
     assert rc.v is None and rc.c is None and rc.with_verify is None and rc.measured is None
-    assert rc.textbook == pytest.approx(spec.summary()["theoretical_speedup"])  # c per verify pass: all there is
+    assert rc.textbook == pytest.approx(spec.summary().theoretical_speedup)  # c per verify pass: all there is
     assert loss_cause(rc) is None
     h = metrics_html(spec, costs=rc)
     assert re.search(r"Verify factor v</th><td[^>]*>unknown<", h)
@@ -175,7 +175,7 @@ def test_the_gamma_sweep_draws_theory_with_the_verify_factor(monkeypatch):
     Decodes(monkeypatch)
     rows = [r for _, _, r in sweeps.gamma_sweep(request(), gammas=(4,)) if r is not None]
     rc = race_costs(make_trace(**VERIFY_BOUND), make_std_trace(step=STEP))
-    assert rows[0] == {"gamma": 0, "tokens_per_s": make_std_trace(step=STEP).summary()["tokens_per_s"]}
+    assert rows[0] == {"gamma": 0, "tokens_per_s": make_std_trace(step=STEP).summary().tokens_per_s}
     row = rows[1]
     assert row["c"] == pytest.approx(rc.c) and row["v"] == pytest.approx(rc.v)
     assert row["speedup"] == pytest.approx(rc.measured)

@@ -201,6 +201,12 @@ def test_the_engine_imports_no_ui():
 
 
 def test_the_registry_and_the_settings_name_the_same_drafters():
-    from specviz.core.settings import DRAFTER_NAMES
+    from specviz.core.settings import DRAFTER_NAMES, DRAFTER_ROUNDS
+    from specviz.drafters import ChainDrafter, drafter_class
 
     assert tuple(DRAFTERS) == DRAFTER_NAMES
+    for name in DRAFTERS:  # each class declares the round kind the settings expect, and keeps its contract
+        cls = drafter_class(name)
+        assert cls.round_kind == DRAFTER_ROUNDS[name]
+        assert issubclass(cls, ChainDrafter) == (cls.round_kind == "chain")
+        assert hasattr(cls, "grow") == (cls.round_kind == "tree")

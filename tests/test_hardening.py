@@ -314,7 +314,7 @@ def _race(monkeypatch, budget: str, **settings):
 
 
 def test_the_time_budget_stops_the_run_with_what_it_has(monkeypatch):
-    assert "time_limit" in T.STOP_REASONS
+    assert "time_limit" in T.RUN_ENDS
     spec, std = _race(monkeypatch, "6", gamma=2, max_new_tokens=200)
     assert spec.stop_reason == "time_limit" and 3 <= len(spec.rounds) <= 6
     assert std is None  # the job's time is spent: the baseline does not start

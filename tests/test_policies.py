@@ -17,7 +17,8 @@ import torch
 
 from specviz.core import engine
 from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
-from specviz.core.policy import STOP_REASONS, Adaptive, Confidence, Heuristic, make_policy
+from specviz.core.settings import DRAFT_STOPS
+from specviz.core.policy import RoundReport, Adaptive, Confidence, Heuristic, make_policy
 from specviz.core.sampling import Warp
 from specviz.core.settings import POLICIES, DecodeSettings
 from specviz.drafters.draft_model import ModelDrafter
@@ -159,8 +160,8 @@ def test_greedy_output_is_the_standard_output_under_every_policy(policy):
     for prompt in ([1, 2, 3], [7, 7, 0, 1, 9, 10]):
         spec = speculative_decode(pair, prompt, s)
         assert [t.id for t in spec.tokens] == [t.id for t in standard_decode(pair, prompt, s).tokens]
-        assert spec.summary()["rejections"] > 0
-        assert {r.draft_stop for r in spec.rounds} <= set(STOP_REASONS)
+        assert spec.summary().rejections > 0
+        assert {r.draft_stop for r in spec.rounds} <= set(DRAFT_STOPS)
 
 
 # ---- the policy objects, driven directly ------------------------------------------------
@@ -181,7 +182,8 @@ def test_heuristic_schedule_is_transformers_plus_two_minus_one():
         ([(0.9, True)] * 3, 7),  # drafted 7, only 3 verified (an EOS): not all accepted, −1
         ([(0.2, False)], 6),
     ] + [([(0.2, False)], 1)] * 6:  # floor at 1
-        pol.observe(verdicts, drafted, 0.01, drafted, drafted + 1, 0.02)
+        pol.observe(RoundReport(verdicts=verdicts, drafted=drafted, t_draft=0.01, draft_forwards=drafted,
+                                fed=drafted + 1, t_verify=0.02))
         seen.append(pol.limit())
     assert seen == [7, 8, 7, 6, 5, 4, 3, 2, 1, 1, 1]
     assert make_policy(settings("heuristic", gamma=3)).limit() == 3
@@ -205,7 +207,8 @@ def calibrated_adaptive(conf: float, accepted: int, of: int, t_step: float, t_ve
     verdicts = [(conf, i < accepted) for i in range(of)]
     n = of // 4
     for k in range(4):  # four rounds feeding the same number of tokens: a flat verify cost a = t_verify, b = 0
-        pol.observe(verdicts[k * n:(k + 1) * n], n, t_step * n, n, 3, t_verify)
+        pol.observe(RoundReport(verdicts=verdicts[k * n:(k + 1) * n], drafted=n, t_draft=t_step * n, draft_forwards=n,
+                                fed=3, t_verify=t_verify))
     return pol
 
 
@@ -237,7 +240,8 @@ def test_adaptive_stops_early_when_drafting_is_dear_and_acceptance_low():
     # It learns acceptance per confidence: the same timings, a confident token is worth drafting on.
     mixed = calibrated_adaptive(0.95, accepted=78, of=80, t_step=0.01, t_verify=0.06)
     for _ in range(10):
-        mixed.observe([(0.15, False)] * 8, 8, 0.08, 8, 9, 0.06)
+        mixed.observe(RoundReport(verdicts=[(0.15, False)] * 8, drafted=8, t_draft=0.08, draft_forwards=8, fed=9,
+                                  t_verify=0.06))
     assert mixed.stop([0.95]) is None and mixed.stop([0.15]) == "cost"
 
 
@@ -263,7 +267,8 @@ def test_calibration_is_the_penalised_logistic_fit_and_informs_neighbouring_conf
 def test_verify_cost_is_fitted_as_a_line_in_tokens_fed():
     pol = make_policy(settings("adaptive"))
     for fed in (2, 4, 6, 8, 3, 5):
-        pol.observe([(0.5, True)], 1, 0.01, 1, fed, 0.03 + 0.005 * fed)
+        pol.observe(RoundReport(verdicts=[(0.5, True)], drafted=1, t_draft=0.01, draft_forwards=1, fed=fed,
+                                t_verify=0.03 + 0.005 * fed))
     a, b = pol.verify.line()
     assert a == pytest.approx(0.03) and b == pytest.approx(0.005)
 

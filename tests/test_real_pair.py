@@ -33,7 +33,7 @@ def test_greedy_speculative_equals_standard_on_the_real_pair(request, pair_fixtu
     assert spec.text == std.text and spec.n_tokens == std.n_tokens > 0
     summ = spec.summary()
     # Real verification happened: several rounds, with drafts accepted (and the text stayed exact).
-    assert summ["rounds"] < spec.n_tokens and summ["accepted"] > 0
+    assert summ.rounds < spec.n_tokens and summ.accepted > 0
 
 
 # ---- the target's executions on the real pair (specviz.hardware.executions) --------------------

@@ -67,7 +67,7 @@ def test_the_shootout_runs_every_drafter_that_can_and_says_why_not(rows):
         assert r.speedup == pytest.approx(r.tokens_per_s / std.tokens_per_s)
         assert r.same_text is True  # greedy, fp32: exactly the target's text
         s = r.trace.summary()
-        assert r.alpha == s["alpha"] and r.mean_accepted_length == s["mean_accepted_length"]
+        assert r.alpha == s.alpha and r.mean_accepted_length == s.mean_accepted_length
     assert by["model"].policy == shootout.CHAIN_POLICY
     head = by["speculator"]  # no trained head for the tiny target: a row that says so
     assert head.trace is None and head.tokens_per_s is None and "No trained speculator" in head.error

@@ -172,4 +172,4 @@ def test_shipped_weights_draft_for_the_int8_target():
     s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=16, drafter="speculator")
     spec = speculative_decode(pair, ids, s, prompt=prompt)
     assert [t.id for t in spec.tokens] == [t.id for t in standard_decode(pair, ids, s, prompt=prompt).tokens]
-    assert spec.summary()["accepted"] >= 2
+    assert spec.summary().accepted >= 2

@@ -245,8 +245,8 @@ def test_running_tv_vs_rejections_on_trace():
     assert idx == [0, 1, 2, 3, 5]  # position 4 was a bonus token: never verified
     assert cum_tv == pytest.approx([0.1, 0.7, 0.9, 1.2, 1.7])
     assert cum_rej == [0, 1, 1, 1, 2]
-    assert cum_tv[-1] == pytest.approx(make_trace().summary()["sum_tv"])
-    assert cum_rej[-1] == make_trace().summary()["rejections"]
+    assert cum_tv[-1] == pytest.approx(make_trace().summary().sum_tv)
+    assert cum_rej[-1] == make_trace().summary().rejections
     assert th.running_tv_vs_rejections(None) == ([], [], [])
     std = Trace("standard", "hi", 1, DecodeSettings(), {}, "cpu", rounds=[Round(0, 0, emitted=[Token(1, "a", "target")])])
     assert th.running_tv_vs_rejections(std) == ([], [], [])

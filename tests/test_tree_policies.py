@@ -12,14 +12,14 @@ import torch
 
 from specviz.core import engine
 from specviz.core.engine import speculative_decode, standard_decode
-from specviz.core.policy import STOP_REASONS, Adaptive, Policy, make_policy
+from specviz.core.settings import DRAFT_STOPS as POLICY_STOPS
+from specviz.core.policy import Adaptive, RoundReport, Policy, make_policy
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.drafters import DraftContext, make_drafter
 from specviz.drafters.tree.structure import ROOT
 from specviz.models.tiny import build_tiny_pair
 from specviz.trace import DRAFT_STOPS
-from specviz.views._fmt import DRAFT_STOP_SHORT
 from tests.test_engine import assert_matches, make_pair
 from tests.test_policies import first_tokens
 from tests.test_tree import PREFIX, exact_joint, one_thread, tree_settings  # noqa: F401 (one_thread: autouse)
@@ -32,14 +32,15 @@ def measured_adaptive(a: float = 0.1, b: float = 0.01, t_step: float = 0.02,
     pol = make_policy(DecodeSettings(policy="adaptive", gamma=8, drafter="tree"))
     assert isinstance(pol, Adaptive)
     for fed in (2, 4, 6, 8):
-        pol.observe([(0.9, True), (0.1, False)], 2, 2 * t_step, 2, fed, a + b * fed, passes=passes)
+        pol.observe(RoundReport(verdicts=[(0.9, True), (0.1, False)], drafted=2, t_draft=2 * t_step, draft_forwards=2,
+                                fed=fed, t_verify=a + b * fed, passes=passes))
     assert pol.verify.line() == pytest.approx((a, b))
     return pol
 
 
 def test_every_tree_stop_reason_is_named_for_the_page_and_the_trace():
-    for reason in STOP_REASONS:
-        assert reason in DRAFT_STOP_SHORT and reason in DRAFT_STOPS
+    for reason, words in POLICY_STOPS.items():
+        assert words.short and words.sentence and reason in DRAFT_STOPS
 
 
 def test_fixed_policies_grow_what_the_settings_say():
@@ -58,9 +59,11 @@ def test_heuristic_grows_after_a_tree_round_whose_path_reached_the_bottom():
     assert pol.limit() == 5
     # A sibling rejected before the path went on: not every verdict an acceptance, but the path
     # reached the tree's depth, so the round counts as all accepted (+2).
-    pol.observe([(0.9, True), (0.3, False), (0.6, True)], 2, 0.02, 2, 6, 0.1, full=True)
+    pol.observe(RoundReport(verdicts=[(0.9, True), (0.3, False), (0.6, True)], drafted=2, t_draft=0.02, draft_forwards=2,
+                            fed=6, t_verify=0.1, full=True))
     assert pol.limit() == 7
-    pol.observe([(0.9, True), (0.3, False)], 7, 0.02, 7, 6, 0.1, full=False)
+    pol.observe(RoundReport(verdicts=[(0.9, True), (0.3, False)], drafted=7, t_draft=0.02, draft_forwards=7, fed=6,
+                            t_verify=0.1, full=False))
     assert pol.limit() == 6
 
 
@@ -201,4 +204,4 @@ def test_greedy_trees_with_dynamic_policies_equal_standard_decoding(policy):
                           policy=policy)
         spec = speculative_decode(pair, prompt, s)
         assert [t.id for t in spec.tokens] == [t.id for t in standard_decode(pair, prompt, s).tokens]
-        assert spec.summary()["rejections"] > 0
+        assert spec.summary().rejections > 0

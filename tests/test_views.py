@@ -58,8 +58,8 @@ def test_synthetic_traces_roundtrip_json():
         back = trace_from_json(tr.to_json())
         assert back.n_tokens == tr.n_tokens
     s = spec.summary()
-    assert s["alpha"] == pytest.approx(16 / 20)
-    assert s["tokens_per_round_hist"] == [0, 1, 2, 1, 1, 2]
+    assert s.alpha == pytest.approx(16 / 20)
+    assert s.tokens_per_round_hist == [0, 1, 2, 1, 1, 2]
 
 
 # ---- round chips ---------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_race_finished_shows_speedup():
     h = race_html(spec, std)
     m = re.search(r'data-speedup="([0-9.]+)"', h)
     assert m
-    expected = spec.summary()["tokens_per_s"] / std.summary()["tokens_per_s"]
+    expected = spec.summary().tokens_per_s / std.summary().tokens_per_s
     assert float(m.group(1)) == pytest.approx(expected, rel=1e-3)
     assert f"{expected:.2f}×" in h
     assert _col_tokens(h) == [spec.n_tokens, std.n_tokens]
@@ -388,9 +388,9 @@ def test_acceptance_by_position_numbers():
     s = tr.summary()
     bar = _bar(fig)
     assert list(bar.x) == [1, 2, 3, 4]
-    assert list(bar.y) == pytest.approx(s["per_position_acceptance"])
+    assert list(bar.y) == pytest.approx(s.per_position_acceptance)
     line = [t for t in fig.data if t.type == "scatter"][0]
-    assert list(line.y) == pytest.approx([s["alpha"], s["alpha"]])
+    assert list(line.y) == pytest.approx([s.alpha, s.alpha])
 
 
 def test_tokens_per_round_hist_numbers():
@@ -399,7 +399,7 @@ def test_tokens_per_round_hist_numbers():
     bar = _bar(fig)
     assert list(bar.x) == list(range(tr.gamma + 2))
     assert sum(bar.y) == len(tr.rounds)
-    assert list(bar.y) == tr.summary()["tokens_per_round_hist"]
+    assert list(bar.y) == tr.summary().tokens_per_round_hist
     exp = [t for t in fig.data if t.type == "scatter"][0]
     assert sum(exp.y) == pytest.approx(len(tr.rounds))
     a, g = 0.8, tr.gamma
@@ -438,16 +438,16 @@ def test_speedup_bars_numbers():
     fig = plots.speedup_bars(spec, std)
     bar = _bar(fig)
     s = spec.summary()
-    measured = s["tokens_per_s"] / std.summary()["tokens_per_s"]
+    measured = s.tokens_per_s / std.summary().tokens_per_s
     assert bar.y[0] == pytest.approx(measured)
-    t_step = std.summary()["t_target_forward"]
-    c, v = s["t_draft_forward"] / t_step, s["t_target_forward"] / t_step  # per standard step
-    assert bar.y[1] == pytest.approx(theoretical_speedup(s["alpha"], spec.gamma, c))
-    assert bar.y[2] == pytest.approx(theoretical_speedup(s["alpha"], spec.gamma, c, v))
+    t_step = std.summary().t_target_forward
+    c, v = s.t_draft_forward / t_step, s.t_target_forward / t_step  # per standard step
+    assert bar.y[1] == pytest.approx(theoretical_speedup(s.alpha, spec.gamma, c))
+    assert bar.y[2] == pytest.approx(theoretical_speedup(s.alpha, spec.gamma, c, v))
     assert f"c = {c:.3f} (draft token ÷ standard step)" in fig.layout.title.subtitle.text
     only = plots.speedup_bars(spec, None)  # no standard run: textbook from c per verify pass, v unknown
-    assert _bar(only).text[0] == "n/a" and _bar(only).y[1] == pytest.approx(s["theoretical_speedup"])
-    assert f"c = {s['c']:.3f} (draft token ÷ verify pass" in only.layout.title.subtitle.text
+    assert _bar(only).text[0] == "n/a" and _bar(only).y[1] == pytest.approx(s.theoretical_speedup)
+    assert f"c = {s.c:.3f} (draft token ÷ verify pass" in only.layout.title.subtitle.text
 
 
 ALL_PLOTS_1 = [plots.acceptance_by_position, plots.tokens_per_round_hist, plots.round_times]
@@ -506,7 +506,7 @@ def _stop_span(h: str) -> dict | None:
 
 
 def test_each_round_shows_how_many_were_drafted_and_why_drafting_stopped():
-    from specviz.core.policy import STOP_REASONS
+    from specviz.core.settings import DRAFT_STOPS
 
     tr = make_trace(plan=STOP_PLAN, policy="adaptive", gamma=4)
     shown = []
@@ -515,7 +515,7 @@ def test_each_round_shows_how_many_were_drafted_and_why_drafting_stopped():
         span = _stop_span(h)
         assert span is not None, step
         assert span["data-stop"] == step["stop"] and int(span["data-drafted"]) == step.get("draft", 4)
-        assert span["title"] == "drafting stopped: " + STOP_REASONS[step["stop"]]  # the full reason on hover
+        assert span["title"] == "drafting stopped: " + DRAFT_STOPS[step["stop"]].sentence  # the full reason on hover
         text = "".join(parse(h).text)
         shown.append(text)
     assert "4 drafted · γ reached" in shown[0]
@@ -655,11 +655,11 @@ def test_theory_tab_measures_c_of_a_drafter_without_forward_passes():
     from specviz.ui.tabs import run_c, use_last_run
 
     model = make_trace()
-    assert run_c(model) == pytest.approx(model.summary()["c"])
+    assert run_c(model) == pytest.approx(model.summary().c)
     lookup = make_trace(drafter="prompt-lookup")  # no draft forward passes: summary c is None
     s = lookup.summary()
-    assert s["c"] is None
-    expected = sum(r.t_draft for r in lookup.rounds) / s["drafted"] / s["t_target_forward"]
+    assert s.c is None
+    expected = sum(r.t_draft for r in lookup.rounds) / s.drafted / s.t_target_forward
     assert run_c(lookup) == pytest.approx(expected)
     assert use_last_run({"spec": lookup})[2] == round(min(expected, 1.0), 3)
     assert run_c(make_std_trace()) is None and run_c(None) is None

@@ -30,8 +30,8 @@ from ..drafters import DraftContext, Drafter, make_drafter
 from ..models.tokens import Detokenizer, token_text
 from ..trace import DraftToken, Extra, Position, Round, Token, Trace
 from .kv import CachedLM, cached_lm
-from .policy import make_policy
-from .sampling import Warp, greedy_rule, rule_stats, sample, verdicts
+from .policy import RoundReport, make_policy
+from .sampling import Warp, sample, verify_chain
 from .settings import GAMMA_MAX_DYNAMIC, DecodeSettings
 from .tree_round import TreeRun
 
@@ -150,7 +150,7 @@ def speculative_stream(
     eos = set(pair.eos_token_ids)
     drafter = drafter or make_drafter(pair, settings)
     policy = make_policy(settings)
-    is_tree = getattr(drafter, "is_tree", False)
+    is_tree = drafter.round_kind == "tree"
     # Trees need the eager cache's 4D masks; a chain may run compiled steps (models.compiled).
     target = CachedLM(pair.target, device) if is_tree else \
         cached_lm(pair.target, device, len(prompt_ids) + settings.max_new_tokens + GAMMA_MAX_DYNAMIC + 1)
@@ -163,8 +163,8 @@ def speculative_stream(
     n_prompt = len(ids)
     clock = Clock(device)
     # A tree drafter's rounds draft, verify and roll back in specviz.core.tree_round.
-    tree = TreeRun(drafter, target, ids, warp, gen, device, eos, piece, detok, clock, settings.tree_mode) \
-        if is_tree else None
+    tree = TreeRun(drafter=drafter, target=target, ids=ids, warp=warp, gen=gen, device=device, eos=eos, piece=piece,
+                   detok=detok, clock=clock, mode=settings.tree_mode) if is_tree else None
     try:
         with torch.inference_mode():
             drafter.start(ids)
@@ -240,53 +240,21 @@ def speculative_stream(
                 fed = len(ids) + k - target.cached
                 rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
                 out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
-                # No drafts (the budget left room for one token only, or the drafter had
-                # nothing): a plain target step, not a bonus.
-                n_acc, extra_kind = k, ("bonus" if k else "target")
-                if warp.greedy:  # one-hot p and q: the rule from token ids (sampling.greedy_rule)
-                    t_ids = out.logits.argmax(-1).tolist()  # the target's token at each position
-                    rule = greedy_rule(t_ids[:k], tokens, eps)
-                else:
-                    p_all = warp(out.logits)  # p_1..p_{k+1}
-                    extra_dist = p_all[k]
-                    rule = []
-                    if k:
-                        q_all = torch.stack(qs)
-                        v = verdicts(p_all[:k], q_all, eps, settings.variant, detail=False)
-                        t_s = time.perf_counter()  # the explainer's statistics, timed as tracing cost
-                        v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q_all, v.b, v.fallback)
-                        trace.t_tracing += time.perf_counter() - t_s
-                        xs = torch.tensor(tokens, device=device)
-                        rows = torch.arange(k, device=device)
-                        rule = list(zip(v.b[rows, xs].tolist(), p_all[rows, xs].tolist(), q_all[rows, xs].tolist(),
-                                        v.reject_prob.tolist(), v.tv.tolist(), v.bias.tolist()))
-                if k:
-                    u = torch.rand(k, generator=gen, device=device).tolist()
-                    for i, (b_x, p_x, q_x, r_i, tv_i, bias_i) in enumerate(rule):
-                        ok = u[i] < b_x
-                        rnd.positions.append(Position(i + 1, q_x, p_x, b_x, u[i], ok, r_i, tv_i, bias_i))
-                        if not ok:
-                            n_acc, extra_kind = i, "correction"
-                            if not warp.greedy:
-                                extra_dist = v.fallback[i]
-                            break
-
-                accepted = tokens[:n_acc]
-                for tok in accepted:
+                verdict = verify_chain(tokens=tokens, q=torch.stack(qs) if qs and not warp.greedy else None,
+                                       logits=out.logits, warp=warp, epsilon=eps, variant=settings.variant,
+                                       generator=gen, stop_tokens=eos)
+                trace.t_tracing += verdict.tracing_seconds
+                rnd.positions.extend(Position(**vars(j)) for j in verdict.judged)
+                n_acc = verdict.accepted
+                for tok in tokens[:n_acc]:
                     rnd.emitted.append(Token(tok, detok.push(tok), "accepted"))
-                ids.extend(accepted)
-                # An accepted EOS (drafting stops at one, so it is the last draft) ends the
-                # text; otherwise add the correction or bonus token.
-                if accepted and accepted[-1] in eos:
+                ids.extend(tokens[:n_acc])
+                if verdict.token is None:  # the accepted draft ended in EOS: the text ends there
                     done, trace.stop_reason = True, "eos"
                 else:
-                    if warp.greedy:  # the residual of one-hot p and q is p: the target's token
-                        y, p_y = t_ids[n_acc], 1.0
-                    else:
-                        y = sample(extra_dist, gen, warp.greedy)
-                        p_y = float(p_all[n_acc][y])
-                    rnd.extra = Extra(y, piece(y), extra_kind, p_y)
-                    rnd.emitted.append(Token(y, detok.push(y), extra_kind))
+                    y = verdict.token
+                    rnd.extra = Extra(y, piece(y), verdict.kind, verdict.p_token)
+                    rnd.emitted.append(Token(y, detok.push(y), verdict.kind))
                     ids.append(y)
                     if out.hidden is not None:
                         hidden = out.hidden[n_acc]
@@ -300,8 +268,10 @@ def speculative_stream(
                 drafter.rollback(keep)
                 rnd.t_end = clock()
                 rnd.t_verify = rnd.t_end - t_v0
-                policy.observe([(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], k, rnd.t_draft,
-                               rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify)
+                policy.observe(RoundReport(
+                    verdicts=[(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], drafted=k,
+                    t_draft=rnd.t_draft, draft_forwards=rnd.draft_forwards, fed=fed,
+                    t_verify=None if rnd.prompt_fed else rnd.t_verify))
                 if not done and len(ids) - n_prompt >= budget:
                     done, trace.stop_reason = True, "max_new_tokens"
                 trace.rounds.append(rnd)

@@ -46,20 +46,28 @@ rounds only, so the tree's rule stays exact.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .settings import DecodeSettings
+from .settings import DRAFT_STOPS, DecodeSettings  # noqa: F401  (DRAFT_STOPS: the reasons a policy gives)
 
-STOP_REASONS = {
-    "limit": "reached the draft length γ",
-    "budget": "reached the token budget",
-    "confidence": "the draft's confidence fell below τ",
-    "cost": "one more draft token was not worth its cost",
-    "eos": "drafted an end-of-text token",
-    "nodes": "the tree reached its node budget",
-    "exhausted": "the drafter had nothing more to propose",
-    "none": "nothing drafted (a plain target step)",
-}
+@dataclass
+class RoundReport:
+    """What a policy observes after each round (:meth:`Policy.observe`)."""
+
+    verdicts: list[tuple[float, bool]]  # (confidence, accepted) per verified draft; a tree: the first child tried at each visited node
+    drafted: int  # tokens drafted (a tree: its depth)
+    t_draft: float  # seconds spent drafting
+    draft_forwards: int  # the drafter's forward passes
+    fed: int  # tokens the verify pass fed
+    t_verify: float | None  # seconds; None when the pass also fed the prompt (it says nothing of a typical pass)
+    full: bool | None = None  # the accepted path reached the draft length (None: every verdict an acceptance, one per draft)
+    passes: list[tuple[int, float]] = field(default_factory=list)  # a tree's draft passes that expanded nodes: (nodes fed, seconds)
+
+    @property
+    def all_accepted(self) -> bool:
+        if self.full is not None:
+            return self.full
+        return len(self.verdicts) == self.drafted and all(ok for _, ok in self.verdicts)
 
 
 class Policy:
@@ -77,14 +85,8 @@ class Policy:
         """After each drafted token: a reason to stop drafting now, or None."""
         return None
 
-    def observe(self, verdicts: list[tuple[float, bool]], drafted: int, t_draft: float, draft_forwards: int,
-                fed: int, t_verify: float | None, full: bool | None = None,
-                passes: list[tuple[int, float]] | None = None) -> None:
-        """After each round: (confidence, accepted) of each verified draft (a tree: the first child
-        tried at each visited node), timings (t_verify None when the pass also fed the prompt, so it says nothing about
-        a typical pass); `full`: the accepted path reached the round's draft length (default:
-        every verdict an acceptance, one per drafted token); `passes`: a tree round's draft
-        passes that expanded nodes, as (nodes fed, seconds)."""
+    def observe(self, report: RoundReport) -> None:
+        """After each round: what it drafted, what was accepted, what it cost."""
 
     # ---- trees: the drafter asks these while growing (draft side only) --------------------
 
@@ -114,11 +116,10 @@ class Heuristic(Policy):
     def limit(self) -> int:
         return self.current
 
-    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify, full=None, passes=None) -> None:
-        if not drafted:
+    def observe(self, report: RoundReport) -> None:
+        if not report.drafted:
             return
-        all_ok = full if full is not None else len(verdicts) == drafted and all(ok for _, ok in verdicts)
-        self.current = min(self.gamma, self.current + 2) if all_ok else max(1, self.current - 1)
+        self.current = min(self.gamma, self.current + 2) if report.all_accepted else max(1, self.current - 1)
 
 
 class Confidence(Policy):
@@ -309,18 +310,18 @@ class Adaptive(Confidence):
             n += 1
         return n, None if n else "cost"
 
-    def observe(self, verdicts, drafted, t_draft, draft_forwards, fed, t_verify, full=None, passes=None) -> None:
-        self.accept_prob.add(verdicts)
-        for rows, seconds in passes or []:
+    def observe(self, report: RoundReport) -> None:
+        self.accept_prob.add(report.verdicts)
+        for rows, seconds in report.passes or []:
             self.draft_rows.add(rows, seconds)
-        if draft_forwards:
-            total = (self.t_step or 0.0) * self.steps + t_draft
-            self.steps += draft_forwards
+        if report.draft_forwards:
+            total = (self.t_step or 0.0) * self.steps + report.t_draft
+            self.steps += report.draft_forwards
             self.t_step = total / self.steps
-        elif self.t_step is None and drafted:
+        elif self.t_step is None and report.drafted:
             self.t_step = 0.0  # a drafter with no forward passes (lookup): drafting is free
-        if t_verify is not None:
-            self.verify.add(fed, t_verify)
+        if report.t_verify is not None:
+            self.verify.add(report.fed, report.t_verify)
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, Heuristic, Confidence, Adaptive)}

@@ -19,7 +19,49 @@ SEED_MAX = 2**63 - 1
 VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "uno"}
 # Who drafts: the names of specviz.drafters.DRAFTERS (the registry, which imports torch, maps each to
 # its label and class; a test checks that the two agree):
-DRAFTER_NAMES = ("model", "prompt-lookup", "tree", "speculator")
+# Each drafter's round kind: a chain (k tokens, the token-wise rule) or a token tree (the engine's
+# tree round).  The one place a run is known to be a tree run: see `round_kind`.
+DRAFTER_ROUNDS = {"model": "chain", "prompt-lookup": "chain", "tree": "tree", "speculator": "chain"}
+DRAFTER_NAMES = tuple(DRAFTER_ROUNDS)
+ROUND_KINDS = ("chain", "tree")
+
+
+@dataclass(frozen=True)
+class DraftStop:
+    """Why a round stopped drafting (``Round.draft_stop``), in the page's two registers."""
+
+    short: str  # the round's chip row
+    sentence: str  # the narration and tooltips: "drafting stopped: <sentence>"
+
+
+# The one list of draft-stop reasons: the engine and the policies set them, traces store the keys
+# (old recordings: ""), the views say them.
+DRAFT_STOPS: dict[str, DraftStop] = {
+    "limit": DraftStop("γ reached", "reached the draft length γ"),
+    "budget": DraftStop("token budget", "reached the token budget"),
+    "confidence": DraftStop("low confidence", "the draft's confidence fell below τ"),
+    "cost": DraftStop("not worth it", "one more draft token was not worth its cost"),
+    "eos": DraftStop("end of text", "drafted an end-of-text token"),
+    "nodes": DraftStop("node budget", "the tree reached its node budget"),
+    "exhausted": DraftStop("nothing more", "the drafter had nothing more to propose"),
+    "none": DraftStop("nothing drafted", "nothing drafted (a plain target step)"),
+}
+
+
+def stop_sentence(key: str, default: str = "") -> str:
+    """The sentence for a draft-stop key ("" or unknown, as in old recordings: ``default``)."""
+    stop = DRAFT_STOPS.get(key)
+    return stop.sentence if stop else default
+
+
+def stop_short(key: str, default: str = "") -> str:
+    stop = DRAFT_STOPS.get(key)
+    return stop.short if stop else default
+
+
+def round_kind(drafter: str) -> str:
+    """ "chain" or "tree": how the engine runs a round of this drafter (unknown names: "chain")."""
+    return DRAFTER_ROUNDS.get(drafter, "chain")
 # How many tokens a drafter proposes per round (see specviz.core.policy):
 POLICIES = ("constant", "heuristic", "confidence", "adaptive")
 # How the tree drafter grows its tree (specviz.drafters.tree.drafter): M i.i.d. draft sequences merged into a

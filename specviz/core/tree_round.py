@@ -14,6 +14,7 @@ unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -22,7 +23,7 @@ from ..drafters import DraftContext
 from ..drafters.tree.structure import ROOT, DraftTree, TreeVerdict, verify
 from ..trace import DraftToken, Extra, Position, Round, Token
 from ..trace.tree import RoundTree, TreeNode, TreeTry, TreeVisit
-from .policy import Policy
+from .policy import Policy, RoundReport
 from .sampling import Warp, sample
 
 
@@ -34,16 +35,24 @@ def _nodes(tree: DraftTree, piece: Callable[[int], str]) -> list[TreeNode]:
             for tok, par, d, q, c, n in zip(tree.tokens, tree.parents, depth, tree.q_tok, tree.conf, tree.draws)]
 
 
+@dataclass(kw_only=True)
 class TreeRun:
-    """The state a tree round needs; `ids` is the engine's own list (extended in place)."""
+    """What a tree round needs from the run it is part of (built once per run, by keyword).
 
-    def __init__(self, drafter: Any, target: Any, ids: list[int], warp: Warp, gen: torch.Generator,
-                 device: torch.device, eos: set[int], piece: Callable[[int], str], detok: Any,
-                 clock: Callable[[], float], mode: str):
-        self.drafter, self.target, self.ids = drafter, target, ids
-        self.warp, self.gen, self.device, self.eos = warp, gen, device, eos
-        self.piece, self.detok, self.clock = piece, detok, clock
-        self.mode = mode  # settings.tree_mode, as the trace names it
+    ``ids`` is the run's token list: each round extends it with what it emitted, as the chain's
+    rounds extend theirs in the engine."""
+
+    drafter: Any  # a TreeDrafter
+    target: Any  # the target's CachedLM (token trees need its 4D masks)
+    ids: list[int]
+    warp: Warp
+    gen: torch.Generator
+    device: torch.device
+    eos: set[int]
+    piece: Callable[[int], str]  # token id -> its text
+    detok: Any  # the run's Detokenizer
+    clock: Callable[[], float]
+    mode: str  # settings.tree_mode, as the trace names it
 
     def round(self, rnd: Round, limit: int, gamma: int, policy: Policy) -> Iterator[None]:
         """Draft, verify, emit and roll back; yields after each drafted depth.  Returns
@@ -88,7 +97,8 @@ class TreeRun:
             self.drafter.rollback(keep)
             rnd.t_end = clock()
             rnd.t_verify = rnd.t_end - t_v0
-            policy.observe([], 0, rnd.t_draft, rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify)
+            policy.observe(RoundReport(verdicts=[], drafted=0, t_draft=rnd.t_draft, draft_forwards=rnd.draft_forwards,
+                                       fed=fed, t_verify=None if rnd.prompt_fed else rnd.t_verify))
             return y in self.eos
 
         fed = len(ids) - self.target.cached + len(tree)
@@ -120,9 +130,11 @@ class TreeRun:
         # tried only after the first was rejected, so its verdict answers a conditional question
         # and would flatten the calibration.)  The round was "full" when the path reached the bottom.
         depth = max(n.depth for n in rnd.tree.nodes)
-        policy.observe([(tree.conf[vis.tries[0].node], vis.tries[0].accepted) for vis in v.visits], depth,
-                       rnd.t_draft, rnd.draft_forwards, fed, None if rnd.prompt_fed else rnd.t_verify,
-                       full=len(v.path) >= depth, passes=passes[1:])  # the first pass fed the suffix
+        policy.observe(RoundReport(
+            verdicts=[(tree.conf[vis.tries[0].node], vis.tries[0].accepted) for vis in v.visits], drafted=depth,
+            t_draft=rnd.t_draft, draft_forwards=rnd.draft_forwards, fed=fed,
+            t_verify=None if rnd.prompt_fed else rnd.t_verify, full=len(v.path) >= depth,
+            passes=passes[1:]))  # the first pass fed the suffix
         return done
 
     def _record(self, rnd: Round, tree: DraftTree, p: torch.Tensor, v: TreeVerdict, fed: int,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import DraftContext, Drafter, DraftStep, one_hot
+from .base import ChainDrafter, DraftContext, Drafter, DraftStep, one_hot
 
 DRAFTERS: dict[str, tuple[str, str]] = {
     "model": ("draft model", "draft_model:ModelDrafter"),
@@ -31,4 +31,4 @@ def make_drafter(pair: Any, settings: Any) -> Drafter:
     return drafter_class(settings.drafter).for_pair(pair, settings)
 
 
-__all__ = ["DRAFTERS", "DraftContext", "DraftStep", "Drafter", "drafter_class", "make_drafter", "one_hot"]
+__all__ = ["DRAFTERS", "ChainDrafter", "DraftContext", "DraftStep", "Drafter", "drafter_class", "make_drafter", "one_hot"]

@@ -53,9 +53,12 @@ class DraftStep:
 
 
 class Drafter:
-    """Base class with the do-nothing defaults; see the module docstring."""
+    """What every drafter has (do-nothing defaults); see the module docstring.  A drafter is a
+    :class:`ChainDrafter` (``draft``) or a tree drafter (``grow``, specviz.drafters.tree), as its
+    ``round_kind`` declares (and core.settings.DRAFTER_ROUNDS names); the engine dispatches on it."""
 
     name: str = "drafter"  # shown on the page and stored in the trace
+    round_kind: str = "chain"  # "chain" | "tree": which round the engine runs
     needs_hidden: bool = False
 
     @classmethod
@@ -66,14 +69,21 @@ class Drafter:
     def start(self, ids: list[int]) -> None:
         """A new run on this prompt (prefill a cache here)."""
 
-    def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
-        raise NotImplementedError
-
     def rollback(self, n: int) -> None:
         """Only the first n tokens of the sequence are still valid."""
 
     def free(self) -> None:
         """Release caches (the run ended, failed or was cancelled)."""
+
+
+class ChainDrafter(Drafter):
+    """A drafter that proposes one chain of tokens a round, one :class:`DraftStep` at a time."""
+
+    round_kind = "chain"
+
+    def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
+        """Yield up to ``ctx.limit`` steps; the engine may stop early (close the generator)."""
+        raise NotImplementedError
 
 
 def one_hot(token: int, vocab: int, device: torch.device) -> torch.Tensor:

@@ -9,10 +9,10 @@ import torch
 from ..core.kv import cached_lm
 from ..core.sampling import sample
 from ..core.settings import GAMMA_MAX_DYNAMIC
-from .base import DraftContext, Drafter, DraftStep
+from .base import ChainDrafter, DraftContext, DraftStep
 
 
-class ModelDrafter(Drafter):
+class ModelDrafter(ChainDrafter):
     """Draft x_i ~ q_i = warp(draft(prefix + x_<i)), keeping the draft model's KV cache."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft model",

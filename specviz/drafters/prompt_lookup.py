@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .base import DraftContext, Drafter, DraftStep, one_hot
+from .base import ChainDrafter, DraftContext, DraftStep, one_hot
 
 
-class PromptLookupDrafter(Drafter):
+class PromptLookupDrafter(ChainDrafter):
     """Find the latest earlier occurrence of the last n tokens (n = max_ngram … 1)
     and propose what followed it.  Like every drafter it is cut after an end-of-text
     token by the engine, so a match followed by an end-of-turn token and the chat

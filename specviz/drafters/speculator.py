@@ -16,14 +16,14 @@ from typing import Any, Iterator
 import torch
 
 from ..core.sampling import sample
-from .base import DraftContext, Drafter, DraftStep
+from .base import ChainDrafter, DraftContext, DraftStep
 
 # Weights attached to a loaded target, per target: building the drafter for each run then
 # costs nothing (attaching gathers V_r rows of the head, tens of MB for the real pair).
 _ATTACHED: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
 
 
-class SpeculatorDrafter(Drafter):
+class SpeculatorDrafter(ChainDrafter):
     name = "learned head (MLP speculator)"
     needs_hidden = True
 

@@ -73,10 +73,12 @@ def cost_ratio(trace: Any) -> float | None:
     """c: a draft token's cost in target forward passes.  From the draft forward passes when the
     drafter has them; a drafter with none (prompt lookup) is charged its drafting time per drafted
     token instead, which is what γ·c stands for in Leviathan et al.'s Thm 3.8."""
-    s = trace.summary() if trace else {}
-    if s.get("c") is not None:
-        return s["c"]
-    drafted, t_target = s.get("drafted") or 0, s.get("t_target_forward")
+    s = trace.summary() if trace else None
+    if s is None:
+        return None
+    if s.c is not None:
+        return s.c
+    drafted, t_target = s.drafted or 0, s.t_target_forward
     if drafted and t_target:
         return sum(r.t_draft for r in trace.rounds) / drafted / t_target
     return None
@@ -105,13 +107,13 @@ def lineup(base: DecodeSettings) -> list[Contender]:
 
 def _row(c: Contender, trace: Any) -> Row:
     s = trace.summary()
-    row = Row(c.key, c.label, policy="" if c.key == STANDARD else c.settings.policy, tokens=s["tokens"],
-              tokens_per_s=s["tokens_per_s"], target_forwards=s["target_forwards"], trace=trace)
+    row = Row(c.key, c.label, policy="" if c.key == STANDARD else c.settings.policy, tokens=s.tokens,
+              tokens_per_s=s.tokens_per_s, target_forwards=s.target_forwards, trace=trace)
     if c.key == STANDARD:
         row.mean_accepted_length, row.speedup = 1.0, 1.0  # one token per target pass, by definition
     else:
-        row.alpha, row.mean_accepted_length = s["alpha"], s["mean_accepted_length"]
-        row.mean_draft_length, row.c = s["mean_draft_length"], cost_ratio(trace)
+        row.alpha, row.mean_accepted_length = s.alpha, s.mean_accepted_length
+        row.mean_draft_length, row.c = s.mean_draft_length, cost_ratio(trace)
     return row
 
 

@@ -79,7 +79,7 @@ def gamma_sweep(req: Request, gammas=GAMMAS, should_stop: Callable[[], bool] = l
     std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
     if std.stop_reason == "stopped":
         return
-    std_tps = std.summary()["tokens_per_s"]
+    std_tps = std.summary().tokens_per_s
     yield 1 / n, f"baseline: {std_tps:.2f} tok/s", {"gamma": 0, "tokens_per_s": std_tps}
     for k, g in enumerate(within(gammas, should_stop), 2):
         tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, gamma=g), prompt=req.prompt,
@@ -93,7 +93,7 @@ def _gamma_point(g: int, tr: Any, std: Any) -> tuple[str, dict[str, Any]]:
     """One γ's row: measured speedup, α, c and v per standard step (specviz.theory.costs), and Thm 3.8
     with the measured v (the textbook value follows from α, c and γ with v = 1)."""
     rc = race_costs(tr, std)
-    res = {"gamma": g, "tokens_per_s": tr.summary()["tokens_per_s"], "speedup": rc.measured, "alpha": rc.alpha,
+    res = {"gamma": g, "tokens_per_s": tr.summary().tokens_per_s, "speedup": rc.measured, "alpha": rc.alpha,
            "c": rc.c, "v": rc.v, "theoretical_speedup": rc.with_verify}
     return f"γ = {g}: {rc.measured or 0:.2f}×", res
 
@@ -110,7 +110,7 @@ def epsilon_sweep(req: Request, epsilons=EPSILONS, should_stop: Callable[[], boo
     std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
     if std.stop_reason == "stopped":
         return
-    std_tps = std.summary()["tokens_per_s"]
+    std_tps = std.summary().tokens_per_s
     base: list[int] | None = None
     for k, e in enumerate(within(eps, should_stop), 1):
         for variant in ("opt", "uno"):
@@ -122,11 +122,11 @@ def epsilon_sweep(req: Request, epsilons=EPSILONS, should_stop: Callable[[], boo
             ids = [t.id for t in tr.tokens]
             if base is None:
                 base = ids
-            res = {"epsilon": e, "variant": variant, "alpha": s["alpha"], "speedup": s["tokens_per_s"] / std_tps,
-                   "tokens_per_s": s["tokens_per_s"], "mean_bias": s["mean_bias"],
-                   "reject_prob": s["mean_reject_prob"], "mean_tv": (s["sum_tv"] / s["verified"]) if s["verified"] else None,
+            res = {"epsilon": e, "variant": variant, "alpha": s.alpha, "speedup": s.tokens_per_s / std_tps,
+                   "tokens_per_s": s.tokens_per_s, "mean_bias": s.mean_bias,
+                   "reject_prob": s.mean_reject_prob, "mean_tv": (s.sum_tv / s.verified) if s.verified else None,
                    "first_divergence": first_divergence(base, ids), "edit_distance": edit_distance(base, ids)}
-            yield k / len(eps), f"ε = {e:g} ({variant.upper()}): α = {s['alpha'] or 0:.2f}", res
+            yield k / len(eps), f"ε = {e:g} ({variant.upper()}): α = {s.alpha or 0:.2f}", res
 
 
 TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)

@@ -141,10 +141,10 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
             std = standard_decode(pair, prompt, s)
             a, b = spec.summary(), std.summary()
             row = {"target": size, "mode": mode, "greedy_equal": [t.id for t in spec.tokens] == [t.id for t in std.tokens],
-                   "standard_tok_s": round(b["decode_tokens_per_s"], 1), "spec_tok_s": round(a["decode_tokens_per_s"], 1),
-                   "alpha": a["alpha"], "draft_step_ms": round(1000 * (a["t_draft_forward"] or 0), 2),
-                   "target_step_ms": round(1000 * (b["t_target_forward"] or 0), 2),
-                   "verify_ms": round(1000 * (a["t_target_forward"] or 0), 2)}
+                   "standard_tok_s": round(b.decode_tokens_per_s, 1), "spec_tok_s": round(a.decode_tokens_per_s, 1),
+                   "alpha": a.alpha, "draft_step_ms": round(1000 * (a.t_draft_forward or 0), 2),
+                   "target_step_ms": round(1000 * (b.t_target_forward or 0), 2),
+                   "verify_ms": round(1000 * (a.t_target_forward or 0), 2)}
             print(json.dumps(row), flush=True)
             rows.append(row)
         for m in (draft, target):

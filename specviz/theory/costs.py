@@ -104,7 +104,7 @@ def race_costs(spec: Trace | None, std: Trace | None = None) -> RaceCosts | None
     n = len(rounds)
     t_draft = sum(r.t_draft for r in rounds)
     forwards = sum(r.draft_forwards for r in rounds)
-    drafted = s.get("drafted") or 0
+    drafted = s.drafted or 0
     if forwards:
         per_token = t_draft / forwards
     elif drafted:  # a drafter without forward passes (prompt lookup): its drafting time per token
@@ -115,13 +115,13 @@ def race_costs(spec: Trace | None, std: Trace | None = None) -> RaceCosts | None
     measured = None
     if std is not None and std.kind == "standard" and std.rounds:
         ss = std.summary()
-        t_step = ss.get("t_target_forward") or None
-        a, b = s.get("tokens_per_s") or 0.0, ss.get("tokens_per_s") or 0.0
+        t_step = ss.t_target_forward or None
+        a, b = s.tokens_per_s or 0.0, ss.tokens_per_s or 0.0
         measured = a / b if a > 0 and b > 0 else None
-    gamma = spec.gamma if spec.settings.policy == "constant" else (s.get("mean_draft_length") or 0.0)
-    accepted = s.get("accepted") or 0
+    gamma = spec.gamma if spec.settings.policy == "constant" else (s.mean_draft_length or 0.0)
+    accepted = s.accepted or 0
     return RaceCosts(
-        alpha=s.get("alpha"), gamma=gamma, rounds=n, t_verify=s.get("t_target_forward"), t_draft_token=per_token,
+        alpha=s.alpha, gamma=gamma, rounds=n, t_verify=s.t_target_forward, t_draft_token=per_token,
         t_step=t_step, tokens_per_round=1 + accepted / n, drafted_per_round=drafted / n,
         wasted_per_round=(drafted - accepted) / n, measured=measured)
 

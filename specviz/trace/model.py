@@ -99,18 +99,19 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..core.settings import DRAFT_STOPS as POLICY_DRAFT_STOPS
 from ..core.settings import DecodeSettings
 from .tree import RoundTree
 
 SCHEMA_NAME = "specviz.trace"
 SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
 READ_VERSIONS = (1, 2)  # version 1 recordings load with the new fields at their defaults
-DRAFT_STOPS = ("", "limit", "budget", "confidence", "cost", "eos", "nodes", "exhausted", "none")
+DRAFT_STOPS = ("", *POLICY_DRAFT_STOPS)  # "" in recordings made before the reason was kept
 MAX_ROUNDS = 20_000
 
 ORIGINS = ("accepted", "correction", "bonus", "target")
 EXTRA_KINDS = ("correction", "bonus", "target")
-STOP_REASONS = ("eos", "max_new_tokens", "stopped", "time_limit", "error")  # time_limit: the job's wall-time budget
+RUN_ENDS = ("eos", "max_new_tokens", "stopped", "time_limit", "error")  # why a run ended (Trace.stop_reason); time_limit: the job's wall-time budget
 
 
 class TraceError(ValueError):
@@ -167,7 +168,7 @@ class Round:
     t_end: float = 0.0
     draft_forwards: int = 0
     target_forwards: int = 1
-    draft_stop: str = ""  # why drafting stopped: one of specviz.core.policy.STOP_REASONS ("" in old recordings)
+    draft_stop: str = ""  # why drafting stopped: one of specviz.core.settings.DRAFT_STOPS ("" in old recordings)
     # Prompt tokens this round's target pass also fed: the target's prefill, merged into the first pass
     # (as transformers' generate does) instead of a pass of its own; 0 for every other round.
     prompt_fed: int = 0
@@ -239,91 +240,11 @@ class Trace:
             out.append((rnd.t_end, n))
         return out
 
-    def summary(self) -> dict[str, Any]:
-        """Run totals and the metrics the views label.
+    def summary(self) -> "Summary":
+        """Run totals and the metrics the views label (:class:`specviz.trace.summary.Summary`)."""
+        from .summary import summarize
 
-        alpha: accepted drafts / verified drafts (drafts after the first
-            rejection in a round are never verified, so they do not count).
-        mean_accepted_length: 1 + accepted / rounds (vLLM's definition; counts
-            the correction or bonus token).
-        c: mean draft forward time / mean target forward time (verify passes),
-            both measured in this run (prefill excluded): all one run can give.
-            Thm 3.8 wants both costs in standard one-token steps; with the
-            standard run of the same race, specviz.theory.costs.race_costs gives c per
-            step and the verify factor v (what a verify pass costs in steps),
-            as the bench does.
-        mean_draft_length: tokens drafted per round, over rounds that drafted.
-        theoretical_speedup: (1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et
-            al. Theorem 3.8, from this run's own α and c: time counted in
-            verify passes, so it overstates the speedup by v when a verify pass
-            costs v > 1 steps (the page shows specviz.theory.costs's figures instead).
-        """
-        rounds = self.rounds
-        n_tokens = self.n_tokens
-        decode_time = max(self.t_total - rounds[0].t_end, 1e-9) if rounds else 1e-9
-        decode_tokens = n_tokens - len(rounds[0].emitted) if rounds else 0
-        out: dict[str, Any] = {
-            "kind": self.kind,
-            "tokens": n_tokens,
-            "rounds": len(rounds),
-            "target_forwards": sum(r.target_forwards for r in rounds),
-            "t_total": self.t_total,
-            "t_prefill": self.t_prefill,
-            "ttft": rounds[0].t_end if rounds else None,
-            "tokens_per_s": n_tokens / self.t_total if self.t_total > 0 else 0.0,
-            # After the first round (which reads the prompt): the steady decoding rate.
-            "decode_tokens_per_s": decode_tokens / decode_time if decode_tokens > 0 else 0.0,
-            "stop_reason": self.stop_reason,
-            "tracing_overhead": self.t_tracing / self.t_total if self.t_total > 0 else 0.0,
-        }
-        # One pass's cost: rounds whose pass also fed the prompt are not typical passes.
-        t_verify = [r.t_verify for r in rounds if r.target_forwards and not r.prompt_fed]
-        target_fwd = sum(t_verify) / len(t_verify) if t_verify else None
-        out["t_target_forward"] = target_fwd
-        if self.kind != "speculative":
-            return out
-
-        verified = [pos for r in rounds for pos in r.positions]
-        accepted = sum(1 for pos in verified if pos.accepted)
-        drafted = sum(len(r.draft) for r in rounds)
-        alpha = accepted / len(verified) if verified else None
-        draft_fwd_n = sum(r.draft_forwards for r in rounds)
-        draft_fwd = sum(r.t_draft for r in rounds) / draft_fwd_n if draft_fwd_n else None
-        c = draft_fwd / target_fwd if (draft_fwd is not None and target_fwd) else None
-        gamma = self.gamma
-        drafting = [len(r.draft) for r in rounds if r.draft]
-        mean_draft = sum(drafting) / len(drafting) if drafting else None
-        per_pos = []
-        for i in range(1, gamma + 1):
-            tested = [r.positions[i - 1] for r in rounds if len(r.positions) >= i]
-            per_pos.append(sum(p.accepted for p in tested) / len(tested) if tested else None)
-        hist = [0] * (gamma + 2)
-        for r in rounds:
-            n = len(r.emitted)
-            if n < len(hist):
-                hist[n] += 1
-        out.update(
-            drafted=drafted,
-            verified=len(verified),
-            accepted=accepted,
-            rejections=sum(1 for pos in verified if not pos.accepted),
-            alpha=alpha,
-            mean_beta=(1 - sum(p.tv for p in verified) / len(verified)) if verified else None,
-            mean_accepted_length=(1 + accepted / len(rounds)) if rounds else None,
-            per_position_acceptance=per_pos,
-            tokens_per_round_hist=hist,
-            t_draft_forward=draft_fwd,
-            c=c,
-            sum_tv=sum(p.tv for p in verified),
-            mean_reject_prob=(sum(p.reject_prob for p in verified) / len(verified)) if verified else None,
-            mean_bias=(sum(p.bias for p in verified) / len(verified)) if verified else None,
-            mean_draft_length=mean_draft,
-            # Thm 3.8 at the draft length actually run: γ for the constant policy, the mean
-            # draft length of the rounds that drafted for the dynamic ones.
-            theoretical_speedup=theoretical_speedup(
-                alpha, gamma if self.settings.policy == "constant" else (mean_draft or 0.0), c),
-        )
-        return out
+        return summarize(self)
 
     # ---- JSON ---------------------------------------------------------------
 
@@ -333,7 +254,7 @@ class Trace:
         for r in d["rounds"]:  # chain rounds stay exactly as they were: no "tree" key
             if r.get("tree") is None:
                 r.pop("tree", None)
-        d["summary"] = _finite(self.summary())
+        d["summary"] = _finite(self.summary().as_dict())
         return d
 
     def to_json(self, indent: int | None = None) -> str:

@@ -240,7 +240,7 @@ class TraceIn(_In):
     models: Annotated[dict[str, str], PlainValidator(_models)]
     device: Text
     rounds: Annotated[list[RoundIn], BeforeValidator(_few_rounds)]
-    stop_reason: Literal[T.STOP_REASONS]
+    stop_reason: Literal[T.RUN_ENDS]
     t_prefill: Secs
     t_total: Secs
     draft_prefill: OptSecs = 0.0  # absent in early recordings

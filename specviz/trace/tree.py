@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
-from ..core.settings import TREE_NODES_MAX
+from ..core.settings import TREE_MODES, TREE_NODES_MAX
 
 
 def _probability(v: float) -> float:
@@ -65,7 +65,7 @@ class TreeVisit:
 
 @dataclass
 class RoundTree:
-    mode: Literal["iid", "best-first", "unique"]
+    mode: Literal[TREE_MODES]
     nodes: Annotated[list[TreeNode], Field(max_length=TREE_NODES_MAX)] = field(default_factory=list)
     visits: list[TreeVisit] = field(default_factory=list)
     path: list[StrictInt] = field(default_factory=list)  # the accepted nodes, root to deepest
@@ -102,3 +102,18 @@ def parse_tree(data: Any, gamma: int) -> RoundTree:
             if not 0 <= t.node < len(nodes) or nodes[t.node].parent != v.node:
                 raise ValueError(f"tree.visits[{k}].tries[{j}].node: not a child of the visited node")
     return tree
+
+
+def attention_mask(parents: list[int]) -> list[list[bool]]:
+    """Which tree node may attend to which: itself and its ancestors (the prefix is visible to all).
+    Row i, column j: node i sees node j.  ``parents[i]``: node i's parent, -1 for a child of the
+    prefix's last token.  What the verify pass's 4D mask encodes (specviz.core.kv.CachedLM.feed_tree)."""
+    out = []
+    for i in range(len(parents)):
+        row = [False] * len(parents)
+        node = i
+        while node >= 0:
+            row[node] = True
+            node = parents[node]
+        out.append(row)
+    return out

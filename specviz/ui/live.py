@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from ..core.settings import round_kind
 from ..models import ModelError
 from ..serving.replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay_speed, run_key, snapshot
 from ..serving.replay import replay as replay_run
@@ -185,7 +186,7 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
                 final = up.phase == "done" or (ev and ev.kind == "done")
                 # A tree round's verdict is never throttled away: its walk is played.
                 walk = walk_steps(ev.round) if (up.phase == "speculative" and ev.kind == "round"
-                                                and req.settings.drafter == "tree" and walked < WALK_RUN_MAX_S) else []
+                                                and round_kind(req.settings.drafter) == "tree" and walked < WALK_RUN_MAX_S) else []
                 if not final and not walk and now - last < UI_THROTTLE_S:
                     continue
                 last = now
@@ -203,7 +204,7 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
                         walked += time.perf_counter() - t0
                         last = time.perf_counter()
                         continue
-                    if req.settings.drafter == "tree":
+                    if round_kind(req.settings.drafter) == "tree":
                         frame.tree = live_tree(spec, pending)
                     yield frame
                 elif up.phase == "standard":
@@ -236,9 +237,9 @@ def _play_walk(first: LiveFrame, spec: Trace, steps: list[int], msg: str) -> Ite
 
 
 def done_message(spec: Trace, std: Trace | None) -> str:
-    summ = spec.summary() if spec else {}
+    summ = spec.summary()
     sp = V.race_speedup(spec, std)
-    msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.get('alpha') or 0:.2f}"
+    msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.alpha or 0:.2f}"
     return msg + (f", speedup {sp:.2f}× over standard decoding" if sp else "")
 
 

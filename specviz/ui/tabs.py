@@ -102,9 +102,9 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
     rc = race_costs(spec, std) if spec and std else None
     if rc is not None:
         s, c_run = spec.summary(), rc.c if rc.c is not None else run_c(spec)
-        if s.get("alpha") is not None and c_run is not None:
+        if s.alpha is not None and c_run is not None:
             # c and v per standard step of the race's standard run (specviz.theory.costs)
-            measured = {"alpha": s["alpha"], "c": c_run, "v": rc.v, "gamma": spec.gamma,
+            measured = {"alpha": s.alpha, "c": c_run, "v": rc.v, "gamma": spec.gamma,
                         "speedup": V.race_speedup(spec, std), "draft_len": mean_draft_length(spec)}
     alpha, c, c_hat, g, vv = x["alpha"], x["c"], x["c_hat"], x["gamma"], x["v"]
     g_opt, sp_opt = optimal_gamma(alpha, c, 64, vv)
@@ -138,15 +138,15 @@ def use_last_run(state: Any) -> tuple[Any, Any, Any, Any]:
     standard step when the run raced a standard run (specviz.theory.costs), else c per verify pass and v
     left where it is."""
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
-    s = spec.summary() if spec else {}
+    s = spec.summary() if spec else None
     rc = race_costs(spec, std) if spec and std else None
     c = rc.c if rc is not None and rc.c is not None else run_c(spec)
-    if s.get("alpha") is None or c is None:
+    if s is None or s.alpha is None or c is None:
         return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     g = min(spec.gamma, THEORY_GAMMA_MAX)
     lo, hi = THEORY_RANGES["v"][1:3]
     v = round(min(max(rc.v, lo), hi), 2) if rc is not None and rc.v is not None else gr.skip()
-    return round(min(max(s["alpha"], 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3), v
+    return round(min(max(s.alpha, 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3), v
 
 
 def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any = None):

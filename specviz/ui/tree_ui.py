@@ -11,6 +11,7 @@ from typing import Any
 
 import gradio as gr
 
+from ..core.settings import round_kind
 from ..trace import Round, Trace
 from ..views import html as V
 from ..views import tree_plots as TRP
@@ -26,7 +27,7 @@ def drafter_controls(drafter: Any, epsilon: Any = 0.0) -> dict[str, Any]:
     """What the drafter selector changes, as {name: component update}: the tree's own controls
     show for "tree"; ε and the variant, which the tree's rule does not take, are locked at their
     exact values (validation would refuse anything else), and γ becomes the tree's depth."""
-    tree = drafter == "tree"
+    tree = round_kind(str(drafter)) == "tree"
     return {
         "tree_row": gr.update(visible=tree),
         "epsilon": gr.update(interactive=not tree, value=0 if tree else epsilon,
@@ -38,7 +39,7 @@ def drafter_controls(drafter: Any, epsilon: Any = 0.0) -> dict[str, Any]:
 
 def gamma_labels(drafter: Any, slider: dict[str, Any]) -> dict[str, Any]:
     """The γ slider's label and hint (from tabs.gamma_slider) when the tree drafter is picked."""
-    if drafter == "tree":
+    if round_kind(str(drafter)) == "tree":
         if slider.get("label") == "Draft length γ":  # the constant policy: every tree this deep
             return {**slider, "label": "Tree depth γ", "info": "levels of the token tree (its longest path)"}
         return {**slider, "label": "Maximum tree depth γ",
@@ -48,7 +49,7 @@ def gamma_labels(drafter: Any, slider: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_tree_run(spec: Trace | None) -> bool:
-    return bool(spec) and (spec.settings.drafter == "tree" or any(r.tree is not None for r in spec.rounds))
+    return bool(spec) and round_kind(spec.settings.drafter) == "tree"
 
 
 def live_tree(spec: Trace | None, pending: Round | None = None, walk: int | None = None) -> str:

@@ -53,20 +53,6 @@ MEANINGS: dict[str, str] = {
 }
 
 
-# Why a round stopped drafting (Round.draft_stop), as the chip row says it; the full
-# sentence is specviz.core.policy.STOP_REASONS.
-DRAFT_STOP_SHORT: dict[str, str] = {
-    "limit": "γ reached",
-    "budget": "token budget",
-    "confidence": "low confidence",
-    "cost": "not worth it",
-    "eos": "end of text",
-    "nodes": "node budget",
-    "exhausted": "nothing more",
-    "none": "nothing drafted",
-}
-
-
 def esc(text: Any) -> str:
     """HTML-escape anything (quotes included, so it is safe inside attributes)."""
     return _html.escape("" if text is None else str(text), quote=True)

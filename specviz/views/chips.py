@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specviz.core.policy import STOP_REASONS
+from specviz.core.settings import stop_sentence, stop_short
 
 from ._fmt import (
-    DRAFT_STOP_SHORT,
     MEANINGS,
     epsilon_of,
     drafter_name,
@@ -153,9 +152,9 @@ def _draft_stop_html(rnd: Round) -> str:
     if not stop and not rnd.draft:  # standard decoding, or an old recording's plain round
         return ""
     k = len(rnd.draft)
-    short = DRAFT_STOP_SHORT.get(stop, "")
+    short = stop_short(stop)
     label = short if stop == "none" else (f"{k} drafted · {short}" if short else f"{k} drafted")
-    why = STOP_REASONS.get(stop, "")
+    why = stop_sentence(stop)
     title = f' title="{esc("drafting stopped: " + why)}"' if why else ""
     return f'<span class="sv-draft-stop" data-stop="{esc(stop)}" data-drafted="{k}"{title}>{esc(label)}</span>'
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..theory.costs import RaceCosts, steps
+from ..trace import Summary, Trace
 from ._fmt import esc, fnum, fsec
 
 _STOP = {
@@ -25,40 +26,40 @@ def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
         return str(x)
 
 
-def metric_rows(summary: dict[str, Any], gamma: int | None = None,
+def metric_rows(summary: Summary, gamma: int | None = None,
                 costs: RaceCosts | None = None) -> list[tuple[str, str, str, str]]:
     """(group, metric, value, definition) rows, all plain text.  ``costs``: the race's cost model
     (specviz.theory.costs.race_costs with the standard run), which puts c and Thm 3.8 in standard steps
     and adds the verify factor; without it the verify cost is "unknown"."""
-    s = summary or {}
-    spec = s.get("kind") == "speculative"
+    s = summary
+    spec = s.kind == "speculative"
     g = f"γ={gamma}" if gamma else "γ"
     rows: list[tuple[str, str, str, str]] = []
     add = rows.append
 
-    add(("Output", "Tokens", _num(s.get("tokens"), "{:d}"), "new tokens generated (prompt excluded)"))
-    add(("Output", "Stop reason", _STOP.get(s.get("stop_reason"), str(s.get("stop_reason") or "—")), "why generation ended"))
+    add(("Output", "Tokens", _num(s.tokens, "{:d}"), "new tokens generated (prompt excluded)"))
+    add(("Output", "Stop reason", _STOP.get(s.stop_reason, str(s.stop_reason or "—")), "why generation ended"))
     if spec:
-        add(("Output", "Rounds", _num(s.get("rounds"), "{:d}"), "draft → verify cycles; each costs one target forward pass"))
+        add(("Output", "Rounds", _num(s.rounds, "{:d}"), "draft → verify cycles; each costs one target forward pass"))
     add(
         (
             "Output",
             "Target forward passes",
-            _num(s.get("target_forwards"), "{:d}"),
+            _num(s.target_forwards, "{:d}"),
             "calls to the big model (the first also reads the prompt)"
             + ("" if spec else ": one per token in standard decoding"),
         )
     )
 
-    add(("Speed", "Wall time", fsec(s.get("t_total")), "start to last token, reading the prompt included"))
-    add(("Speed", "Time to first token", fsec(s.get("ttft")), "start to the end of the first round"))
-    add(("Speed", "Throughput", _num(s.get("tokens_per_s"), "{:.1f}", " tok/s"), "tokens ÷ wall time"))
-    add(("Speed", "Decode throughput", _num(s.get("decode_tokens_per_s"), "{:.1f}", " tok/s"), "after the first round: tokens ÷ time (the prompt's cost left out)"))
+    add(("Speed", "Wall time", fsec(s.t_total), "start to last token, reading the prompt included"))
+    add(("Speed", "Time to first token", fsec(s.ttft), "start to the end of the first round"))
+    add(("Speed", "Throughput", _num(s.tokens_per_s, "{:.1f}", " tok/s"), "tokens ÷ wall time"))
+    add(("Speed", "Decode throughput", _num(s.decode_tokens_per_s, "{:.1f}", " tok/s"), "after the first round: tokens ÷ time (the prompt's cost left out)"))
     add(
         (
             "Speed",
             "Target forward time",
-            fsec(s.get("t_target_forward")),
+            fsec(s.t_target_forward),
             "mean time of one target forward pass" + (" (a verify step)" if spec else " (one token)"),
         )
     )
@@ -68,12 +69,12 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None,
             (
                 "Acceptance",
                 "α (acceptance rate)",
-                fnum(s.get("alpha"), 3),
-                f"accepted drafts ÷ verified drafts = {s.get('accepted', '?')} ÷ {s.get('verified', '?')} "
+                fnum(s.alpha, 3),
+                f"accepted drafts ÷ verified drafts = {(s.accepted if s.accepted is not None else '?')} ÷ {(s.verified if s.verified is not None else '?')} "
                 "(drafts after a rejection are never verified)",
             )
         )
-        per = s.get("per_position_acceptance") or []
+        per = s.per_position_acceptance or []
         add(
             (
                 "Acceptance",
@@ -86,7 +87,7 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None,
             (
                 "Acceptance",
                 "Mean accepted length",
-                fnum(s.get("mean_accepted_length"), 2),
+                fnum(s.mean_accepted_length, 2),
                 "1 + accepted ÷ rounds: tokens per target pass, counting the correction/bonus (vLLM)",
             )
         )
@@ -94,26 +95,26 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None,
             (
                 "Acceptance",
                 "Drafts",
-                f"{s.get('drafted', 0)} drafted · {s.get('verified', 0)} verified · "
-                f"{s.get('accepted', 0)} accepted · {s.get('rejections', 0)} rejected",
+                f"{(s.drafted if s.drafted is not None else 0)} drafted · {(s.verified if s.verified is not None else 0)} verified · "
+                f"{(s.accepted if s.accepted is not None else 0)} accepted · {(s.rejections if s.rejections is not None else 0)} rejected",
                 "drafted − verified = discarded after a rejection",
             )
         )
-        rounds = s.get("rounds") or 0
+        rounds = s.rounds or 0
         add(
             (
                 "Acceptance",
                 "Mean draft length",
-                fnum(s.get("drafted", 0) / rounds, 2) if rounds else "—",
+                fnum((s.drafted if s.drafted is not None else 0) / rounds, 2) if rounds else "—",
                 f"drafted ÷ rounds: tokens proposed per round ({g} is the most a round may draft)",
             )
         )
-        add(("Acceptance", "Mean β", fnum(s.get("mean_beta"), 3), "1 − mean TV(p, q) = mean Σₓ min(p, q): expected acceptance per position"))
-        add(("Acceptance", "Mean rejection prob. r", fnum(s.get("mean_reject_prob"), 3), "r = 1 − Σₓ q(x)·b(x), averaged over verified positions"))
-        if s.get("mean_bias"):
-            add(("Acceptance", "Mean bias", fnum(s.get("mean_bias"), 4), "TV(output dist., p) per position: 0 for exact (ε = 0) sampling"))
+        add(("Acceptance", "Mean β", fnum(s.mean_beta, 3), "1 − mean TV(p, q) = mean Σₓ min(p, q): expected acceptance per position"))
+        add(("Acceptance", "Mean rejection prob. r", fnum(s.mean_reject_prob, 3), "r = 1 − Σₓ q(x)·b(x), averaged over verified positions"))
+        if s.mean_bias:
+            add(("Acceptance", "Mean bias", fnum(s.mean_bias, 4), "TV(output dist., p) per position: 0 for exact (ε = 0) sampling"))
 
-        add(("Cost model", "Draft forward time", fsec(s.get("t_draft_forward")), "mean time of one draft forward pass"))
+        add(("Cost model", "Draft forward time", fsec(s.t_draft_forward), "mean time of one draft forward pass"))
         rc = costs
         if rc is not None and rc.t_step:
             add(("Cost model", "Standard step time", fsec(rc.t_step),
@@ -125,9 +126,9 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None,
         else:
             add(("Cost model", "Verify factor v", "unknown",
                  "verify pass ÷ standard step: run standard decoding in the same race to measure a step"))
-            add(("Cost model", "c (cost ratio)", fnum(s.get("c"), 3),
+            add(("Cost model", "c (cost ratio)", fnum(s.c, 3),
                  "draft forward time ÷ verify pass time (no standard step measured to divide by)"))
-        theo = rc.textbook if rc is not None else s.get("theoretical_speedup")
+        theo = rc.textbook if rc is not None else s.theoretical_speedup
         add(
             (
                 "Cost model",
@@ -149,18 +150,18 @@ def metric_rows(summary: dict[str, Any], gamma: int | None = None,
     return rows
 
 
-def metrics_html(summary: dict[str, Any] | None, *, gamma: int | None = None, costs: RaceCosts | None = None) -> str:
+def metrics_html(summary: "Summary | Trace | None", *, gamma: int | None = None, costs: RaceCosts | None = None) -> str:
     """The metrics of ``Trace.summary()`` as a compact table, each row with its definition.
 
     ``summary`` may also be a Trace (its summary is taken, and γ from its settings).  ``costs``:
     the race's cost model (specviz.theory.costs.race_costs), for the verify factor and Thm 3.8 with it.
     """
-    if summary is not None and hasattr(summary, "summary"):
+    if isinstance(summary, Trace):
         gamma = gamma if gamma is not None else getattr(summary, "gamma", None)
         summary = summary.summary()
     if not summary:
         return '<div class="sv-metrics sv-empty">No metrics yet.</div>'
-    head = "Speculative decoding" if summary.get("kind") == "speculative" else "Standard decoding"
+    head = "Speculative decoding" if summary.kind == "speculative" else "Standard decoding"
     out = [f'<table class="sv-metrics"><caption>{esc(head)}</caption><tbody>']
     last_group = None
     for group, name, value, definition in metric_rows(summary, gamma, costs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specviz.core.policy import STOP_REASONS
+from specviz.core.settings import stop_sentence
 
 from ._fmt import (
     drafter_name,
@@ -60,7 +60,7 @@ def _ratios(rnd: Round, upto: int, eps: float) -> str:
 
 def _why_drafting_stopped(rnd: Round, trace: Trace | None) -> str:
     """"the draft's confidence fell below τ = 0.4", or "" (old recordings have no reason)."""
-    why = STOP_REASONS.get(rnd.draft_stop, "")
+    why = stop_sentence(rnd.draft_stop)
     settings = trace.settings if trace is not None else None
     if settings is not None and why.endswith("γ"):
         why += f" = {settings.gamma}"

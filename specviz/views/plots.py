@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.core.policy import STOP_REASONS
+from specviz.core.settings import stop_sentence, stop_short
 from specviz.theory.costs import race_costs, steps
 
-from ._fmt import COLORS, DRAFT_STOP_SHORT, fsec, mean_draft_length
+from ._fmt import COLORS, fsec, mean_draft_length
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -100,7 +100,7 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
     if why:
         return empty_figure(title, why)
     s = trace.summary()
-    rates = s.get("per_position_acceptance") or []
+    rates = s.per_position_acceptance or []
     gamma = len(rates)
     tested = [0] * gamma
     accepted = [0] * gamma
@@ -128,7 +128,7 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
             "<br>rate %{y:.3f}<extra></extra>",
         )
     )
-    alpha = s.get("alpha")
+    alpha = s.alpha
     if alpha is not None:
         fig.add_trace(
             go.Scatter(
@@ -137,7 +137,7 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
                 y=[alpha, alpha],
                 mode="lines",
                 line=dict(color=COLORS["theory"], dash="dash", width=2),
-                hovertemplate=f"overall α = accepted ÷ verified = {s.get('accepted')} ÷ {s.get('verified')} = {alpha:.3f}<extra></extra>",
+                hovertemplate=f"overall α = accepted ÷ verified = {s.accepted} ÷ {s.verified} = {alpha:.3f}<extra></extra>",
             )
         )
     _style(
@@ -174,7 +174,7 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
     if why:
         return empty_figure(title, why)
     s = trace.summary()
-    hist = list(s.get("tokens_per_round_hist") or [])
+    hist = list(s.tokens_per_round_hist or [])
     gamma = len(hist) - 2
     n_rounds = sum(hist)
     xs = list(range(len(hist)))
@@ -193,7 +193,7 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
             hovertemplate="%{y} rounds emitted %{x} tokens (%{customdata:.0%})<extra></extra>",
         )
     )
-    alpha = s.get("alpha")
+    alpha = s.alpha
     if alpha is not None and n_rounds:
         exp = [n_rounds * p for p in expected_tokens_distribution(alpha, gamma)]
         fig.add_trace(
@@ -237,7 +237,7 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
     xs = [r.index + 1 for r in rounds]
     drafted = [len(r.draft) for r in rounds]
     accepted = [r.n_accepted for r in rounds]
-    why = [STOP_REASONS.get(r.draft_stop, "not recorded") for r in rounds]
+    why = [stop_sentence(r.draft_stop, "not recorded") for r in rounds]
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
@@ -281,7 +281,7 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
     sub = f"mean drafted {mean_d:.2f} · mean accepted {mean_a:.2f}"
     if stops:
         top = sorted(stops.items(), key=lambda kv: -kv[1])
-        sub += "<br>stopped: " + " · ".join(f"{DRAFT_STOP_SHORT.get(k, k)} {n}" for k, n in top[:3])
+        sub += "<br>stopped: " + " · ".join(f"{stop_short(k, k)} {n}" for k, n in top[:3])
         sub += " · …" if len(top) > 3 else ""
     _style(fig, title, "round", "tokens", subtitle=sub)
     fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
@@ -348,7 +348,7 @@ def tokens_vs_time(spec: Trace | None, std: Trace | None) -> go.Figure:
     fig = go.Figure()
     for trace, name, color in sides:
         xs, ys = _curve(trace)
-        tps = trace.summary().get("tokens_per_s") or 0.0
+        tps = trace.summary().tokens_per_s or 0.0
         fig.add_trace(
             go.Scatter(
                 name=f"{name} ({tps:.1f} tok/s)",

@@ -87,7 +87,7 @@ def race_speedup(spec: Trace | None, std: Trace | None) -> float | None:
     """Measured speedup: speculative tokens/s ÷ standard tokens/s (None if not computable)."""
     if spec is None or std is None:
         return None
-    s, t = spec.summary().get("tokens_per_s") or 0.0, std.summary().get("tokens_per_s") or 0.0
+    s, t = spec.summary().tokens_per_s or 0.0, std.summary().tokens_per_s or 0.0
     if s <= 0 or t <= 0:
         return None
     return s / t
@@ -195,7 +195,7 @@ def race_html(
     if a.finished and b.finished and not a.error and not b.error and a.present and b.present:
         sp = race_speedup(spec, std)
         if sp is not None:
-            s_tps, t_tps = spec.summary()["tokens_per_s"], std.summary()["tokens_per_s"]
+            s_tps, t_tps = spec.summary().tokens_per_s, std.summary().tokens_per_s
             rc = race_costs(spec, std)
             cause = loss_cause(rc)
             spans = [("sv-speedup-k", verdict(sp, s_tps, t_tps))]

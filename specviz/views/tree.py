@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.core.policy import STOP_REASONS
+from specviz.core.settings import stop_sentence
+from specviz.trace.tree import attention_mask
 
 from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
 from .chips import _chip, _tip
@@ -220,7 +221,7 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
         level = [n for n in tree.nodes if n.depth == step]
         line = (f"Drafting depth {step}: {plural(len(level), 'node')} "
                 f"({', '.join(tok_repr(n.text) for n in level[:6])}{', …' if len(level) > 6 else ''})")
-        why = STOP_REASONS.get(rnd.draft_stop) if step == depth and rnd.positions else None
+        why = (stop_sentence(rnd.draft_stop) or None) if step == depth and rnd.positions else None
         return f"{line}; the tree stops growing: {why}." if why else f"{line}."
     e = events[step - depth - 1]
     v = tree.visits[e.visit]
@@ -256,14 +257,9 @@ def tree_mask_figure(rnd: Round | None) -> go.Figure:
     nodes = rnd.tree.nodes
     labels = [f"{k}·d{n.depth} {tok_repr(n.text, 12)}" for k, n in enumerate(nodes)]
     on_path = set(rnd.tree.path)
-    z = []
-    for k in range(len(nodes)):
-        row = [1.0] + [0.0] * len(nodes)
-        a = k
-        while a >= 0:
-            row[a + 1] = 1.0 + (a in on_path and k in on_path)
-            a = nodes[a].parent
-        z.append(row)
+    mask = attention_mask([n.parent for n in nodes])
+    z = [[1.0] + [(1.0 + (a in on_path and k in on_path)) if seen else 0.0 for a, seen in enumerate(row)]
+         for k, row in enumerate(mask)]
     fig = go.Figure(go.Heatmap(
         z=z, x=["prefix"] + labels, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
         colorscale=[[0, "rgba(128,128,128,0.10)"], [0.5, COLORS["bonus"]], [1, COLORS["accepted"]]],

@@ -43,12 +43,12 @@ from ...core.kv import CachedLM
 from ...core.policy import Policy
 from ...core.sampling import sample
 from ...core.settings import TREE_MODES, DecodeSettings
-from ..base import DraftContext, Drafter, DraftStep
+from ..base import DraftContext, Drafter
 from .structure import ROOT, DraftTree
 
 
 class TreeDrafter(Drafter):
-    is_tree = True  # the engine runs a tree round (specviz.core.tree_round) for this drafter
+    round_kind = "tree"  # the engine runs a tree round (specviz.core.tree_round) for this drafter
 
     def __init__(self, model: torch.nn.Module, device: torch.device, mode: str = "best-first", branches: int = 2,
                  max_nodes: int = 16, name: str = "draft model"):
@@ -69,9 +69,6 @@ class TreeDrafter(Drafter):
     def start(self, ids: list[int]) -> None:
         self.lm.free()
         self.lm.prefill(ids)
-
-    def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
-        raise NotImplementedError("the tree drafter grows a tree: the engine calls grow()")
 
     # ---- growing the tree ------------------------------------------------------------
 
@@ -148,7 +145,7 @@ class TreeDrafter(Drafter):
             raw = self._expand(ctx.ids, tree, list(dict.fromkeys(alive)), ctx.warp)
 
     def _grow_best_first(self, ctx: DraftContext, eos: set[int], policy: Policy) -> Iterator[DraftTree]:
-        tree = DraftTree("det")
+        tree = DraftTree("best-first")
         k = self.branches
         raw = self._expand(ctx.ids, tree, [ROOT], ctx.warp)
         value = {ROOT: 1.0}  # the chance the walk accepts the node: policy.tree_value along its path

@@ -17,7 +17,7 @@ q_j is what child j was drawn from given the earlier children:
 - "iid" (M draft sequences sampled from q): q_j = q.  Duplicates share a node
   but every draw is a try of its own (a repeated token after a rejection is
   rejected surely: r(x) = 0 by then).
-- "det" (deterministic top-k children): q_j = δ_{x_j}, so x_j is accepted with
+- "best-first" (deterministic top-k children): q_j = δ_{x_j}, so x_j is accepted with
   probability r(x_j), and a rejection zeroes x_j in r and renormalises.
 - "unique" (distinct children sampled from q without replacement): q_j is q
   with the earlier children's tokens removed and renormalised, which is what
@@ -48,19 +48,19 @@ class DraftTree:
 
     Nodes are numbered in the order they were created, parents before children."""
 
-    mode: str  # "iid" | "det" | "unique": what each child was drawn from (the rule's q_j)
+    mode: str  # one of core.settings.TREE_MODES ("iid" | "best-first" | "unique"): what each child was drawn from (the rule's q_j)
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)  # ROOT or an earlier node
     q_tok: list[float] = field(default_factory=list)  # q(x) of the node's token at its parent (warped)
     conf: list[float] = field(default_factory=list)  # the draft's temperature-1 probability of the token
-    draws: list[int] = field(default_factory=list)  # i.i.d. draws that landed on this node (1 for det, unique)
+    draws: list[int] = field(default_factory=list)  # i.i.d. draws that landed on this node (1 for best-first, unique)
     # node (ROOT too) -> its children in the order the rule tries them; for "iid" one
     # entry per draw, so a node drawn twice appears twice
     tries: dict[int, list[int]] = field(default_factory=dict)
     dist: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> warped draft distribution q there
     forwards: int = 0  # draft forward passes spent
     passes: list[int] = field(default_factory=list)  # tokens or nodes each of those passes fed
-    stop: str | None = None  # why it stopped growing (a key of specviz.core.policy.STOP_REASONS)
+    stop: str | None = None  # why it stopped growing (a key of specviz.core.settings.DRAFT_STOPS)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -168,7 +168,7 @@ def all_rejected_prob(p: torch.Tensor, tree: DraftTree, node: int) -> float:
     (for deterministic children 1 − Σ_j p(x_j)); for children drawn without replacement its
     mean over rounds estimates the probability over the draws without bias."""
     kids = tree.tries.get(node, [])
-    if tree.mode == "det":
+    if tree.mode == "best-first":
         return float(max(0.0, 1.0 - float(sum(p[tree.tokens[j]] for j in set(kids)))))
     if tree.mode == "unique":
         r, prob = p, 1.0
@@ -225,17 +225,3 @@ def verify(tree: DraftTree, p: torch.Tensor, gen: torch.Generator, greedy: bool,
         path.append(node)
         if tree.tokens[node] in eos:  # an accepted end of text ends the text: no extra token
             return TreeVerdict(path, visits, None, "", node, None)
-
-
-def attention_mask(parents: list[int]) -> list[list[bool]]:
-    """Which tree node may attend to which (itself and its ancestors); the prefix is
-    visible to all.  Row i, column j: node i sees node j.  For the views."""
-    out = []
-    for i in range(len(parents)):
-        row = [False] * len(parents)
-        node = i
-        while node != ROOT:
-            row[node] = True
-            node = parents[node]
-        out.append(row)
-    return out
