@@ -127,7 +127,7 @@ def test_the_shipped_recording_renders_without_a_model(monkeypatch):
     assert when.startswith("recorded on ") and when in frame.status
     for fig in (frame.gamma_plot, frame.eps_plot, frame.pareto, frame.shootout_plot):
         assert when in fig.layout.title.subtitle.text  # every figure is marked
-    assert len([t for t in frame.gamma_plot.data if "measured" in (t.name or "")]) == 1
+    assert len([t for t in frame.gamma_plot.data if (t.name or "").startswith("measured")]) == 1  # the points
     assert frame.shootout_table.count("<tr data-key=") == len(rec.shootout) and when in frame.shootout_table
     assert frame.shootout_runs is SKIP and frame.shootout_pick is SKIP  # no traces; no components built here
     assert len(recorded.parse(rec.to_json()).gamma) == len(rec.gamma)  # written compactly, reads back
