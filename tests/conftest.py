@@ -55,6 +55,8 @@ SLOW_TESTS = (
     "test_requests_never_name_the_evaluation_prompts", "test_epsilon_biases_the_output_by_the_predicted_amount",
     "test_a_wrong_residual_is_caught", "test_every_module_imports_first_in_a_fresh_interpreter",
     "test_the_walk_is_not_counted_by_the_decoding_clock", "test_the_engine_imports_no_ui",
+    "test_each_rule_emits_the_targets_joint_on_the_toy", "test_the_engine_emits_the_targets_joint_under_each_rule",
+    "test_a_block_residual_without_its_weight_is_caught",
 )
 
 

@@ -10,7 +10,8 @@ import torch
 from scipy.stats import chisquare
 
 from specviz.core import sampling
-from specviz.core.sampling import Warp, verify_chain
+from specviz.core.sampling import Warp
+from specviz.core.verify import verify_chain
 
 V = 5
 P = torch.tensor([[0.40, 0.25, 0.20, 0.10, 0.05]])  # target at position 1

@@ -31,7 +31,8 @@ from ..models.tokens import Detokenizer, token_text
 from ..trace import DraftToken, Extra, Position, Round, Token, Trace
 from .kv import CachedLM, cached_lm
 from .policy import RoundReport, make_policy
-from .sampling import Warp, sample, verify_chain
+from .sampling import Warp, sample
+from .verify import verify_chain
 from .settings import GAMMA_MAX_DYNAMIC, DecodeSettings
 from .tree_round import TreeRun
 
@@ -242,9 +243,11 @@ def speculative_stream(
                 out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
                 verdict = verify_chain(tokens=tokens, q=torch.stack(qs) if qs and not warp.greedy else None,
                                        logits=out.logits, warp=warp, epsilon=eps, variant=settings.variant,
-                                       generator=gen, stop_tokens=eos)
+                                       generator=gen, stop_tokens=eos, rule=settings.rule)
                 trace.t_tracing += verdict.tracing_seconds
                 rnd.positions.extend(Position(**vars(j)) for j in verdict.judged)
+                for d, o in zip(rnd.draft, verdict.odds):  # for "same draft, three rules"
+                    d.p, d.h = o.p, o.h
                 n_acc = verdict.accepted
                 for tok in tokens[:n_acc]:
                     rnd.emitted.append(Token(tok, detok.push(tok), "accepted"))

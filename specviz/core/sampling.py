@@ -7,7 +7,6 @@ q = draft (Leviathan et al.; Chen et al. and Yin et al. swap the letters).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -141,90 +140,3 @@ def rule_stats(p: torch.Tensor, q: torch.Tensor, b: torch.Tensor, fallback: torc
     emitted = qb + reject_prob.unsqueeze(-1) * fallback
     bias = 0.5 * (emitted - p).abs().sum(-1)
     return reject_prob, tv.clamp(0.0, 1.0), bias.clamp(0.0, 1.0)
-
-
-
-# --------------------------------------------------------------------------------------------------
-# The chain's rule, whole: judge k drafted tokens against the target's k + 1 distributions
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Judged:
-    """One drafted position as the rule judged it: x drawn from q, accepted when u < b(x)."""
-
-    i: int  # 1-based position in the draft
-    q: float  # q(x)
-    p: float  # p(x)
-    b: float  # b(x) = min(1, (p(x) + ε) / q(x))
-    u: float  # the uniform draw
-    accepted: bool
-    reject_prob: float  # r = 1 − Σ q·b (what the explainer shows; NaN-free)
-    tv: float  # TV(p, q)
-    bias: float  # TV(emitted distribution, p): 0 for OPT at ε = 0
-
-
-@dataclass
-class ChainVerdict:
-    """What the token-wise rule (Leviathan et al., Algorithm 1; Yin et al.'s ε) made of one chain.
-
-    ``accepted`` drafted tokens are kept; then ``token`` follows: a *correction* drawn from the
-    residual at the first rejection, a *bonus* drawn from p_{k+1} when all k pass, or the target's
-    own token when nothing was drafted (``kind`` "target").  ``token`` is None when the kept
-    tokens end in a stop token (nothing may follow an end of text)."""
-
-    accepted: int
-    token: int | None
-    kind: str | None  # "correction" | "bonus" | "target" | None
-    p_token: float  # p(token) at its position (1.0 under greedy decoding)
-    judged: list[Judged]  # the positions judged: all k, or up to and including the first rejection
-    tracing_seconds: float = 0.0  # time spent on the explainer's statistics (r, TV, bias), not on deciding
-
-
-def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Tensor, warp: Warp,
-                 epsilon: float, variant: str, generator: torch.Generator,
-                 stop_tokens: frozenset[int] | set[int] = frozenset()) -> ChainVerdict:
-    """Judge a drafted chain; a pure function of its inputs and the generator's state.
-
-    Shapes: ``tokens`` k drafted ids; ``q`` [k, V] the draft's (warped) distributions they were
-    drawn from (None when k = 0 or under greedy decoding, where only ids matter); ``logits``
-    [k + 1, V] the target's raw logits at the k drafted positions and the one after them.
-    Randomness, in this order: k uniforms u (always, also under greedy decoding, so a seed gives
-    the same draws whatever the temperature), then one draw for the correction or bonus token.
-    """
-    k = len(tokens)
-    tracing = 0.0
-    if warp.greedy:  # one-hot p and q: the rule from token ids alone (greedy_rule)
-        target_ids = logits.argmax(-1).tolist()  # the target's token at each position
-        rows = greedy_rule(target_ids[:k], tokens, epsilon)
-    else:
-        p_all = warp(logits)  # p_1 .. p_{k+1}
-        rows = []
-        if k:
-            assert q is not None and q.shape[0] == k, "q must hold one distribution per drafted token"
-            v = verdicts(p_all[:k], q, epsilon, variant, detail=False)
-            t0 = time.perf_counter()  # the explainer's statistics, timed as tracing cost
-            v.reject_prob, v.tv, v.bias = rule_stats(p_all[:k], q, v.b, v.fallback)
-            tracing = time.perf_counter() - t0
-            xs = torch.tensor(tokens, device=logits.device)
-            at = torch.arange(k, device=logits.device)
-            rows = list(zip(v.b[at, xs].tolist(), p_all[at, xs].tolist(), q[at, xs].tolist(),
-                            v.reject_prob.tolist(), v.tv.tolist(), v.bias.tolist()))
-    u = torch.rand(k, generator=generator, device=logits.device).tolist() if k else []
-    judged: list[Judged] = []
-    n = k
-    for i, (b_x, p_x, q_x, r_i, tv_i, bias_i) in enumerate(rows):
-        ok = u[i] < b_x
-        judged.append(Judged(i=i + 1, q=q_x, p=p_x, b=b_x, u=u[i], accepted=ok, reject_prob=r_i, tv=tv_i,
-                             bias=bias_i))
-        if not ok:
-            n = i
-            break
-    kind = "correction" if n < k else ("bonus" if k else "target")
-    if n and tokens[n - 1] in stop_tokens:
-        return ChainVerdict(n, None, None, 0.0, judged, tracing)
-    if warp.greedy:  # the residual of one-hot p and q is p: the target's own token
-        return ChainVerdict(n, target_ids[n], kind, 1.0, judged, tracing)
-    dist = v.fallback[n] if n < k else p_all[k]
-    y = sample(dist, generator)
-    return ChainVerdict(n, y, kind, float(p_all[n][y]), judged, tracing)

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .rules import RULE_LABELS, RULES
+
 GAMMA_MAX = 16  # draft length with the constant policy
 GAMMA_MAX_DYNAMIC = 32  # maximum draft length when a dynamic policy decides when to stop
 MAX_NEW_TOKENS_MAX = 1024
@@ -165,6 +167,7 @@ class DecodeSettings:
     branches: int = 2  # M: i.i.d. draft sequences ("iid"), or children per expanded node and nodes expanded per depth ("best-first", "unique")
     tree_nodes: int = 16  # node budget: the most draft tokens in one tree
     tree_mode: str = "best-first"  # one of TREE_MODES
+    rule: str = "token"  # the chain's verification rule, one of specviz.core.rules.RULES
 
     @classmethod
     def checked(cls, **kw: Any) -> "DecodeSettings":
@@ -199,6 +202,19 @@ class DecodeSettings:
         branches = _integer("branches (M)", d["branches"], 1, BRANCHES_MAX)
         tree_nodes = _integer("tree nodes (node budget)", d["tree_nodes"], 1, TREE_NODES_MAX)
         tree_mode = _choice("tree mode", d["tree_mode"], TREE_MODES)
+        rule = d["rule"].strip() if isinstance(d["rule"], str) else d["rule"]
+        rule = _choice("verification rule", RULE_LABELS.get(rule, rule) if isinstance(rule, str) else rule, RULES)
+        if rule != "token":
+            # Block verification and exact match are exact rules of their own: ε's over-acceptance and
+            # UNO's corrections from p are variants of the token-wise rule.
+            if eps != 0.0:
+                raise SettingsError(f"ε (over-acceptance) applies to the token-wise rule only: set ε to 0 for "
+                                    f"the {rule} rule")
+            if variant != "opt":
+                raise SettingsError(f"Decoding-UNO applies to the token-wise rule only, not to the {rule} rule")
+            if drafter == "tree":
+                raise SettingsError("the tree drafter verifies with its own multi-candidate rule: the verification "
+                                    "rule applies to chain drafting only (choose 'token')")
         if drafter == "tree":
             # The tree's multi-candidate rule is exact only: ε's over-acceptance and UNO's
             # corrections from p are defined for a chain of drafts.
@@ -209,7 +225,7 @@ class DecodeSettings:
                 raise SettingsError("the tree drafter samples corrections from the residual (Decoding-OPT); "
                                     "Decoding-UNO applies to chain drafting only")
         return cls(gamma, eps, variant, temp, top_k, top_p, max_new, seed, drafter, policy, tau, branches,
-                   tree_nodes, tree_mode)
+                   tree_nodes, tree_mode, rule)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DecodeSettings":

@@ -7,16 +7,17 @@ laptop without any model, and rendered exactly as it was recorded.
 Notation (as in Leviathan et al. 2023): p = target distribution, q = draft
 distribution.  Chen et al. and Yin et al. swap the two letters.
 
-JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at defaults)::
+JSON schema (``SCHEMA_VERSION`` 3; versions 1 and 2 load with the new fields at defaults)::
 
     {
-      "schema": "specviz.trace", "version": 2,
+      "schema": "specviz.trace", "version": 3,
       "kind": "speculative" | "standard",
       "prompt": str,                 # the user's prompt (before chat template)
       "prompt_tokens": int,          # tokens fed to the models
       "settings": {gamma, epsilon, variant ("opt"|"uno"), temperature, top_k,
                    top_p, max_new_tokens, seed, drafter, policy, tau,
-                   branches, tree_nodes, tree_mode},  # the last three: the tree drafter only
+                   branches, tree_nodes, tree_mode, rule},  # branches..tree_mode: the tree drafter only;
+                                     # rule: "token" | "block" | "match" (chains; absent before version 3)
                                      # specviz.core.settings.DecodeSettings; gamma is the maximum
                                      # draft length under a dynamic policy
       "models": {"preset": str, "draft": str, "target": str, "drafter": str},
@@ -34,8 +35,10 @@ JSON schema (``SCHEMA_VERSION`` 2; version 1 files load with the new fields at d
     Round = {
       "index": int,                  # 0-based
       "n_before": int,               # tokens generated before this round
-      "draft": [{"id", "text", "q", "conf"}],  # drafted tokens x_i with q_i(x_i) and the drafter's
-                                     # temperature-1 probability of x_i; [] for standard decoding
+      "draft": [{"id", "text", "q", "conf", "p", "h"}],  # drafted tokens x_i with q_i(x_i), the drafter's
+                                     # temperature-1 probability of x_i, p_i(x_i) and block verification's
+                                     # h_i (every drafted token, verified or not: the "same draft, three
+                                     # rules" comparison, specviz.core.rules); [] for standard decoding
       "draft_stop": str,             # why drafting stopped: limit, budget, confidence, cost, eos,
                                      # nodes (a tree's node budget), exhausted (the drafter had no
                                      # more), none (nothing drafted)
@@ -104,8 +107,8 @@ from ..core.settings import DecodeSettings
 from .tree import RoundTree
 
 SCHEMA_NAME = "specviz.trace"
-SCHEMA_VERSION = 2  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau
-READ_VERSIONS = (1, 2)  # version 1 recordings load with the new fields at their defaults
+SCHEMA_VERSION = 3  # 2: draft "conf", round "draft_stop", settings drafter/policy/tau; 3: rule, draft "p", "h"
+READ_VERSIONS = (1, 2, 3)  # older recordings load with the new fields at their defaults
 DRAFT_STOPS = ("", *POLICY_DRAFT_STOPS)  # "" in recordings made before the reason was kept
 MAX_ROUNDS = 20_000
 
@@ -124,6 +127,8 @@ class DraftToken:
     text: str
     q: float
     conf: float | None = None  # the drafter's own probability of the token at temperature 1
+    p: float | None = None  # p_i(x_i), the target's probability of it (version 3; None: not verified)
+    h: float | None = None  # block verification's h_i for this draft (version 3)
 
 
 @dataclass

@@ -162,6 +162,8 @@ class DraftTokenIn(_In):
     text: Text
     q: Prob
     conf: Prob | None = None  # absent in version 1
+    p: Prob | None = None  # absent before version 3
+    h: Prob | None = None  # absent before version 3
 
 
 class PositionIn(_In):
