@@ -254,3 +254,29 @@ def test_versus_runs_the_draft_models_chain_beside_a_tree_on_one_clock(prompts_f
         with pytest.raises(SystemExit):
             bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--drafter", "tree", *bad])
         assert says in capsys.readouterr().err
+
+
+def test_rule_all_runs_one_configuration_per_rule(prompts_file, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "3", "--max-new-tokens", "10",
+                     "--repeats", "1", "--temperature", "1", "--rule", "all", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["configs"] == ["standard", "spec-token", "spec-block", "spec-match"] and doc["rules"] == [
+        "token", "block", "match"]
+    agg = doc["aggregate"]
+    for rule in ("token", "block", "match"):
+        m = agg[f"spec-{rule}"]
+        assert 1.0 <= m["mean_accepted_length"] <= 4.0
+        same = m["same_draft_mal"]  # each rule's exact expectation on this run's own drafts
+        assert set(same) == {"token", "block", "match"} and same["token"] >= same["match"] - 1e-9
+    text = capsys.readouterr().out
+    assert "same draft token/block/match" in text and "block" in text and "match" in text
+    # greedy: all three rules keep the same text as standard decoding
+    rc = bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--gamma", "3", "--max-new-tokens", "10",
+                     "--repeats", "1", "--rule", "all", "--json", str(out)])
+    agg = json.loads(out.read_text(encoding="utf-8"))["aggregate"]
+    assert rc == 0 and all(agg[f"spec-{r}"]["greedy_equal_prompts"] == "2/2" for r in ("token", "block", "match"))
+    with pytest.raises(SystemExit):  # ε belongs to the token rule
+        bench.main(["--preset", "tiny", "--prompts", str(prompts_file), "--rule", "block", "--epsilon", "0.1"])
+    assert "token-wise rule only" in capsys.readouterr().err

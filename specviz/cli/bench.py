@@ -2,6 +2,7 @@
 
     python -m specviz.cli.bench --prompts assets/prompts.jsonl --gamma 5 --compare-hf --json out.json
     python -m specviz.cli.bench --policy all --repeats 5          # one row per draft-length policy
+    python -m specviz.cli.bench --rule all --temperature 1        # one row per verification rule
 
 Every configuration runs --repeats times per prompt, in an order that rotates
 between repeats (so drift on a busy machine favours none); tables show the median
@@ -34,6 +35,7 @@ from transformers.utils import is_sklearn_available
 from tqdm import tqdm
 
 from ..core.engine import speculative_decode, standard_decode
+from ..core.rules import RULES, DraftOdds, expected_kept
 from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 from ..drafters import DRAFTERS
 from ..hardware.executions import CHOICES as EXEC_CHOICES
@@ -87,6 +89,10 @@ class Run:
     verify_rounds: int = 0
     tracing_seconds: float = 0.0
     stops: dict[str, int] = field(default_factory=dict)  # why drafting stopped, per round
+    # Σ over rounds of each rule's exact expected kept tokens of the round's draft (specviz.core.rules),
+    # and the rounds that kept the numbers for it: "same draft, three rules", from one run
+    expected: dict[str, float] = field(default_factory=dict)
+    expected_rounds: int = 0
     ids: list[int] = field(default_factory=list)
 
 
@@ -95,9 +101,10 @@ def merge(runs: list[Run]) -> Run:
     out = Run()
     for r in runs:
         for f in dataclasses.fields(Run):
-            if f.name == "stops":
-                for k, v in r.stops.items():
-                    out.stops[k] = out.stops.get(k, 0) + v
+            if f.name in ("stops", "expected"):
+                mine = getattr(out, f.name)
+                for k, v in getattr(r, f.name).items():
+                    mine[k] = mine.get(k, 0) + v
             elif f.name != "ids":
                 setattr(out, f.name, getattr(out, f.name) + getattr(r, f.name))
     return out
@@ -126,6 +133,11 @@ def run_trace(trace) -> Run:
             run.verify_seconds += r.t_verify
             run.verify_rounds += 1
         run.stops[r.draft_stop] = run.stops.get(r.draft_stop, 0) + 1
+        if r.draft and all(d.p is not None and d.h is not None for d in r.draft):
+            odds = [DraftOdds(q=d.q, p=d.p, h=d.h) for d in r.draft]
+            for rule, e in expected_kept(odds, trace.settings.epsilon).items():
+                run.expected[rule] = run.expected.get(rule, 0.0) + e
+            run.expected_rounds += 1
     return run
 
 
@@ -216,6 +228,9 @@ def metrics(runs: list[Run], std: list[Run], hf_plain: list[Run] | None, greedy:
         alpha=alpha,
         mean_draft_length=gbar,
         mean_accepted_length=1 + tot.accepted / tot.rounds,
+        # each rule's expected accepted length on the drafts this run made (exact given each draft;
+        # rounds that drafted nothing count as 1): "same draft, three rules"
+        same_draft_mal={rule: 1 + e / tot.rounds for rule, e in tot.expected.items()} or None,
         c=Spread.of(c),
         verify_extra=Spread.of(verify),
         theory=thm38(alpha, gbar, c_med),
@@ -349,10 +364,16 @@ def _label(config: str) -> str:
     return config.removeprefix("spec-").replace("chain-", "chain ")
 
 
+def _same_draft(m: dict[str, Any]) -> str:
+    e = m.get("same_draft_mal") or {}
+    return "/".join(f"{e[r]:.2f}" for r in RULES) if set(e) == set(RULES) else "-"
+
+
 def policy_table(agg: dict[str, Any], configs: list[str]) -> str:
     """One row per speculative configuration ("spec-…", "chain-…")."""
-    headers = [h for h, _ in SPEC_COLUMNS] + ["MAL", "draft stops"]
-    rows = [(_label(c), [f(agg[c]) for _, f in SPEC_COLUMNS] + [_num(agg[c]["mean_accepted_length"]), _stops(agg[c])])
+    headers = [h for h, _ in SPEC_COLUMNS] + ["MAL", "same draft " + "/".join(RULES), "draft stops"]
+    rows = [(_label(c), [f(agg[c]) for _, f in SPEC_COLUMNS] + [_num(agg[c]["mean_accepted_length"]),
+                                                                 _same_draft(agg[c]), _stops(agg[c])])
             for c in configs]
     return table(rows, headers)
 
@@ -419,6 +440,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="who drafts: " + "; ".join(f"{k} = {label}" for k, (label, _) in DRAFTERS.items()))
     ap.add_argument("--policy", default="constant", choices=list(POLICIES) + ["all"],
                     help="draft-length policy; 'all' runs every policy and prints one row per policy")
+    ap.add_argument("--rule", default="token", choices=list(RULES) + ["all"],
+                    help="verification rule of chains: token (Leviathan et al.), block (Sun et al. 2025), match; "
+                         "'all' runs each (configurations spec-token, spec-block, spec-match)")
     ap.add_argument("--tau", type=float, default=0.4, help="confidence threshold τ of the confidence policy")
     ap.add_argument("--branches", type=int, default=None, help="tree drafter: M branches (i.i.d. drafts or top-k)")
     ap.add_argument("--tree-nodes", type=int, default=None, help="tree drafter: node budget per tree")
@@ -449,19 +473,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if versus and args.drafter == "model":
         ap.error("--versus runs the draft model's chain beside another drafter: pick --drafter tree, "
                  "prompt-lookup or speculator (or use --policy all for the chain's policies)")
-    def checked(p: str, **drafting) -> DecodeSettings:  # policy p's settings (γ: its maximum when dynamic)
+    rules = list(RULES) if args.rule == "all" else [args.rule]
+
+    def checked(p: str, rule: str = "token", **drafting) -> DecodeSettings:  # policy p's settings (γ: its maximum when dynamic)
         return DecodeSettings.checked(
             gamma=_gamma_for(p, args), epsilon=args.epsilon, variant=args.variant, temperature=args.temperature,
             top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
-            policy="constant" if p == "base" else p, tau=args.tau, **drafting)
+            policy="constant" if p == "base" else p, tau=args.tau, rule=rule, **drafting)
+
+    def key(p: str, rule: str) -> str:  # one rule: the policy's name; several: the rule's (and the policy's)
+        return p if len(rules) == 1 else rule if len(policies) == 1 else f"{p}-{rule}"
 
     try:
-        args.settings = {p: checked(p, drafter=args.drafter, branches=args.branches, tree_nodes=args.tree_nodes,
-                                    tree_mode=args.tree_mode) for p in policies + ["base"]}
+        drafting = dict(drafter=args.drafter, branches=args.branches, tree_nodes=args.tree_nodes,
+                        tree_mode=args.tree_mode)
+        args.settings = {key(p, r): checked(p, r, **drafting) for p in policies for r in rules}
+        args.settings["base"] = checked("base", **drafting)
         args.settings |= {f"chain-{p}": checked(p, drafter="model") for p in versus}
     except SettingsError as exc:
         ap.error(str(exc))
-    args.policies, args.versus = policies, versus
+    args.policies, args.versus, args.rules = policies, versus, rules
+    args.runs = [k for k in args.settings if k != "base" and not k.startswith("chain-")]
     return args
 
 
@@ -502,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
           f"T={base.temperature} "
           f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)
 
-    configs = configurations(args.policies, args.compare_hf, args.versus, bf16_baseline=baseline is not None)
+    configs = configurations(args.runs, args.compare_hf, args.versus, bf16_baseline=baseline is not None)
     # Warm up every configuration once (first calls allocate and are slower).
     warm_ids = encode_prompt(pair, "Hello", chat=True)
     warm = {k: dataclasses.replace(s, max_new_tokens=4) for k, s in settings.items()}
@@ -529,8 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             equal = [p["configs"][cfg]["greedy_equal"] for p in prompts]
             agg[cfg].update(greedy_equal=all(equal), greedy_equal_prompts=f"{sum(equal)}/{len(equal)}")
 
-    if len(args.policies) == 1 and not args.versus:
-        print(prompt_table(prompts, agg, f"spec-{args.policies[0]}", [h for h in HF_CONFIGS if h in configs]))
+    if len(args.runs) == 1 and not args.versus:
+        print(prompt_table(prompts, agg, f"spec-{args.runs[0]}", [h for h in HF_CONFIGS if h in configs]))
     else:
         print(policy_table(agg, [c for c in configs if c.startswith(("spec-", "chain-"))]))
         print(rate_table(prompts, agg, configs))
@@ -542,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {
             "schema": "specviz.bench", "version": 2,
-            "settings": base.as_dict(), "gamma_max": args.gamma_max, "policies": args.policies,
+            "settings": base.as_dict(), "gamma_max": args.gamma_max, "policies": args.policies, "rules": args.rules,
             "versus": args.versus,
             "repeats": args.repeats, "configs": configs,
             "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
