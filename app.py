@@ -202,13 +202,15 @@ def build() -> gr.Blocks:
             with gr.Tab("Theory", id="theory"):
                 gr.Markdown("Leviathan et al.'s formulas, with the last run's measurements drawn on the same axes.")
                 with gr.Row():
-                    t_alpha = gr.Slider(0, 0.99, value=0.8, step=0.01, label="α (acceptance rate)", elem_id="sv-alpha")
+                    steps = tabs.THEORY_STEPS  # the note prints each value with its slider's step's decimals
+                    t_alpha = gr.Slider(0, 0.99, value=0.8, step=steps["alpha"], label="α (acceptance rate)",
+                                        elem_id="sv-alpha")
                     t_gamma = gr.Slider(1, 16, value=5, step=1, label="γ (draft length)", elem_id="sv-t-gamma")
-                    t_c = gr.Slider(0, 1, value=0.15, step=0.005, label="c (draft/target time per pass)",
+                    t_c = gr.Slider(0, 1, value=0.15, step=steps["c"], label="c (draft/target time per pass)",
                                     elem_id="sv-t-c")
-                    t_chat = gr.Slider(0, 1, value=0.05, step=0.01, label="ĉ (draft/target arithmetic)",
+                    t_chat = gr.Slider(0, 1, value=0.05, step=steps["c_hat"], label="ĉ (draft/target arithmetic)",
                                        elem_id="sv-t-chat")
-                    t_v = gr.Slider(0.5, 8, value=1.0, step=0.05, label="v (verify pass ÷ standard step)",
+                    t_v = gr.Slider(0.5, 8, value=1.0, step=steps["v"], label="v (verify pass ÷ standard step)",
                                     info="1 in the paper; measured by each run", elem_id="sv-t-v")
                 with gr.Row():
                     last_btn = gr.Button("Use the last run's α, γ, c, v", size="sm", scale=0, min_width=240,
@@ -242,10 +244,7 @@ def build() -> gr.Blocks:
 
             with gr.Tab("Sweeps", id="sweeps"):
                 shown = shootout_ui.recorded_frame()  # the shipped recording, until a sweep replaces it
-                gr.Markdown("Run the prompt and settings of the **Live** tab (drafter and draft-length policy "
-                            "included) many times on the loaded models. "
-                            "γ sweep: γ = 1…12 and standard decoding once. ε sweep: ε ∈ {0, 0.05, 0.1, 0.2, 0.4, 0.8, 1}, "
-                            "Decoding-OPT and UNO. Drafter shoot-out: every drafter in turn, then standard decoding.")
+                gr.Markdown(tabs.SWEEPS_INTRO, elem_id="sv-sweeps-intro")
                 with gr.Row():
                     g_btn = gr.Button("Run γ sweep", variant="primary")
                     e_btn = gr.Button("Run ε sweep", variant="primary")
@@ -297,12 +296,12 @@ def build() -> gr.Blocks:
         # by default Gradio would cover every output with a spinner or an "Error" badge.
         run_evt = run_btn.click(on_run, form.inputs, views.outputs, concurrency_limit=RUN_WORKERS, concurrency_id="runs",
                                 show_progress_on=[status], api_visibility="private")
-        replay_evt = run_evt.success(live.replay, [state], [race_html], concurrency_limit=None,
-                                     api_visibility="private")
-        replay_again = replay_btn.click(live.replay, [state], [race_html], concurrency_limit=None,
-                                        api_visibility="private")
+        # A finished run shows its result at once (both texts, the speedup); replaying the race in real
+        # time is the replay button's, on request.
+        replay_evt = replay_btn.click(live.replay, [state], [race_html], concurrency_limit=None,
+                                      api_visibility="private")
         # Cancel first, then draw where the run got to (drawing first could be overwritten by a last frame).
-        stop_btn.click(None, None, None, cancels=[run_evt, replay_evt, replay_again]).then(
+        stop_btn.click(None, None, None, cancels=[run_evt, replay_evt]).then(
             on_stop, [status, state], views.outputs, queue=False, show_progress="hidden", api_visibility="private")
 
         preset.change(lambda p: (gr.Row(visible=p == CUSTOM_PRESET),

@@ -76,6 +76,21 @@ def test_a_lost_race_says_how_much_longer_and_why_the_verify_cost():
     assert 'data-cause="verify"' in h and "sv-speedup--slow" in h
 
 
+def test_the_status_line_of_a_lost_race_never_calls_it_a_speedup():
+    """The status under a lost race said "speedup 0.58× over standard decoding"; it says how much longer
+    speculative took, as the headline does."""
+    from specviz.ui.live import done_message
+
+    spec, std = make_trace(**VERIFY_BOUND), make_std_trace(step=STEP)
+    sp = race_costs(spec, std).measured
+    text = done_message(spec, std)
+    assert sp < 1 and "speedup" not in text and "slower" not in text
+    assert text.endswith(f"speculative took {1 / sp:.2f}× as long per token ({sp:.2f}× the speed of standard decoding)")
+    won = make_std_trace(step=0.2)
+    assert done_message(make_trace(), won).endswith(f"speedup {race_costs(make_trace(), won).measured:.2f}× over "
+                                                    "standard decoding")
+
+
 def test_a_won_race_is_faster_and_gives_no_reason():
     spec, std = make_trace(), make_std_trace(step=0.2)
     h = race_html(spec, std)

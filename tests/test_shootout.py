@@ -151,6 +151,29 @@ def test_a_broken_recording_gives_a_clear_message(tmp_path, edit, where):
     assert frame.gamma_plot is not SKIP and frame.shootout_table is not SKIP  # empty views, not a crash
 
 
+def test_the_recorded_gamma_sweep_says_which_gammas_it_has(tmp_path):
+    """The Sweeps tab said γ = 1…12 over a recording of γ = 1–6, 8, 10, 12: the recorded status names
+    the γ values in the data, and the tab's introduction the ones a sweep runs (sweeps.GAMMAS)."""
+    from specviz.experiments import sweeps
+    from specviz.ui.tabs import SWEEPS_INTRO, sweep_frame
+    from specviz.views._fmt import ranges_text
+
+    assert ranges_text([12, 1, 2, 3, 4, 5, 6, 8, 10]) == "1–6, 8, 10, 12"
+    assert ranges_text(range(1, 13)) == "1–12" and ranges_text([2, 3, 7]) == "2, 3, 7" and ranges_text([]) == "none"
+    data = json.loads(ASSET.read_text(encoding="utf-8"))
+    shipped = ranges_text(r["gamma"] for r in data["gamma"] if r["gamma"] > 0)
+    assert f"γ sweep at γ = {shipped}" in shootout_ui.recorded_frame(ASSET).status
+    data["gamma"] = [r for r in data["gamma"] if r["gamma"] in (0, 1, 2, 3, 5, 9)]
+    path = tmp_path / "sweeps.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert "γ sweep at γ = 1–3, 5. " in shootout_ui.recorded_frame(path).status
+    assert f"The γ sweep runs γ = {ranges_text(sweeps.GAMMAS)} and standard decoding once" in SWEEPS_INTRO
+    assert "…" not in SWEEPS_INTRO
+    # A sweep's own status names the points it measured (one cut short by its time limit has fewer).
+    rows = [{"gamma": g, "alpha": 0.5, "c": 0.1} for g in (0, 1, 2, 4)]
+    assert sweep_frame("gamma", rows, "done").status.endswith("measured at γ = 1, 2, 4")
+
+
 def test_unreadable_recordings_are_refused_too(tmp_path):
     bad = tmp_path / "sweeps.json"
     bad.write_text("{not json", encoding="utf-8")

@@ -131,6 +131,9 @@ def test_step_mode_narrates_every_step_of_a_tree_round(frames):
     from specviz.views.tree import tree_steps
     assert narration.count("<li>") == tree_steps(spec.rounds[i])
     assert "rejected" in narration or "accepted" in narration
+    # The round's own line narrates the tree (its size), not the accepted path as a chain.
+    assert f"the draft model grew a token tree of {len(spec.rounds[i].tree.nodes)} node" in narration
+    assert "proposed" not in narration and "draft length" not in narration
     # The mask follows the selected round.
     assert len(tree_ui.mask_for(spec, i + 1).data[0].z) == len(spec.rounds[i].tree.nodes)
 

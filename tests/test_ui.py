@@ -81,11 +81,17 @@ def test_drafting_controls():
     assert gamma_slider("constant", None)["value"] == 5
 
 
-def test_the_page_wires_the_form_and_the_drafting_controls():
+@pytest.fixture(scope="module")
+def page():
+    """The page's Blocks, built once, and its components by elem_id."""
     import app
 
     demo = app.build()
-    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    return demo, {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+
+
+def test_the_page_wires_the_form_and_the_drafting_controls(page):
+    demo, by_id = page
     drafter = by_id["sv-drafter"]
     assert [value for _, value in drafter.choices] == list(DRAFTERS)  # built from the registry
     assert [label for label, _ in drafter.choices] == [label for label, _ in DRAFTERS.values()]
@@ -136,3 +142,33 @@ def test_sweeps_use_the_forms_drafter_and_policy():
     assert "(drafter prompt-lookup, adaptive policy)" in frames[-1].status
     plot = frames[-1].gamma_plot
     assert plot is not SKIP and frames[-1].eps_plot is SKIP and frames[-1].pareto is SKIP
+
+
+def test_a_finished_run_shows_its_result_and_replays_the_race_only_on_request(page):
+    """After a live run the race replayed itself in real time from zero, hiding the result: now the run's
+    last frame is the finished race, and the replay runs from its button only."""
+    from specviz.ui import live
+    from tests.synthetic import make_std_trace, make_trace
+
+    demo, by_id = page
+    replays = [fn for fn in demo.fns.values() if fn.fn is live.replay]
+    assert [fn.targets for fn in replays] == [[(by_id["sv-replay"]._id, "click")]]  # nothing chained after Run
+    run_fn = next(fn for fn in demo.fns.values() if by_id["sv-run"]._id in [t[0] for t in fn.targets])
+    assert not [fn for fn in demo.fns.values() if fn.trigger_after == run_fn._id and fn.fn is live.replay]
+    race = live.final_frame(make_trace(), make_std_trace(), "ok").race
+    assert "data-speedup" in race and race.count("sv-badge--done") == 2 and "sv-race-clock" not in race
+    assert "Speedup appears when both runs finish" not in race
+
+
+def test_the_theory_note_prints_each_value_as_its_slider_shows_it(page):
+    """The note said c = 0.17 beside a slider at 0.175: values print with their slider's step's decimals."""
+    from specviz.ui.tabs import THEORY_STEPS, step_decimals, theory_views
+
+    _, by_id = page
+    sliders = {"alpha": "sv-alpha", "c": "sv-t-c", "c_hat": "sv-t-chat", "v": "sv-t-v"}
+    assert {k: by_id[e].step for k, e in sliders.items()} == THEORY_STEPS  # the page's sliders use these steps
+    assert (step_decimals("c"), step_decimals("alpha"), step_decimals("v")) == (3, 2, 2)
+    note = theory_views(0.8, 5, 0.175, 0.05, None, 1.25).note
+    assert "Optimal γ for α = 0.80, c = 0.175, v = 1.25:" in note
+    assert "c = 0.17:" not in note and "c = 0.17," not in note
+    assert by_id["sv-sweeps-intro"].value.startswith("Run the prompt")  # built from sweeps.GAMMAS (test_shootout)

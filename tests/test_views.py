@@ -663,3 +663,85 @@ def test_theory_tab_measures_c_of_a_drafter_without_forward_passes():
     assert run_c(lookup) == pytest.approx(expected)
     assert use_last_run({"spec": lookup})[2] == round(min(expected, 1.0), 3)
     assert run_c(make_std_trace()) is None and run_c(None) is None
+
+
+# ---- issue 22: who drafted, tree rounds -----------------------------------------------------
+
+
+def _race_sub(h: str) -> str:
+    (sub,) = re.findall(r'<div class="sv-race-col sv-race-spec".*?<div class="sv-race-sub">(.*?)</div>', h)
+    return sub
+
+
+def _legend_meaning(h: str, status: str) -> str:
+    (text,) = re.findall(rf'data-status="{status}">.*?<span class="sv-legend-text">(.*?)</span>', h)
+    return text
+
+
+@pytest.mark.parametrize("drafter, name, header, pending", [
+    ("speculator", "learned head (MLP speculator)", "learned head (MLP speculator) → target target-big",
+     "proposed by the learned head (MLP speculator)"),
+    ("prompt-lookup", "prompt lookup", "prompt lookup → target target-big", "copied from earlier text by prompt lookup"),
+])
+def test_the_race_header_and_the_legend_name_the_drafter_that_ran(drafter, name, header, pending):
+    """A learned-head run's header said "draft <the draft model> → …" and its legend "drafted by the
+    small model": both name the drafter that proposed the tokens."""
+    spec = make_trace(drafter=drafter)
+    spec.models["drafter"] = name
+    sub = _race_sub(race_html(spec, make_std_trace()))
+    assert sub.startswith(header) and "draft-" not in sub  # the unused draft model is not named
+    meaning = _legend_meaning(legend_html(spec), "pending")
+    assert meaning.startswith(pending) and "small model" not in meaning
+    assert "small model" not in _legend_meaning(legend_html(None), "pending")  # no run yet: no drafter assumed
+    # The draft model's run still names its model, escaped.
+    model = make_trace()
+    assert _race_sub(race_html(model, make_std_trace())).startswith("draft draft-&lt;b&gt;small&lt;/b&gt; → target")
+    assert "small draft model" in _legend_meaning(legend_html(model), "pending")
+
+
+def _tree_trace(stop: str, gamma: int = 5, budget: int = 16):
+    """A best-first tree round of `budget` nodes, 3 levels deep (γ = 5): the path 'n0', 'n3' accepted,
+    then both children tried after 'n3' rejected and a correction; the chain fields hold the path."""
+    from dataclasses import replace as _replace
+
+    from specviz.trace.tree import parse_tree
+
+    parents = [-1, -1, -1, 0, 0, 1, 1, 2, 3, 3, 4, 5, 6, 7, 4, 5][:budget]
+    depth = {-1: 0}
+    nodes = []
+    for i, p in enumerate(parents):
+        depth[i] = depth[p] + 1
+        nodes.append(dict(id=i, text=f"n{i}", parent=p, depth=depth[i], q=0.3))
+    tri = dict(q=0.3, r=0.5, b=1.0, u=0.2, accepted=True)
+    rej = dict(q=0.3, r=0.1, b=0.33, u=0.8, accepted=False)
+    tree = parse_tree(dict(mode="best-first", nodes=nodes, path=[0, 3], fed=budget, visits=[
+        dict(node=-1, reject_prob=0.1, tv=0.2, tries=[dict(node=0, **tri)]),
+        dict(node=0, reject_prob=0.1, tv=0.2, tries=[dict(node=3, **tri)]),
+        dict(node=3, reject_prob=0.5, tv=0.4, tries=[dict(node=8, **rej), dict(node=9, **rej)])]), gamma)
+    tr = make_trace(gamma=gamma, plan=[dict(accept=2, extra="correction", draft=3, stop=stop)])
+    tr.settings = _replace(tr.settings, drafter="tree", tree_mode="best-first", tree_nodes=budget, branches=3)
+    tr.models["drafter"] = "draft-small · tree (best-first, top-3, ≤16 nodes)"
+    tr.rounds[0].tree = tree
+    return tr
+
+
+def test_a_tree_round_is_narrated_as_a_tree_with_its_own_stop_reason():
+    """A 16-node tree round was narrated "proposed 3 tokens … (drafting stopped: reached the draft length
+    γ = 5)": it is narrated as the tree it was (nodes, the path accepted) and why the tree stopped."""
+    tr = _tree_trace("nodes")
+    s = narrate(tr.rounds[0], tr)
+    assert s.startswith("Round 1: the draft model grew a token tree of 16 nodes, 3 levels deep")
+    assert "(drafting stopped: the tree reached its node budget of 16 nodes)" in s
+    assert "the target checked the whole tree in one pass" in s
+    assert "accepted a path of 2 tokens through it ('n0', 'n3')" in s
+    assert "all 2 children tried after 'n3' were rejected, so a correction ' fix' was sampled" in s
+    assert s.endswith("+3 tokens.")
+    assert "proposed 3 tokens" not in s and "draft length" not in s
+    # Grown to depth γ, then cut to the node budget (best-first): both, not "the draft length".
+    cut = _tree_trace("limit")
+    s = narrate(cut.rounds[0], cut)
+    assert "(drafting stopped: the tree grew to the depth γ = 5, then kept its best 16 nodes, the node budget)" in s
+    # The rounds panel counts the tree's nodes, not the path.
+    stop = _stop_span(rounds_html(tr))
+    assert stop["data-stop"] == "nodes" and stop["title"] == "drafting stopped: the tree reached its node budget"
+    assert "16-node tree · node budget" in rounds_html(tr)

@@ -30,6 +30,7 @@ from ..theory.costs import race_costs
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
 from ..views import plots as P
+from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
 from .frames import LiveFrame
@@ -240,6 +241,8 @@ def done_message(spec: Trace, std: Trace | None) -> str:
     summ = spec.summary()
     sp = V.race_speedup(spec, std)
     msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.alpha or 0:.2f}"
+    if sp and sp < 1:  # a loss in plain words, never "0.58× faster" (nor "0.58× slower")
+        return msg + f", speculative took {1 / sp:.2f}× as long per token ({sp:.2f}× the speed of standard decoding)"
     return msg + (f", speedup {sp:.2f}× over standard decoding" if sp else "")
 
 
@@ -368,7 +371,7 @@ def replay(state: Any) -> Iterator[str]:
 
 def show_recording(spec: Trace | None, std: Trace | None, label: str, nbytes: int | None = None) -> LiveFrame:
     where = spec or std
-    msg = (f"{label}: {where.models.get('draft', '')} → {where.models.get('target', '')} · "
+    msg = (f"{label}: {draft_source(where)} → {where.models.get('target', '')} · "
            f"{trace_exec_line(where, recorded=True)}")
     return final_frame(spec, std, status_html(msg, "ok"), nbytes)
 

@@ -19,6 +19,7 @@ from ..experiments import recorded, shootout as SO
 from ..serving.sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
 from ..views import theory_plots as TP
+from ..views._fmt import ranges_text
 from .form import RunForm
 from .frames import LiveFrame, SweepFrame
 from .live import final_frame, status_html
@@ -100,6 +101,8 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
             f"{'…' if len(rec.prompt) > 60 else ''}”, {s.get('max_new_tokens')} new tokens, "
             f"{'greedy' if not s.get('temperature') else 'T = ' + str(s.get('temperature'))}")
     load = f" (load average {rec.load_average[0]:g})" if rec.load_average else ""
+    gammas = [r.gamma for r in rec.gamma if r.gamma > 0]  # 0: the standard baseline
+    what += f"; γ sweep at γ = {ranges_text(gammas)}" if gammas else "; no γ sweep recorded"
     if any(r.gamma > 0 for r in rec.gamma) and not any(r.v for r in rec.gamma):
         # Recorded before sweeps warmed up (specviz.experiments.sweeps.warm_up) and measured the verify factor.
         load += (" · this γ sweep timed its standard baseline cold, first thing after loading (compare the "

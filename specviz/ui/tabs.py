@@ -21,7 +21,7 @@ from ..theory.simulate import synthetic_pair
 from ..views import html as V
 from ..views import theory_plots as TP
 from ..views import tree_plots as TRP
-from ..views._fmt import mean_draft_length
+from ..views._fmt import mean_draft_length, ranges_text
 from .form import POLICY_HELP, RunForm
 from .frames import SweepFrame, TheoryFrame
 
@@ -73,6 +73,22 @@ THEORY_RANGES = {  # name: (label, low, high, whole number); the sliders have th
 }
 
 
+# The sliders' steps (app.py builds the sliders with them); the note prints each value with as many
+# decimals as its step has, so it reads what the slider shows (c = 0.175, not 0.17).
+THEORY_STEPS = {"alpha": 0.01, "c": 0.005, "c_hat": 0.01, "v": 0.05}
+
+
+def step_decimals(name: str) -> int:
+    """Decimals of a Theory slider's step: 0.005 -> 3, 0.01 -> 2, 0.05 -> 2."""
+    text = f"{THEORY_STEPS[name]:g}"
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def slider_text(name: str, value: float) -> str:
+    """A Theory slider's value as the slider shows it (its step's decimals)."""
+    return f"{value:.{step_decimals(name)}f}"
+
+
 def theory_inputs(**raw: Any) -> dict[str, Any]:
     """The Theory tab's inputs, checked like the run form's settings (InputError with a clear message)."""
     out: dict[str, Any] = {}
@@ -112,8 +128,9 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
     if sp_opt <= 1:
         why = (" — speculation does not pay here: the verify pass costs too much (v)" if optimal_gamma(alpha, c, 64)[1] > 1
                else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α)")
-    verify = f", v = {vv:.2f}" if vv != 1 else ""
-    note = (f"Optimal γ for α = {alpha:.2f}, c = {c:.2f}{verify}: **γ\\* = {g_opt}**, expected speedup **{sp_opt:.2f}×**"
+    verify = f", v = {slider_text('v', vv)}" if vv != 1 else ""
+    note = (f"Optimal γ for α = {slider_text('alpha', alpha)}, c = {slider_text('c', c)}{verify}: **γ\\* = {g_opt}**, "
+            f"expected speedup **{sp_opt:.2f}×**"
             + why
             + f"  \nAt γ = {g}: {expected_tokens_per_round(alpha, g):.2f} tokens per target pass, expected "
               f"speedup {expected_speedup(alpha, g, c, vv):.2f}×"
@@ -145,8 +162,9 @@ def use_last_run(state: Any) -> tuple[Any, Any, Any, Any]:
         return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     g = min(spec.gamma, THEORY_GAMMA_MAX)
     lo, hi = THEORY_RANGES["v"][1:3]
-    v = round(min(max(rc.v, lo), hi), 2) if rc is not None and rc.v is not None else gr.skip()
-    return round(min(max(s.alpha, 0.0), 0.99), 2), g, round(min(max(c, 0.0), 1.0), 3), v
+    d = step_decimals  # each slider's value rounded as the note prints it
+    v = round(min(max(rc.v, lo), hi), d("v")) if rc is not None and rc.v is not None else gr.skip()
+    return round(min(max(s.alpha, 0.0), 0.99), d("alpha")), g, round(min(max(c, 0.0), 1.0), d("c")), v
 
 
 def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any = None):
@@ -163,6 +181,12 @@ def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any
 
 
 # ---- sweeps ---------------------------------------------------------------------------------
+
+# The Sweeps tab's introduction: the γ and ε values a sweep runs, from the sweeps' own lists.
+SWEEPS_INTRO = ("Run the prompt and settings of the **Live** tab (drafter and draft-length policy included) many "
+                f"times on the loaded models. The γ sweep runs γ = {ranges_text(sweeps.GAMMAS)} and standard "
+                "decoding once; the ε sweep ε ∈ {" + ", ".join(f"{e:g}" for e in sweeps.EPSILONS) + "}, "
+                "Decoding-OPT and UNO. Drafter shoot-out: every drafter in turn, then standard decoding.")
 
 
 def enter_gate(form: RunForm, report: Callable[..., Any] | None, what: str) -> Iterator[SweepFrame]:
@@ -228,7 +252,8 @@ def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
         alpha = sum(alphas) / len(alphas) if alphas else None
         cs = [r["c"] for r in runs if r.get("c") is not None]
         c = sum(cs) / len(cs) if cs else None
-        return SweepFrame(status=f"γ sweep: {msg}", gamma_plot=TP.gamma_sweep_plot(runs, alpha, c))
+        at = f" · measured at γ = {ranges_text(r['gamma'] for r in runs)}" if runs else ""  # as the data has them
+        return SweepFrame(status=f"γ sweep: {msg}{at}", gamma_plot=TP.gamma_sweep_plot(runs, alpha, c))
     opt = [r for r in results if r["variant"] == "opt"]
     tvs = [r["mean_tv"] for r in opt if r.get("mean_tv") is not None]
     points = [{"label": f"ε={r['epsilon']:g}", "epsilon": r["epsilon"], "variant": r["variant"],

@@ -49,8 +49,19 @@ MEANINGS: dict[str, str] = {
     "correction": "sampled by the target from the residual norm(max(0, p − q)) in place of the rejected token",
     "bonus": "all drafts accepted, so the target's extra position gives a free token from p",
     "target": "standard decoding: one target forward pass, one token sampled from p",
-    "pending": "drafted by the small model, waiting for the target's verdict",
+    "pending": "proposed by the drafter, waiting for the target's verdict",
 }
+
+# Who proposed a pending token, per drafter (settings.drafter): the legend's "pending" line names it.
+PENDING_BY: dict[str, str] = {
+    "model": "drafted by the small draft model",
+    "tree": "a node of the small draft model's token tree",
+    "speculator": "proposed by the learned head (MLP speculator) from the target's hidden state",
+    "prompt-lookup": "copied from earlier text by prompt lookup (no model)",
+}
+# The drafter in a few words (plot legends): "draft (learned head)".
+DRAFTER_SHORT: dict[str, str] = {"model": "small model", "tree": "token tree", "speculator": "learned head",
+                                 "prompt-lookup": "prompt lookup"}
 
 
 def esc(text: Any) -> str:
@@ -129,6 +140,22 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
+def ranges_text(values: Any) -> str:
+    """Whole numbers as the data has them, runs of three or more joined: [1, 2, …, 6, 8, 10, 12] ->
+    "1–6, 8, 10, 12"; [1, …, 12] -> "1–12"; [] -> "none"."""
+    xs = sorted({int(v) for v in values})
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    parts = []
+    for run in runs:
+        parts += [f"{run[0]}–{run[-1]}"] if len(run) >= 3 else [str(x) for x in run]
+    return ", ".join(parts) or "none"
+
+
 def epsilon_of(settings: Any) -> float:
     """ε of a trace's DecodeSettings (validated on load), 0 when there are none."""
     return settings.epsilon if settings is not None else 0.0
@@ -167,6 +194,27 @@ def drafter_name(trace: Any, *, subject: bool = False, short: bool = False) -> s
             return "draft model"
         return "the draft model" if subject or not name else f"the draft model {name}"
     return models.get("drafter") or key
+
+
+def pending_meaning(trace: Any = None) -> str:
+    """The legend's meaning of a pending chip, naming the run's drafter (plain text)."""
+    key = getattr(getattr(trace, "settings", None), "drafter", None)
+    by = PENDING_BY.get(key) if getattr(trace, "kind", None) == "speculative" else None
+    return f"{by}, waiting for the target's verdict" if by else MEANINGS["pending"]
+
+
+def draft_source(trace: Any) -> str:
+    """What drafted, for the race header: "draft <model>", "token tree of draft <model> (best-first, ≤ 16
+    nodes)", "learned head (MLP speculator)", "prompt lookup" (plain text, not escaped)."""
+    settings = getattr(trace, "settings", None)
+    key = getattr(settings, "drafter", "model")
+    models = getattr(trace, "models", None) or {}
+    draft = models.get("draft") or "?"
+    if key == "model":
+        return f"draft {draft}"
+    if key == "tree":
+        return f"token tree of draft {draft} ({settings.tree_mode}, ≤ {settings.tree_nodes} nodes)"
+    return models.get("drafter") or DRAFTER_SHORT.get(key, key)
 
 
 def policy_text(settings: Any) -> str:

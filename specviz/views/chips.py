@@ -26,6 +26,7 @@ from ._fmt import (
     fnum,
     fpair,
     fsec,
+    pending_meaning,
     plain_ratio,
     plural,
     policy_text,
@@ -35,6 +36,7 @@ from ._fmt import (
     visible_ws,
 )
 from .execution import trace_exec_line
+from .narrate import tree_stop_sentence
 
 if TYPE_CHECKING:  # plain data only; no runtime dependency beyond the dataclasses
     from specviz.trace import DraftToken, Extra, Position, Round, Trace
@@ -155,6 +157,9 @@ def _draft_stop_html(rnd: Round) -> str:
     short = stop_short(stop)
     label = short if stop == "none" else (f"{k} drafted · {short}" if short else f"{k} drafted")
     why = stop_sentence(stop)
+    if rnd.tree is not None and rnd.tree.nodes:  # a tree round: its size, not the accepted path's length
+        label = f"{len(rnd.tree.nodes)}-node tree" + (f" · {short}" if short else "")
+        why = tree_stop_sentence(stop)
     title = f' title="{esc("drafting stopped: " + why)}"' if why else ""
     return f'<span class="sv-draft-stop" data-stop="{esc(stop)}" data-drafted="{k}"{title}>{esc(label)}</span>'
 
@@ -299,10 +304,11 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         order.append("target")
     items = []
     for status in order:
+        meaning = pending_meaning(trace) if status == "pending" else MEANINGS[status]  # who drafted
         items.append(
             f'<div class="sv-legend-item" data-status="{status}">'
             f'<span class="sv-chip sv-{status} sv-chip--mini"><span class="sv-tok">{esc(status)}</span></span>'
-            f'<span class="sv-legend-text">{esc(MEANINGS[status])}</span></div>'
+            f'<span class="sv-legend-text">{esc(meaning)}</span></div>'
         )
     if trace is not None and trace.kind == "speculative" and epsilon_of(trace.settings) > 0:
         items.append(

@@ -69,6 +69,67 @@ def _why_drafting_stopped(rnd: Round, trace: Trace | None) -> str:
     return why
 
 
+def tree_stop_sentence(stop: str, settings=None, nodes: int | None = None, depth: int | None = None) -> str:
+    """Why a tree stopped growing, in a tree's terms: "the tree reached its node budget of 16 nodes",
+    "the tree reached its depth γ = 5", "the tree grew to the depth γ = 5, then kept its best 16 nodes,
+    the node budget"; "" when unknown.  ``nodes`` / ``depth``: the final tree's size and depth."""
+    budget = getattr(settings, "tree_nodes", None)
+    gamma = getattr(settings, "gamma", None)
+    if stop == "nodes":
+        return "the tree reached its node budget" + (f" of {budget} nodes" if budget else "")
+    if stop == "limit":
+        at = f"depth γ = {gamma}" if gamma else "depth γ"
+        full = bool(budget and nodes is not None and nodes >= budget)
+        if full and gamma and depth is not None and depth < gamma:  # grown to γ, then cut to the budget
+            return f"the tree grew to the {at}, then kept its best {budget} nodes, the node budget"
+        return f"the tree reached its {at}" + (f" and its node budget of {budget} nodes" if full else "")
+    why = stop_sentence(stop)
+    if settings is not None and why.endswith("τ"):
+        why += f" = {settings.tau:g}"
+    return why
+
+
+def _narrate_tree(rnd: Round, trace: Trace | None) -> str:
+    """A tree round: the tree drafted (nodes, depth, why it stopped), the path the target accepted
+    through it, and the correction or bonus at its end."""
+    tree = rnd.tree
+    n = rnd.index + 1
+    settings = trace.settings if trace is not None else None
+    nodes = len(tree.nodes)
+    depth = max((x.depth for x in tree.nodes), default=0)
+    grew = (f"the draft model grew a token tree of {plural(nodes, 'node')}, {plural(depth, 'level')} deep, "
+            f"in {fsec(rnd.t_draft)}")
+    if not tree.visits and rnd.extra is None and not rnd.emitted:  # drafted, not verified yet
+        return f"Round {n}: {grew} so far; the target has not checked it yet."
+    why = tree_stop_sentence(rnd.draft_stop, settings, nodes, depth)
+    if why:
+        grew += f" (drafting stopped: {why})"
+    passes = "one pass" if rnd.target_forwards == 1 else plural(rnd.target_forwards, "pass", "passes")
+    parts = [f"Round {n}: {grew}; the target checked the whole tree in {passes} ({fsec(rnd.t_verify)})"]
+    path = [tree.nodes[i].text for i in tree.path if 0 <= i < nodes]  # indices into nodes (checked on load)
+    if path:
+        shown = ", ".join(tok_repr(t) for t in path[:_MAX_RATIOS]) + (", …" if len(path) > _MAX_RATIOS else "")
+        parts[-1] += f" and accepted a path of {plural(len(path), 'token')} through it ({shown})"
+    else:
+        parts[-1] += " and accepted none of its nodes"
+    last = tree.visits[-1] if tree.visits else None
+    tried = len(last.tries) if last is not None else 0
+    extra = rnd.extra
+    if extra is not None and extra.kind == "correction":
+        which = "the only child tried" if tried == 1 else f"all {tried} children tried"
+        parts.append(f"{which} after {'the prefix' if not path else tok_repr(path[-1])} "
+                     f"{'was' if tried == 1 else 'were'} rejected, so a correction {tok_repr(extra.text)} "
+                     "was sampled from the residual r")
+    elif extra is not None and extra.kind == "bonus":
+        parts.append(f"the path reached a leaf, so the same pass gave a free bonus token {tok_repr(extra.text)} from p")
+    elif extra is None:
+        parts.append(_stop_phrase(trace, rnd))
+    expected = len(path) + (1 if extra is not None else 0)
+    if len(rnd.emitted) < expected:
+        parts.append(f"only {len(rnd.emitted)} reached the output (generation stopped inside this round)")
+    return "; ".join(parts) + f". +{plural(len(rnd.emitted), 'token')}."
+
+
 def narrate(rnd: Round, trace: Trace | None) -> str:
     """A one-line, plain-language account of what happened in ``rnd``.
 
@@ -85,6 +146,8 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
 
 
 def _narrate(rnd: Round, trace: Trace | None) -> str:
+    if rnd.tree is not None and rnd.tree.nodes:
+        return _narrate_tree(rnd, trace)
     n = rnd.index + 1
     emitted = len(rnd.emitted)
     gain = f"+{plural(emitted, 'token')}."

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from specviz.core.settings import stop_sentence, stop_short
 from specviz.theory.costs import race_costs, steps
 
-from ._fmt import COLORS, fsec, mean_draft_length
+from ._fmt import COLORS, DRAFTER_SHORT, fsec, mean_draft_length
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -307,7 +307,7 @@ def round_times(trace: Trace | None) -> go.Figure:
     if has_draft:
         fig.add_trace(
             go.Bar(
-                name="draft (small model)",
+                name=f"draft ({DRAFTER_SHORT.get(trace.settings.drafter, trace.settings.drafter)})",
                 x=xs,
                 y=[r.t_draft for r in rounds],
                 marker=dict(color=COLORS["draft_time"], line=dict(width=0)),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..theory.costs import RaceCosts, loss_cause, race_costs, steps
-from ._fmt import esc, fsec
+from ._fmt import draft_source, esc, fsec
 from .execution import trace_exec_line
 from .text import looks_like_code, tokens_html
 
@@ -116,7 +116,7 @@ def _column(name: str, css: str, trace: Trace | None, side: RaceSide, denom: int
         badge = '<span class="sv-badge sv-badge--run">running…</span>'
     models = trace.models or {}
     if trace.kind == "speculative":
-        sub = f"draft {models.get('draft', '?')} → target {models.get('target', '?')} · γ = {trace.gamma}"
+        sub = f"{draft_source(trace)} → target {models.get('target', '?')} · γ = {trace.gamma}"
     else:
         sub = f"target {models.get('target', '?')}"
     line = trace_exec_line(trace)  # how the target executed, and where

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.core.settings import stop_sentence
 from specviz.trace.tree import attention_mask
 
 from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
 from .chips import _chip, _tip
+from .narrate import tree_stop_sentence
 from .plots import _style, empty_figure
 
 if TYPE_CHECKING:
@@ -221,8 +221,8 @@ def tree_narration(rnd: Round, step: int | None = None) -> str:
         level = [n for n in tree.nodes if n.depth == step]
         line = (f"Drafting depth {step}: {plural(len(level), 'node')} "
                 f"({', '.join(tok_repr(n.text) for n in level[:6])}{', …' if len(level) > 6 else ''})")
-        why = (stop_sentence(rnd.draft_stop) or None) if step == depth and rnd.positions else None
-        return f"{line}; the tree stops growing: {why}." if why else f"{line}."
+        why = (tree_stop_sentence(rnd.draft_stop) or None) if step == depth and rnd.positions else None
+        return f"{line}; it stops growing: {why}." if why else f"{line}."
     e = events[step - depth - 1]
     v = tree.visits[e.visit]
     where = "after the prefix" if v.node < 0 else f"at {tok_repr(tree.nodes[v.node].text)}"
