@@ -16,6 +16,7 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.core.rules import RULE_LABELS
 from specviz.core.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
                                    DecodeSettings)
 from specviz.drafters import DRAFTERS
@@ -24,7 +25,7 @@ from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.ui import api, live, machine_ui, shootout_ui, tabs, tree_ui
-from specviz.ui.form import RunForm, form_duration, form_sweep_duration
+from specviz.ui.form import RULE_HELP, RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
 from specviz.ui.store import STORE
@@ -144,6 +145,9 @@ def build() -> gr.Blocks:
                                             info="0 = exact; accept with min(1, (p+ε)/q)", elem_id="sv-epsilon")
                         variant = gr.Radio(list(VARIANTS.items()), value=DecodeSettings.variant,
                                            label="After a rejection", elem_id="sv-variant")
+                        rule = gr.Radio(list(RULE_LABELS.items()), value=DecodeSettings.rule,
+                                        label="Verification rule", info=RULE_HELP[DecodeSettings.rule],
+                                        elem_id="sv-rule")
                         with gr.Accordion("Sampling and length", open=False, elem_id="sv-sampling"):
                             temperature = gr.Slider(0, 2, value=first["temperature"], step=0.05, label="Temperature",
                                                     info="0 = greedy (argmax)", elem_id="sv-temperature")
@@ -274,7 +278,7 @@ def build() -> gr.Blocks:
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,
                      epsilon=epsilon, variant=variant, temperature=temperature, top_p=top_p, max_new_tokens=max_new,
                      seed=seed, drafter=drafter, policy=policy, tau=tau, branches=branches, tree_nodes=tree_nodes,
-                     tree_mode=tree_mode, target_exec=target_exec)
+                     tree_mode=tree_mode, target_exec=target_exec, rule=rule)
         views = Slots(LiveFrame, status=status, legend=legend, rounds=rounds, race=race_html, state=state,
                       metrics=metrics, plot_pos=plot_pos, plot_hist=plot_hist, plot_draft=plot_draft,
                       plot_time=plot_time, plot_curve=plot_curve, plot_speed=plot_speed, step=step,
@@ -313,12 +317,17 @@ def build() -> gr.Blocks:
                                        tau: gr.Slider(visible=p == "confidence"), policy: gr.Radio(info=policy_info(p))},
                       [policy, gamma, drafter], [gamma, tau, policy], api_visibility="private")
 
-        def on_drafter(d, e, p, g):  # the tree's controls; ε and UNO locked (chain only); γ is its depth
-            ups = tree_ui.drafter_controls(d, e)
-            return {tree_row: ups["tree_row"], epsilon: ups["epsilon"], variant: ups["variant"],
+        def on_drafter(d, e, p, g, r):  # the tree's controls; ε, UNO, the rule locked (chain only); γ is its depth
+            ups = tree_ui.drafter_controls(d, e, r)
+            return {tree_row: ups["tree_row"], epsilon: ups["epsilon"], variant: ups["variant"], rule: ups["rule"],
                     gamma: gr.Slider(**tree_ui.gamma_labels(d, gamma_slider(p, g)))}
-        drafter.change(on_drafter, [drafter, epsilon, policy, gamma], [tree_row, epsilon, variant, gamma],
+        drafter.change(on_drafter, [drafter, epsilon, policy, gamma, rule], [tree_row, epsilon, variant, rule, gamma],
                        api_visibility="private")
+
+        def on_rule(d, e, r):  # block and match are exact rules of their own: ε and UNO locked
+            ups = tree_ui.drafter_controls(d, e, r)
+            return {epsilon: ups["epsilon"], variant: ups["variant"], rule: ups["rule"]}
+        rule.change(on_rule, [drafter, epsilon, rule], [epsilon, variant, rule], api_visibility="private")
 
         # An example sets every setting it names and resets the others to the page's defaults, so
         # everyone who picks it sends the same request (served from the recording cache).

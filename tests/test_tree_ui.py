@@ -153,15 +153,19 @@ def test_drafter_controls_lock_eps_and_uno_for_trees():
     assert ups["variant"]["value"] == "opt" and "chain drafters only" in ups["variant"]["info"]
     chain = tree_ui.drafter_controls("model", 0.3)
     assert chain["tree_row"]["visible"] is False and chain["epsilon"]["interactive"] is True
+    assert ups["rule"]["value"] == "token" and ups["rule"]["interactive"] is False  # trees: their own rule
+    block = tree_ui.drafter_controls("model", 0.3, "block")  # block and match: exact, no ε, no UNO
+    assert block["epsilon"]["interactive"] is False and block["epsilon"]["value"] == 0
+    assert block["variant"]["value"] == "opt" and block["rule"]["interactive"] is True
     assert tree_ui.gamma_labels("tree", tabs.gamma_slider("constant", 4))["label"] == "Tree depth γ"
     assert tree_ui.gamma_labels("model", tabs.gamma_slider("constant", 4))["label"] == "Draft length γ"
 
 
 def test_api_takes_the_tree_parameters_at_the_end():
     names = list(inspect.signature(api.api_trace).parameters)
-    # appended in the order they arrived, so positional callers keep working: the tree's, then target_exec
-    assert names[-4:] == ["branches", "tree_nodes", "tree_mode", "target_exec"]
-    assert names[:-4] == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
+    # appended in the order they arrived, so positional callers keep working: the tree's, target_exec, rule
+    assert names[-5:] == ["branches", "tree_nodes", "tree_mode", "target_exec", "rule"]
+    assert names[:-5] == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
                           "variant", "standard", "drafter", "policy", "tau"]
     out = list(api.api_trace("abc abc", preset=TINY_PRESET, gamma=2, max_new_tokens=6, standard=False,
                              drafter="tree", branches=2, tree_nodes=4, tree_mode="best-first"))

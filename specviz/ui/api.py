@@ -25,7 +25,7 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
               variant: str = "opt", standard: bool = True, drafter: str = "model", policy: str = "constant",
               tau: float = 0.4, branches: int = 2, tree_nodes: int = 16,
-              tree_mode: str = "best-first", target_exec: str = "") -> Iterator[dict]:
+              tree_mode: str = "best-first", target_exec: str = "", rule: str = "token") -> Iterator[dict]:
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
     return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}.
 
@@ -49,10 +49,13 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     answered from that run's recording, streamed at its recorded times (at most a minute) and
     marked "replay": {"recorded_at": ISO time, "machine": device, "source": ...}.
     When the models are busy with too many runs waiting, the error says when to retry.
+    rule: how a chain's drafts are verified, "token" (Leviathan et al.'s token-wise rejection sampling),
+    "block" (Sun et al. 2025's block verification) or "match" (keep a draft token only when the target's
+    own sample equals it); all exact; epsilon and variant "uno" apply to "token" only, trees take "token".
     Cancelling the job (`Job.cancel()`) stops decoding within about one round."""
     form = RunForm(preset=preset, prompt=prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
                    max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau,
-                   branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode, target_exec=target_exec)
+                   branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode, target_exec=target_exec, rule=rule)
     try:
         text, settings = form.check()  # before loading any model
         execution = form.execution()

@@ -23,6 +23,13 @@ POLICY_HELP = {
                 "for a tree: how deep and how wide it grows, and how many nodes the target checks",
 }
 
+# One line per verification rule (specviz.core.rules has the details), shown under the selector.
+RULE_HELP = {
+    "token": "keep x with probability min(1, p/q), position by position; correct from norm(max(0, p − q))",
+    "block": "judge the whole draft jointly: never keeps fewer tokens on average, still exact",
+    "match": "keep x only when the target's own sample is x (probability p(x)); at a mismatch emit that sample",
+}
+
 
 @dataclass(frozen=True)
 class RunForm:
@@ -46,6 +53,7 @@ class RunForm:
     tree_nodes: Any = 16
     tree_mode: Any = "best-first"
     target_exec: Any = None  # how the target executes: "auto", "bf16", "int8"…; "" / None: the server's default
+    rule: Any = "token"  # the chains' verification rule: "token", "block" or "match"
 
     def raw_settings(self) -> dict[str, Any]:
         """The decoding settings as sent, for DecodeSettings.checked."""

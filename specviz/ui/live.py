@@ -29,6 +29,7 @@ from ..serving.service import InputError, describe_error, race, release_memory
 from ..theory.costs import race_costs
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
+from ..views.rules import rules_html
 from ..views import plots as P
 from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
@@ -68,7 +69,8 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
         return step_tree(spec, rnd)
     round_html = V.round_html(rnd, spec.gamma, epsilon=spec.settings.epsilon, current=True,
                               policy=spec.settings.policy, drafter=spec.settings.drafter)
-    return V.narrate_html(rnd, spec), round_html + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted])
+    return V.narrate_html(rnd, spec), (round_html + rules_html(rnd, spec)
+                                       + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted]))
 
 
 def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int | None = None) -> LiveFrame:

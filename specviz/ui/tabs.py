@@ -18,6 +18,7 @@ from ..serving.sweep_budget import sweep_budget, time_limit_note, within
 from ..theory.costs import race_costs, steps
 from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma
 from ..theory.simulate import synthetic_pair
+from ..views.rules import run_rule_expectations
 from ..views import html as V
 from ..views import theory_plots as TP
 from ..views import tree_plots as TRP
@@ -146,7 +147,7 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
                  "pass, which Thm 3.8 does not model).")
         g_axis = max(g_axis, math.ceil(dl or 0), int(measured["gamma"]))
     return TheoryFrame(note=note, speedup=TP.speedup_curves(alpha, c, g_axis, measured, v=vv),
-                       tokens=TP.tokens_per_round_curves(alpha, THEORY_GAMMA_MAX),
+                       tokens=TP.tokens_per_round_curves(alpha, THEORY_GAMMA_MAX, run_rule_expectations(spec)),
                        cost=TP.cost_factor_curve(alpha, c_hat, THEORY_GAMMA_MAX), thm1=TP.theorem1_plot(spec))
 
 

@@ -11,7 +11,9 @@ from typing import Any
 
 import gradio as gr
 
+from ..core.rules import RULES
 from ..core.settings import round_kind
+from .form import RULE_HELP
 from ..trace import Round, Trace
 from ..views import html as V
 from ..views import tree_plots as TRP
@@ -23,17 +25,22 @@ WALK_STYLE = ("margin:8px 0 2px;padding:4px 10px;border-left:3px solid #f59e0b;f
 NO_TREE = ""  # the tree panel is empty for chain runs: chain rounds render exactly as before
 
 
-def drafter_controls(drafter: Any, epsilon: Any = 0.0) -> dict[str, Any]:
-    """What the drafter selector changes, as {name: component update}: the tree's own controls
-    show for "tree"; ε and the variant, which the tree's rule does not take, are locked at their
-    exact values (validation would refuse anything else), and γ becomes the tree's depth."""
+def drafter_controls(drafter: Any, epsilon: Any = 0.0, rule: Any = "token") -> dict[str, Any]:
+    """What the drafter and the verification rule change, as {name: component update}: the tree's own
+    controls show for "tree"; ε and the variant, which neither the tree's rule nor block verification or
+    exact match take, are locked at their exact values (validation would refuse anything else); the
+    rule is the token rule for trees; γ becomes the tree's depth (`gamma_labels`)."""
     tree = round_kind(str(drafter)) == "tree"
+    rule = "token" if tree or rule not in RULES else rule
+    locked = CHAIN_ONLY if tree else f"the token-wise rule only (the {rule} rule is exact on its own)"
     return {
         "tree_row": gr.update(visible=tree),
-        "epsilon": gr.update(interactive=not tree, value=0 if tree else epsilon,
-                             info=f"ε: {CHAIN_ONLY}" if tree else "0 = exact; accept with min(1, (p+ε)/q)"),
-        "variant": (gr.update(interactive=False, value="opt", info=f"UNO: {CHAIN_ONLY}") if tree
+        "epsilon": (gr.update(interactive=False, value=0, info=f"ε: {locked}") if tree or rule != "token"
+                    else gr.update(interactive=True, value=epsilon, info="0 = exact; accept with min(1, (p+ε)/q)")),
+        "variant": (gr.update(interactive=False, value="opt", info=f"UNO: {locked}") if tree or rule != "token"
                     else gr.update(interactive=True, info=None)),
+        "rule": gr.update(interactive=not tree, value=rule,
+                          info="trees: their own multi-candidate rule" if tree else RULE_HELP[rule]),
     }
 
 

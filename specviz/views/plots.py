@@ -16,6 +16,7 @@ from specviz.core.settings import stop_sentence, stop_short
 from specviz.theory.costs import race_costs, steps
 
 from ._fmt import COLORS, DRAFTER_SHORT, fsec, mean_draft_length
+from .rules import rule_name
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -173,6 +174,7 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
     why = _spec_ready(trace)
     if why:
         return empty_figure(title, why)
+    title += f" · {rule_name(trace)}"
     s = trace.summary()
     hist = list(s.tokens_per_round_hist or [])
     gamma = len(hist) - 2

@@ -209,9 +209,15 @@ def speedup_curves(
     return _safe(title, build)
 
 
-def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: int = 16) -> go.Figure:
+def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: int = 16,
+                            rules: dict[str, Any] | None = None) -> go.Figure:
     """Expected tokens per round (1 − α^(γ+1))/(1 − α) vs γ, one curve per α,
-    with the γ → ∞ limit 1/(1 − α) dotted."""
+    with the γ → ∞ limit 1/(1 − α) dotted.
+
+    ``rules``: the last run's same-draft expectations (`specviz.views.rules.run_rule_expectations`):
+    {"draft_len": mean draft length, "tokens": {rule: expected tokens per round}, "rule": the rule it ran}.
+    Block verification has no closed form in α alone (its gain depends on the whole block's p and q),
+    so each rule is drawn as a measured marker at the run's mean draft length."""
     title = "Expected tokens per round vs γ (Leviathan et al., Eq. 1)"
     alphas = _alphas(alpha)
     if not alphas:
@@ -233,7 +239,18 @@ def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: in
                     line=dict(dash="dot", width=1, color=C_SECOND), showlegend=len(alphas) == 1,
                     hovertemplate=f"γ→∞ limit for α={a:.2f}: %{{y:.3f}}<extra></extra>",
                 ))
-        _layout(fig, title, "i.i.d. acceptances with probability α; a round emits the accepted drafts + 1 token", height=400)
+        sub = "i.i.d. acceptances with probability α; a round emits the accepted drafts + 1 token"
+        if rules:
+            for (rule, value), symbol in zip(rules["tokens"].items(), ("circle", "diamond", "x")):
+                ran = " (the rule it ran)" if rule == rules.get("rule") else ""
+                fig.add_trace(go.Scatter(
+                    x=[rules["draft_len"]], y=[value], mode="markers", marker=dict(size=12, symbol=symbol),
+                    name=f"last run's drafts, {rule}: {value:.2f}{ran}",
+                    hovertemplate=(f"{rule} rule on the last run's own drafts{ran}<br>mean draft length %{{x:.2f}}"
+                                   f"<br>%{{y:.3f}} expected tokens / round<extra></extra>")))
+            sub += ("<br>markers: each rule's exact expectation on the last run's drafts (block verification has "
+                    "no closed form in α)")
+        _layout(fig, title, sub, height=400)
         fig.update_xaxes(title_text="draft length γ")
         fig.update_yaxes(title_text="expected tokens per round")
         return fig
