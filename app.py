@@ -24,7 +24,7 @@ from specviz.models import PRESETS
 from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.ui import api, live, machine_ui, shootout_ui, tabs, tree_ui
+from specviz.ui import api, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
 from specviz.ui.form import RULE_HELP, RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -189,6 +189,9 @@ def build() -> gr.Blocks:
                         next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=130, elem_id="sv-next")
                     narration = gr.HTML(step_views(None, 1)[0], elem_id="sv-narration")
                     step_round = gr.HTML(elem_id="sv-step-round")
+                    pos_pick = gr.Radio([], label="The acceptance picture at position", visible=False,
+                                        elem_id="sv-pos-pick")
+                    picture = gr.Plot(show_label=False, elem_id="sv-picture")
                 gr.Markdown("### Numbers and charts")
                 metrics = gr.HTML(V.metrics_html(None), elem_id="sv-metrics")
                 with gr.Row():
@@ -341,6 +344,9 @@ def build() -> gr.Blocks:
 
         step.change(lambda s, i: (*step_views((s or {}).get("spec"), i), tree_ui.mask_for((s or {}).get("spec"), i)),
                     [state, step], [narration, step_round, tree_mask], api_visibility="private")
+        step.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
+        pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], api_visibility="private")
+        state.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 

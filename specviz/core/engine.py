@@ -32,6 +32,7 @@ from ..trace import DraftToken, Extra, Position, Round, Token, Trace
 from .kv import CachedLM, cached_lm
 from .policy import RoundReport, make_policy
 from .sampling import Warp, sample
+from .picture import pictures
 from .verify import verify_chain
 from .settings import GAMMA_MAX_DYNAMIC, DecodeSettings
 from .tree_round import TreeRun
@@ -203,6 +204,7 @@ def speculative_stream(
                 # 1. Draft, one token at a time, each shown as soon as it exists.
                 tokens: list[int] = []
                 qs: list[torch.Tensor] = []
+                beliefs: list[torch.Tensor | None] = []  # the drafter's raw logits (the picture, greedy runs)
                 confs: list[float] = []
                 rnd.draft_stop = "none"
                 if limit > 0:
@@ -213,6 +215,7 @@ def speculative_stream(
                         for step in steps:
                             tokens.append(step.token)
                             qs.append(step.q)
+                            beliefs.append(step.logits)
                             confs.append(step.confidence)
                             rnd.draft_forwards += step.forwards
                             t_s = time.perf_counter()
@@ -246,6 +249,11 @@ def speculative_stream(
                                        generator=gen, stop_tokens=eos, rule=settings.rule)
                 trace.t_tracing += verdict.tracing_seconds
                 rnd.positions.extend(Position(**vars(j)) for j in verdict.judged)
+                t_s = time.perf_counter()  # the acceptance picture's numbers: tracing
+                for pos, pic in zip(rnd.positions, _pictures(tokens, qs, beliefs, out.logits, verdict, warp, settings,
+                                                              piece)):
+                    pos.picture = pic
+                trace.t_tracing += time.perf_counter() - t_s
                 for d, o in zip(rnd.draft, verdict.odds):  # for "same draft, three rules"
                     d.p, d.h = o.p, o.h
                 n_acc = verdict.accepted
@@ -286,6 +294,22 @@ def speculative_stream(
         drafter.free()
     trace.t_total = clock() if not trace.rounds else trace.rounds[-1].t_end
     yield Event("done", trace)
+
+
+def _pictures(tokens, qs, beliefs, logits, verdict, warp, settings, piece):
+    """The acceptance picture at each judged position (specviz.core.picture)."""
+    if not verdict.judged:
+        return []
+    p_all = warp(logits)
+    if warp.greedy:
+        q = torch.zeros((len(tokens), p_all.shape[-1]), dtype=p_all.dtype, device=p_all.device)
+        q[torch.arange(len(tokens)), torch.tensor(tokens, device=p_all.device)] = 1.0
+        p1 = torch.softmax(logits.float(), -1)
+        q1 = [torch.softmax(b.float(), -1) if b is not None else None for b in beliefs]
+    else:
+        q, p1, q1 = torch.stack(qs), None, None
+    return pictures(tokens=tokens, n_judged=len(verdict.judged), p_all=p_all, q=q, rule=settings.rule,
+                    variant=settings.variant, emitted=verdict.token, piece=piece, p1=p1, q1=q1)
 
 
 # ---- standard decoding ---------------------------------------------------------------

@@ -50,6 +50,8 @@ class DraftStep:
     confidence: float  # the drafter's own probability of the token before warping (temperature 1):
     #                    what confidence-based draft-length policies read, also in greedy mode
     forwards: int = 1  # draft forward passes spent on this token (0 for a lookup)
+    logits: torch.Tensor | None = None  # [V] the drafter's raw logits, when it has them: the acceptance
+    #                    picture shows its temperature-1 beliefs under greedy decoding (a reference, no copy)
 
 
 class Drafter:

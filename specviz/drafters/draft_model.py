@@ -44,7 +44,7 @@ class ModelDrafter(ChainDrafter):
             lf = logits.float()
             conf = float(torch.exp(lf[x] - torch.logsumexp(lf, -1)))  # softmax(lf)[x], without the vector
             seq.append(x)
-            yield DraftStep(x, q, conf)
+            yield DraftStep(x, q, conf, logits=lf)
 
     def rollback(self, n: int) -> None:
         self.lm.crop(n)

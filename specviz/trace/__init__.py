@@ -8,13 +8,13 @@ recording.py reading and writing traces and recordings (a race's two traces in o
 Imports go one way: recording -> schema -> model -> tree.  This package re-exports the public names.
 """
 
-from .model import (DRAFT_STOPS, SCHEMA_VERSION, RUN_ENDS, DraftToken, Extra, Position, Round, Token, Trace,
+from .model import (DRAFT_STOPS, SCHEMA_VERSION, RUN_ENDS, DraftToken, Extra, Picture, Position, Round, Token, Trace,
                     TraceError, theoretical_speedup)
 from .recording import (MAX_TRACE_BYTES, load_recording, recording_to_json, save_recording, trace_from_dict,
                         trace_from_json)
 from .summary import Summary
 from .tree import RoundTree
 
-__all__ = ["DRAFT_STOPS", "MAX_TRACE_BYTES", "SCHEMA_VERSION", "RUN_ENDS", "DraftToken", "Extra", "Position",
+__all__ = ["DRAFT_STOPS", "MAX_TRACE_BYTES", "SCHEMA_VERSION", "RUN_ENDS", "DraftToken", "Extra", "Picture", "Position",
            "Round", "RoundTree", "Token", "Trace", "TraceError", "load_recording", "recording_to_json",
            "save_recording", "theoretical_speedup", "trace_from_dict", "trace_from_json"]

@@ -82,8 +82,16 @@ JSON schema (``SCHEMA_VERSION`` 3; versions 1 and 2 load with the new fields at 
       "accepted": bool,
       "reject_prob": float,          # r = 1 − Σ_x q(x) b(x), over the whole vocabulary
       "tv": float,                   # TV(p_i, q_i)
-      "bias": float                  # TV(A_i, p_i), A = q·b + r·P (P = residual or p for UNO)
+      "bias": float,                 # TV(A_i, p_i), A = q·b + r·P (P = residual or p for UNO)
+      "picture": Picture | null      # version 3 (specviz.core.picture): what the acceptance picture draws
     }
+
+    Picture = {"ids": [int], "text": [str], "p": [float], "q": [float], "res": [float],
+               "rest_p": float, "rest_q": float, "p1": [float] | null, "q1": [float] | null}
+                                     # the top tokens by max(p, q) (with the drafted token and the
+                                     # correction), p and q there, the correction's distribution there
+                                     # (token: norm(max(0, p − q)); block: norm(max(0, w·p − q)); match: p
+                                     # without x), the mass elsewhere; greedy runs: temperature-1 beliefs
 
 Drafted tokens after the first rejection are never verified: they have no
 Position and are shown as discarded.
@@ -132,6 +140,22 @@ class DraftToken:
 
 
 @dataclass
+class Picture:
+    """What the acceptance picture draws at one verified position (version 3; specviz.core.picture):
+    the top tokens by max(p, q), always with the drafted token and the correction drawn there."""
+
+    ids: list[int]
+    text: list[str]
+    p: list[float]  # p(x) at these ids, after temperature / top-k / top-p (one-hot under greedy)
+    q: list[float]  # q(x) likewise
+    res: list[float]  # the distribution a correction at this position is drawn from, at these ids
+    rest_p: float = 0.0  # p's mass outside ids
+    rest_q: float = 0.0
+    p1: list[float] | None = None  # greedy runs: the target's own temperature-1 beliefs at these ids
+    q1: list[float] | None = None  # greedy runs: the draft's (None for a drafter without a distribution)
+
+
+@dataclass
 class Position:
     i: int
     q: float
@@ -142,6 +166,7 @@ class Position:
     reject_prob: float
     tv: float
     bias: float
+    picture: Picture | None = None  # version 3: the acceptance picture's numbers
 
 
 @dataclass

@@ -38,6 +38,7 @@ MAX_TOKEN_ID = 2**31  # larger than any vocabulary; keeps ids in 32 bits
 MAX_SECONDS = 1e6  # 11.6 days: far past any job's time budget, small enough that sums stay finite
 MAX_COUNT = 10**6  # forward passes in one round
 TEXT_LIMIT, PROMPT_LIMIT, NAME_LIMIT = 1000, 200_000, 500  # characters: a token, the prompt, a model name
+PICTURE_MAX = 32  # tokens in one acceptance picture
 PROB_SLACK = 1e-6  # float rounding around 0 and 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -166,6 +167,27 @@ class DraftTokenIn(_In):
     h: Prob | None = None  # absent before version 3
 
 
+class PictureIn(_In):
+    target = T.Picture
+    ids: list[TokenId]
+    text: list[Text]
+    p: list[Prob]
+    q: list[Prob]
+    res: list[Prob]
+    rest_p: Prob = 0.0
+    rest_q: Prob = 0.0
+    p1: list[Prob] | None = None
+    q1: list[Prob] | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "PictureIn":
+        n = len(self.ids)
+        if n > PICTURE_MAX or any(len(v) != n for v in (self.text, self.p, self.q, self.res, self.p1 or self.ids,
+                                                           self.q1 or self.ids)):
+            raise _rule(f"a picture's lists must all hold the same number (≤ {PICTURE_MAX}) of tokens")
+        return self
+
+
 class PositionIn(_In):
     target = T.Position
     i: int  # its place in the round is checked by RoundIn
@@ -177,6 +199,7 @@ class PositionIn(_In):
     reject_prob: Prob
     tv: Prob
     bias: Prob
+    picture: PictureIn | None = None  # absent before version 3
 
 
 class TokenIn(_In):

@@ -68,7 +68,7 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
     if rnd.tree is not None:
         return step_tree(spec, rnd)
     round_html = V.round_html(rnd, spec.gamma, epsilon=spec.settings.epsilon, current=True,
-                              policy=spec.settings.policy, drafter=spec.settings.drafter)
+                              policy=spec.settings.policy, drafter=spec.settings.drafter, rule=spec.settings.rule)
     return V.narrate_html(rnd, spec), (round_html + rules_html(rnd, spec)
                                        + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted]))
 

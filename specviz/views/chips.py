@@ -59,14 +59,21 @@ def _tip(title: str, rows: list[tuple[str, str]], verdict: str = "", note: str =
 
 
 def verdict_text(pos: Position) -> str:
-    """'u=0.41 < b=0.83 → accepted' / 'u=0.74 ≥ b=0.31 → rejected' (plain text)."""
+    """'u=0.41 < b=0.83 → accepted' / 'u=0.74 ≥ b=0.31 → rejected' (plain text).  Block verification
+    can keep a position whose own u ≥ h (a later one passed): 'u=0.74 ≥ h=0.31 → kept (…)'."""
     su, sb = fpair(pos.u, pos.b)
+    if pos.accepted and pos.u >= pos.b:
+        return f"u={su} ≥ h={sb} → kept: a later position passed (block verification)"
     if pos.accepted:
         return f"u={su} < b={sb} → accepted"
     return f"u={su} ≥ b={sb} → rejected"
 
 
-def _b_label(eps: float) -> str:
+def _b_label(eps: float, rule: str = "token") -> str:
+    if rule == "block":
+        return "h (block verification)"
+    if rule == "match":
+        return "b = p(x) (exact match)"
     return f"b = min(1, (p+ε)/q), ε={eps:g}" if eps > 0 else "b = min(1, p/q)"
 
 
@@ -84,7 +91,8 @@ def _stage(drafter: str, i: int) -> str:
     return f"stage {i - 1} of the learned head" if drafter == "speculator" else ""
 
 
-def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, drafter: str = "") -> str:
+def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, drafter: str = "",
+                rule: str = "token") -> str:
     head = f"Draft token {i} · {tok_repr(tok.text)}"
     stage = _stage(drafter, i)
     who = [("proposed by", stage)] if stage else []
@@ -111,7 +119,7 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
         *who,
         ("q(x) draft", fnum(pos.q, 3)),
         ("p(x) target", fnum(pos.p, 3)),
-        (_b_label(eps), fnum(pos.b, 3)),
+        (_b_label(eps, rule), fnum(pos.b, 3)),
         ("u (uniform draw)", fnum(pos.u, 3)),
     ]
     note = ""
@@ -124,12 +132,16 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     return _chip(status, tok.text, _tip(f"{head} · {status}", rows, verdict_text(pos), note), extra_cls)
 
 
-def _extra_chip(rnd: Round, extra: Extra) -> str:
+RESIDUAL_OF = {"token": "the residual norm(max(0, p − q))", "block": "block verification's residual norm(max(0, w·p − q))",
+               "match": "p without the drafted token (the target's own sample)"}
+
+
+def _extra_chip(rnd: Round, extra: Extra, rule: str = "token") -> str:
     k = len(rnd.draft) + 1
     if extra.kind == "correction":
         j = rnd.rejected_at or len(rnd.positions) or 1
         title = f"Correction · {tok_repr(extra.text)}"
-        note = f"The target rejected draft {j}, so this token was sampled from the residual norm(max(0, p − q)) at position {j}."
+        note = f"The target rejected draft {j}, so this token was sampled from {RESIDUAL_OF.get(rule, RESIDUAL_OF['token'])} at position {j}."
     elif extra.kind == "bonus":
         title = f"Bonus · {tok_repr(extra.text)}"
         note = f"All {len(rnd.draft)} drafts accepted: the verify pass already gave p at position {k}, so this token is free."
@@ -166,9 +178,9 @@ def _draft_stop_html(rnd: Round) -> str:
 
 def round_html(
     rnd: Round, gamma: int, pending: bool = False, *, epsilon: float = 0.0, current: bool = False,
-    policy: str = "constant", drafter: str = "",
+    policy: str = "constant", drafter: str = "", rule: str = "token",
 ) -> str:
-    """One round as a row of chips.
+    """One round as a row of chips (``rule``: the verification rule, for the tooltips' wording).
 
     Drafted tokens are coloured accepted / rejected / discarded (or pending while
     the target has not verified them), followed by the correction, bonus or
@@ -183,14 +195,14 @@ def round_html(
     fixed = policy == "constant"
     chips: list[str] = []
     for i, tok in enumerate(rnd.draft, start=1):
-        chips.append(_draft_chip(rnd, i, tok, epsilon, pending, drafter))
+        chips.append(_draft_chip(rnd, i, tok, epsilon, pending, drafter, rule))
     if pending and fixed:
         for _ in range(max(gamma - len(rnd.draft), 0)):
             chips.append(_slot_chip())
     extra_html = ""
     if rnd.extra is not None and not pending:
         arrow = '<span class="sv-arrow" aria-hidden="true">→</span>' if rnd.draft else ""
-        extra_html = f'<span class="sv-extra">{arrow}{_extra_chip(rnd, rnd.extra)}</span>'
+        extra_html = f'<span class="sv-extra">{arrow}{_extra_chip(rnd, rnd.extra, rule)}</span>'
 
     n = len(rnd.emitted)
     if pending:
@@ -260,14 +272,15 @@ def rounds_html(
 
     policy = getattr(trace.settings, "policy", "constant")
     drafter = getattr(trace.settings, "drafter", "")
+    rule = getattr(trace.settings, "rule", "token")
     rows = [
-        round_html(r, gamma, epsilon=eps, policy=policy, drafter=drafter,
+        round_html(r, gamma, epsilon=eps, policy=policy, drafter=drafter, rule=rule,
                    current=(upto is not None and k == len(shown) - 1 and pending_round is None))
         for k, r in enumerate(shown)
     ]
     if pending_round is not None:
         rows.append(round_html(pending_round, gamma, pending=True, epsilon=eps, current=True, policy=policy,
-                               drafter=drafter))
+                               drafter=drafter, rule=rule))
     if newest_first:
         rows.reverse()
     if not rows:

@@ -1,0 +1,62 @@
+"""The acceptance picture's numbers at each verified position of a chain round (trace.Picture).
+
+At position i: the top tokens by max(p, q) (always with the drafted token x and the token emitted
+there), p and q at them, and the distribution a correction at i is drawn from under the rule that ran
+(token: norm(max(0, p − q)), or p for Decoding-UNO; block: norm(max(0, w·p − q)) with the weight w of the
+kept prefix before i; match: p without x), each normalised over the whole vocabulary before the top
+tokens are picked.  Under greedy decoding p, q and the residual are one-hot; the picture then also keeps
+both models' temperature-1 beliefs, so a greedy run still shows what the models thought.
+
+Only for the explainer: the engine times it as tracing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..trace.model import Picture
+from .sampling import residual
+from .verify import _block_residual, _without, block_weights
+
+TOP = 12  # tokens per picture (plus the drafted token and the emitted one when outside them)
+
+
+def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.Tensor, rule: str, variant: str,
+             emitted: int | None, piece, p1: torch.Tensor | None = None,
+             q1: list[torch.Tensor | None] | None = None, top: int = TOP) -> list[Picture]:
+    """One Picture per judged position (the first ``n_judged`` of the k drafted tokens).
+
+    Shapes: p_all [k + 1, V] and q [k, V] the rule's distributions (one-hot under greedy decoding);
+    ``emitted`` the token emitted after the kept ones (a correction when it lies at a judged position);
+    p1 [k + 1, V] and q1 (k rows or None) the temperature-1 beliefs, for greedy runs only."""
+    k = len(tokens)
+    if not n_judged:
+        return []
+    xs = torch.tensor(tokens, device=p_all.device)
+    at = torch.arange(k, device=p_all.device)
+    weights = block_weights(p_all[: k + 1], q, p_all[at, xs], q[at, xs])[0] if rule == "block" else None
+    out = []
+    for i in range(n_judged):
+        p, qi, x = p_all[i], q[i], tokens[i]
+        if rule == "match":
+            res = _without(p, x)
+        elif rule == "block":
+            res = _block_residual(1.0 if i == 0 else weights[i - 1], p, qi)
+        else:
+            res = p if variant == "uno" else residual(p, qi)
+        rank_p = p if p1 is None else p1[i]
+        rank_q = qi if q1 is None or q1[i] is None else q1[i]
+        score = torch.maximum(rank_p, rank_q)
+        ids = torch.topk(score, min(top, score.shape[-1])).indices.tolist()
+        for extra in (x, emitted if i == n_judged - 1 else None, int(p.argmax())):
+            if extra is not None and extra not in ids:
+                ids.append(extra)
+        idx = torch.tensor(ids, device=p.device)
+        pv, qv = p[idx].tolist(), qi[idx].tolist()
+        out.append(Picture(
+            ids=ids, text=[piece(t) for t in ids], p=pv, q=qv, res=res[idx].tolist(),
+            rest_p=max(0.0, 1.0 - sum(pv)), rest_q=max(0.0, 1.0 - sum(qv)),
+            p1=p1[i][idx].tolist() if p1 is not None else None,
+            q1=q1[i][idx].tolist() if q1 is not None and q1[i] is not None else None))
+    return out
+

@@ -1,0 +1,100 @@
+"""The acceptance picture: its numbers in the trace (specviz.core.picture) and its figure
+(specviz.views.acceptance), from real tiny runs under each rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from specviz.core.engine import speculative_decode
+from specviz.core.settings import DecodeSettings
+from specviz.trace import TraceError, trace_from_json
+from specviz.views.acceptance import acceptance_figure, position_choices
+from tests.test_engine import PROMPT, make_pair
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair(vocab=40)  # more tokens than a picture shows: the top-k choice matters
+
+
+def _run(pair, **kw):
+    return speculative_decode(pair, PROMPT, DecodeSettings(**{"gamma": 4, "temperature": 1.0, "max_new_tokens": 30,
+                                                               "seed": 1, **kw}))
+
+
+@pytest.mark.parametrize("rule", ["token", "block", "match"])
+def test_every_judged_position_keeps_its_picture(pair, rule):
+    run = _run(pair, rule=rule)
+    rejected = 0
+    for rnd in run.rounds:
+        for pos in rnd.positions:
+            pic = pos.picture
+            x = rnd.draft[pos.i - 1].id
+            assert x in pic.ids and len(pic.ids) <= 14 and len(set(pic.ids)) == len(pic.ids)
+            j = pic.ids.index(x)
+            assert math.isclose(pic.p[j], pos.p, rel_tol=1e-5, abs_tol=1e-7) and math.isclose(pic.q[j], pos.q, rel_tol=1e-5)
+            assert sum(pic.p) + pic.rest_p == pytest.approx(1.0, abs=1e-4) and sum(pic.res) <= 1 + 1e-5
+            if rule == "token":  # the residual norm(max(0, p − q)): its mass is TV(p, q)
+                for a, b, r in zip(pic.p, pic.q, pic.res):
+                    assert r == pytest.approx(max(0.0, a - b) / pos.tv, abs=1e-4)
+            if rule == "match":
+                assert pic.res[j] == 0.0  # the target's own sample, given that it is not x
+            if not pos.accepted:
+                rejected += 1
+                y = rnd.extra.id
+                assert y in pic.ids and pic.res[pic.ids.index(y)] > 0  # drawn from the residual
+    assert rejected > 2
+
+
+def test_greedy_pictures_keep_both_models_temperature_1_beliefs(pair):
+    run = _run(pair, temperature=0.0)
+    pos = run.rounds[0].positions[0]
+    pic = pos.picture
+    assert sorted(pic.p)[-1] == 1.0 and sum(pic.p) == 1.0  # one-hot, as the rule sees it
+    assert pic.p1 is not None and pic.q1 is not None and 0 < max(pic.p1) < 1 and 0 < max(pic.q1) < 1
+    fig = acceptance_figure(run, run.rounds[0], 0)
+    assert "temperature-1 beliefs" in fig.layout.title.text
+    assert any(t.name == "greedy's one-hot picks" for t in fig.data)
+
+
+def test_the_figure_says_accepted_or_rejected_and_marks_the_correction(pair):
+    run = _run(pair)
+    rnd = next(r for r in run.rounds if r.positions and not r.positions[-1].accepted)
+    fig = acceptance_figure(run, rnd, len(rnd.positions) - 1)
+    pos = rnd.positions[-1]
+    assert fig.layout.xaxis2.title.text.startswith(f"u = {pos.u:.3f} ≥ b = {pos.b:.3f}: rejected")
+    ticks = fig.layout.xaxis.ticktext
+    assert any(t.startswith("⟲") or t.startswith("★ ⟲") for t in ticks) and any(t.startswith("★") for t in ticks)
+    names = [t.name for t in fig.data]
+    assert "overlap min(p, q)" in names and any(n.startswith("correction drawn from: residual") for n in names)
+    assert f"{1 - pos.tv:.3f}" in fig.layout.title.text  # β = 1 − TV
+    choices = position_choices(rnd)
+    assert [j for _, j in choices] == list(range(len(rnd.positions))) and choices[-1][0].endswith("rejected")
+
+
+def test_pictures_survive_a_recording_and_bad_ones_are_refused(pair):
+    run = _run(pair, rule="block")
+    back = trace_from_json(run.to_json())
+    assert back.rounds[0].positions[0].picture == run.rounds[0].positions[0].picture
+    doc = json.loads(run.to_json())
+    doc["rounds"][0]["positions"][0]["picture"]["p"].append(0.1)  # lists out of step
+    with pytest.raises(TraceError, match="same number"):
+        trace_from_json(json.dumps(doc))
+    old = dataclasses.replace(run.rounds[0], positions=[dataclasses.replace(p, picture=None)
+                                                        for p in run.rounds[0].positions])
+    assert "predates" in acceptance_figure(run, old, 0).layout.annotations[0].text
+
+
+def test_the_step_picker_picks_the_last_judged_position(pair):
+    from specviz.ui import picture_ui
+
+    run = _run(pair)
+    radio, fig = picture_ui.for_step({"spec": run}, 1)
+    assert radio.value == len(run.rounds[0].positions) - 1 and radio.visible
+    assert picture_ui.for_position({"spec": run}, "nonsense", "x").layout.title.text.startswith("The acceptance")
+    radio, _ = picture_ui.for_step(None, 1)
+    assert radio.visible is False
