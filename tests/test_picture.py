@@ -36,11 +36,11 @@ def test_every_judged_position_keeps_its_picture(pair, rule):
             x = rnd.draft[pos.i - 1].id
             assert x in pic.ids and len(pic.ids) <= 14 and len(set(pic.ids)) == len(pic.ids)
             j = pic.ids.index(x)
-            assert math.isclose(pic.p[j], pos.p, rel_tol=1e-5, abs_tol=1e-7) and math.isclose(pic.q[j], pos.q, rel_tol=1e-5)
-            assert sum(pic.p) + pic.rest_p == pytest.approx(1.0, abs=1e-4) and sum(pic.res) <= 1 + 1e-5
+            assert math.isclose(pic.p[j], pos.p, rel_tol=1e-3, abs_tol=1e-7) and math.isclose(pic.q[j], pos.q, rel_tol=1e-3)  # 4 digits
+            assert sum(pic.p) + pic.rest_p == pytest.approx(1.0, abs=2e-3) and sum(pic.res) <= 1 + 2e-3
             if rule == "token":  # the residual norm(max(0, p − q)): its mass is TV(p, q)
                 for a, b, r in zip(pic.p, pic.q, pic.res):
-                    assert r == pytest.approx(max(0.0, a - b) / pos.tv, abs=1e-4)
+                    assert r == pytest.approx(max(0.0, a - b) / pos.tv, rel=2e-3, abs=1e-3)
             if rule == "match":
                 assert pic.res[j] == 0.0  # the target's own sample, given that it is not x
             if not pos.accepted:

@@ -54,9 +54,18 @@ def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.
         idx = torch.tensor(ids, device=p.device)
         pv, qv = p[idx].tolist(), qi[idx].tolist()
         out.append(Picture(
-            ids=ids, text=[piece(t) for t in ids], p=pv, q=qv, res=res[idx].tolist(),
-            rest_p=max(0.0, 1.0 - sum(pv)), rest_q=max(0.0, 1.0 - sum(qv)),
-            p1=p1[i][idx].tolist() if p1 is not None else None,
-            q1=q1[i][idx].tolist() if q1 is not None and q1[i] is not None else None))
+            ids=ids, text=[piece(t) for t in ids], p=_short(pv), q=_short(qv), res=_short(res[idx].tolist()),
+            rest_p=_round(max(0.0, 1.0 - sum(pv))), rest_q=_round(max(0.0, 1.0 - sum(qv))),
+            p1=_short(p1[i][idx].tolist()) if p1 is not None else None,
+            q1=_short(q1[i][idx].tolist()) if q1 is not None and q1[i] is not None else None))
     return out
+
+
+def _round(v: float) -> float:
+    """Four significant digits: what a bar and its hover show, and a recording a third the size."""
+    return float(f"{v:.4g}")
+
+
+def _short(vs: list[float]) -> list[float]:
+    return [_round(v) for v in vs]
 
