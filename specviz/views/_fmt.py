@@ -233,3 +233,9 @@ def run_text(trace: Any, *, short: bool = False) -> str:
     if trace is None or getattr(trace, "kind", None) != "speculative":
         return ""
     return f"{drafter_name(trace, short=short)} · {policy_text(trace.settings)}"
+
+
+# Where each verification rule draws a correction from (specviz.core.rules), as the page says it.
+RESIDUAL_OF = {"token": "the residual norm(max(0, p − q))",
+               "block": "block verification's residual norm(max(0, w·p − q))",
+               "match": "p without the drafted token (the target's own sample)"}

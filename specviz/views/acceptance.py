@@ -72,13 +72,15 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
     q_show = pic.q1 if greedy and pic.q1 is not None else pic.q
     over = [min(a, b) for a, b in zip(p_show, q_show)]
     fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
-    fig.add_trace(go.Bar(x=xs, y=over, name="overlap min(p, q)", marker_color=C_OVER, offset=-0.42, width=0.56,
-                         hovertemplate="min(p, q) = %{y:.4f}<extra></extra>"), row=1, col=1)
     tag = " at temperature 1" if greedy else ""
     fig.add_trace(go.Bar(x=xs, y=q_show, name=f"q: draft{tag}", marker_color=C_Q, offset=-0.4, width=0.25,
                          hovertemplate="q = %{y:.4f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=p_show, name=f"p: target{tag}", marker_color=C_P, offset=-0.14, width=0.25,
                          hovertemplate="p = %{y:.4f}<extra></extra>"), row=1, col=1)
+    # the overlap on top of both bars: shaded, outlined, so its height min(p, q) reads across the pair
+    fig.add_trace(go.Bar(x=xs, y=over, name="overlap min(p, q)", offset=-0.42, width=0.56,
+                         marker=dict(color=C_OVER, line=dict(color="#059669", width=2)),
+                         hovertemplate="min(p, q) = %{y:.4f}<extra></extra>"), row=1, col=1)
     res_name = {"token": "residual norm(max(0, p − q))", "block": "residual norm(max(0, w·p − q))",
                 "match": "p without the drafted token"}[rule]
     if rule == "token" and spec.settings.variant == "uno":

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from specviz.core.settings import stop_sentence, stop_short
 
 from ._fmt import (
+    RESIDUAL_OF,
     MEANINGS,
     epsilon_of,
     drafter_name,
@@ -130,10 +131,6 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     elif status == "rejected":
         note = "First rejection: the drafts after it are discarded and a correction is sampled."
     return _chip(status, tok.text, _tip(f"{head} · {status}", rows, verdict_text(pos), note), extra_cls)
-
-
-RESIDUAL_OF = {"token": "the residual norm(max(0, p − q))", "block": "block verification's residual norm(max(0, w·p − q))",
-               "match": "p without the drafted token (the target's own sample)"}
 
 
 def _extra_chip(rnd: Round, extra: Extra, rule: str = "token") -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from specviz.core.settings import stop_sentence
 
 from ._fmt import (
+    RESIDUAL_OF,
     drafter_name,
     epsilon_of,
     esc,
@@ -213,12 +214,12 @@ def _narrate(rnd: Round, trace: Trace | None) -> str:
         pos = next(p for p in rnd.positions if not p.accepted)
         su, sb = fpair(pos.u, pos.b)
         text = tok_repr(rnd.draft[j - 1].text) if 1 <= j <= k else "(not recorded)"
-        rej = f"token {j} {text} was rejected{' straight away' if a == 0 else ''} (u={su} ≥ b={sb}"
+        rule = getattr(trace.settings, "rule", "token")
+        b_name = {"block": "h", "match": "b = p"}.get(rule, "b")
+        rej = f"token {j} {text} was rejected{' straight away' if a == 0 else ''} (u={su} ≥ {b_name}={sb}"
         rej += f"; p={fnum(pos.p, 2)} vs q={fnum(pos.q, 2)})"
         if rnd.extra is not None and rnd.extra.kind == "correction":
-            rej += (
-                f", so a correction {tok_repr(rnd.extra.text)} was sampled from the residual norm(max(0, p − q))"
-            )
+            rej += f", so a correction {tok_repr(rnd.extra.text)} was sampled from {RESIDUAL_OF.get(rule, RESIDUAL_OF['token'])}"
         elif rnd.extra is None:
             rej += f"; {_stop_phrase(trace, rnd)}"
         parts.append(rej)
