@@ -37,7 +37,7 @@ def trace_call(client: Client, **kw) -> dict:
 
 def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = True, **settings) -> tuple[Trace, Trace]:
     """Everything a client may rely on in a finished recording."""
-    assert doc["schema"] == "specviz.recording" and doc["version"] == SCHEMA_VERSION == 2
+    assert doc["schema"] == "specviz.recording" and doc["version"] == SCHEMA_VERSION == 3
     assert "partial" not in doc
     spec = trace_from_dict(doc["speculative"])
     std = trace_from_dict(doc["standard"]) if standard else None
@@ -101,9 +101,11 @@ def check_recording(doc: dict, *, prompt: str, preset: str, standard: bool = Tru
              policy="adaptive"),
         dict(gamma=8, epsilon=0.0, temperature=1.0, top_p=1.0, max_new_tokens=20, seed=5, variant="opt",
              policy="confidence", tau=0.6),
+        dict(gamma=4, epsilon=0.0, temperature=1.0, top_p=1.0, max_new_tokens=20, seed=4, variant="opt", rule="block"),
+        dict(gamma=4, epsilon=0.0, temperature=1.0, top_p=0.9, max_new_tokens=20, seed=4, variant="opt", rule="match"),
     ],
     ids=["greedy", "gamma1-uno", "gamma16", "sampled-eps", "hot-uno", "prompt-lookup", "adaptive-gamma24",
-         "confidence"],
+         "confidence", "block", "match"],
 )
 def test_tiny_pair(client, settings):
     doc = trace_call(client, prompt=PROMPT, preset=TINY_PRESET, standard=True, **settings)
@@ -141,7 +143,7 @@ def test_api_is_documented(client):
     params = [p["parameter_name"] for p in info["named_endpoints"]["/trace"]["parameters"]]
     assert params == ["prompt", "preset", "gamma", "epsilon", "temperature", "top_p", "max_new_tokens", "seed",
                       "variant", "standard", "drafter", "policy", "tau", "branches", "tree_nodes", "tree_mode",
-                      "target_exec"]
+                      "target_exec", "rule"]
     # The UI's own events are not part of the public API.
     assert set(info["named_endpoints"]) == {"/trace"}
 
