@@ -300,7 +300,7 @@ def _pictures(tokens, qs, beliefs, logits, verdict, warp, settings, piece):
     """The acceptance picture at each judged position (specviz.core.picture)."""
     if not verdict.judged:
         return []
-    p_all = warp(logits)
+    p_all = verdict.p_all if verdict.p_all is not None else warp(logits)  # the rule's own, when it has them
     if warp.greedy:
         q = torch.zeros((len(tokens), p_all.shape[-1]), dtype=p_all.dtype, device=p_all.device)
         q[torch.arange(len(tokens)), torch.tensor(tokens, device=p_all.device)] = 1.0
@@ -309,7 +309,8 @@ def _pictures(tokens, qs, beliefs, logits, verdict, warp, settings, piece):
     else:
         q, p1, q1 = torch.stack(qs), None, None
     return pictures(tokens=tokens, n_judged=len(verdict.judged), p_all=p_all, q=q, rule=settings.rule,
-                    variant=settings.variant, emitted=verdict.token, piece=piece, p1=p1, q1=q1)
+                    variant=settings.variant, emitted=verdict.token, piece=piece, p1=p1, q1=q1,
+                    weights=verdict.weights)
 
 
 # ---- standard decoding ---------------------------------------------------------------

@@ -23,18 +23,21 @@ TOP = 12  # tokens per picture (plus the drafted token and the emitted one when 
 
 def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.Tensor, rule: str, variant: str,
              emitted: int | None, piece, p1: torch.Tensor | None = None,
-             q1: list[torch.Tensor | None] | None = None, top: int = TOP) -> list[Picture]:
+             q1: list[torch.Tensor | None] | None = None, weights: list[float] | None = None,
+             top: int = TOP) -> list[Picture]:
     """One Picture per judged position (the first ``n_judged`` of the k drafted tokens).
 
     Shapes: p_all [k + 1, V] and q [k, V] the rule's distributions (one-hot under greedy decoding);
     ``emitted`` the token emitted after the kept ones (a correction when it lies at a judged position);
-    p1 [k + 1, V] and q1 (k rows or None) the temperature-1 beliefs, for greedy runs only."""
+    p1 [k + 1, V] and q1 (k rows or None) the temperature-1 beliefs, for greedy runs only; ``weights``
+    block verification's w_1..w_k when the rule already computed them."""
     k = len(tokens)
     if not n_judged:
         return []
     xs = torch.tensor(tokens, device=p_all.device)
     at = torch.arange(k, device=p_all.device)
-    weights = block_weights(p_all[: k + 1], q, p_all[at, xs], q[at, xs])[0] if rule == "block" else None
+    if rule == "block" and weights is None:
+        weights = block_weights(p_all[: k + 1], q, p_all[at, xs], q[at, xs])[0]
     out = []
     for i in range(n_judged):
         p, qi, x = p_all[i], q[i], tokens[i]

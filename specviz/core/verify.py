@@ -53,6 +53,10 @@ class ChainVerdict:
     judged: list[Judged]  # the positions judged: the kept ones, then the first not kept (if any)
     tracing_seconds: float = 0.0  # time spent on the explainer's statistics, not on deciding
     odds: list[DraftOdds] = field(default_factory=list)
+    # What the rule computed, kept for the acceptance picture (specviz.core.picture) so it is not computed
+    # twice: p_1..p_{k+1} after the warp (None under greedy decoding) and block's weights w_1..w_k.
+    p_all: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    weights: list[float] | None = field(default=None, repr=False, compare=False)
 
 
 def block_weights(p_all: torch.Tensor, q: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor):
@@ -124,7 +128,7 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
     p_all = warp(logits)  # p_1 .. p_{k+1}
     if not k:
         y = sample(p_all[0], generator)
-        return ChainVerdict(0, y, "target", float(p_all[0][y]), [], 0.0, [])
+        return ChainVerdict(0, y, "target", float(p_all[0][y]), [], 0.0, [], p_all)
     assert q is not None and q.shape[0] == k, "q must hold one distribution per drafted token"
     xs = torch.tensor(tokens, device=logits.device)
     at = torch.arange(k, device=logits.device)
@@ -162,9 +166,9 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
         dist = _block_residual(1.0 if n == 0 else weights[n - 1], p_all[n], q[n]) if n < k else p_all[k]
     kind = "correction" if n < k else "bonus"
     if n and tokens[n - 1] in stop_tokens:
-        return ChainVerdict(n, None, None, 0.0, judged, tracing, odds)
+        return ChainVerdict(n, None, None, 0.0, judged, tracing, odds, p_all, weights)
     y = sample(dist, generator)
-    return ChainVerdict(n, y, kind, float(p_all[n][y]), judged, tracing, odds)
+    return ChainVerdict(n, y, kind, float(p_all[n][y]), judged, tracing, odds, p_all, weights)
 
 
 def _judge_in_order(rows, u) -> tuple[int, list[Judged]]:
