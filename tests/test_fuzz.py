@@ -316,7 +316,7 @@ TRACE_CASES = [
     ("deep objects", '{"a":' * 50_000 + "1" + "}" * 50_000, "not valid JSON"),
     ("huge integer", '{"schema": "specviz.recording", "version": ' + "9" * 5000 + "}", "not valid JSON"),
     ("wrong schema", dumps({"schema": "something.else", "version": 1}), "not a specviz recording"),
-    ("version 3", None, "unsupported recording version"),
+    ("version 4", None, "unsupported recording version"),
     ("no trace", dumps({"schema": "specviz.recording", "version": 1, S: None, "standard": None}), "holds no trace"),
     ("trace is a list", ("speculative", []), "must hold a JSON object"),
     ("trace is a number", ("standard", 5), "must hold a JSON object"),
@@ -359,8 +359,8 @@ def _case_text(doc: dict, case) -> str:
     name, spec_, _ = case
     if isinstance(spec_, str):
         return spec_
-    if name == "version 3":
-        return dumps({**doc, "version": 3})
+    if name == "version 4":  # one past the newest this version reads
+        return dumps({**doc, "version": 4})
     if name == "sides swapped":
         return dumps({**doc, S: doc["standard"], "standard": doc[S]})
     path, value = spec_
