@@ -98,3 +98,34 @@ def test_the_step_picker_picks_the_last_judged_position(pair):
     assert picture_ui.for_position({"spec": run}, "nonsense", "x").layout.title.text.startswith("The acceptance")
     radio, _ = picture_ui.for_step(None, 1)
     assert radio.visible is False
+
+
+def test_every_child_a_tree_tried_keeps_its_picture_with_r_after_a_rejection(pair):
+    from specviz.trace import trace_from_json
+
+    run = speculative_decode(pair, PROMPT, DecodeSettings(drafter="tree", tree_mode="iid", branches=3, gamma=3,
+                                                          temperature=1.0, max_new_tokens=30, seed=2))
+    later = 0
+    for rnd in [r for r in run.rounds if r.tree is not None]:
+        flat = [(k, j) for k, vis in enumerate(rnd.tree.visits) for j in range(len(vis.tries))]
+        assert [n for _, n in position_choices(rnd)] == list(range(len(flat)))
+        for n, (k, j) in enumerate(flat):
+            t = rnd.tree.visits[k].tries[j]
+            pic = t.picture
+            x = rnd.tree.nodes[t.node].id
+            assert x in pic.ids and pic.q[pic.ids.index(x)] == pytest.approx(t.q, rel=1e-3)
+            assert pic.r[pic.ids.index(x)] == pytest.approx(t.r, rel=1e-3, abs=1e-6)
+            if j == 0:
+                assert pic.r == pic.p  # the first child is judged against p itself
+            else:
+                later += 1
+                prev = rnd.tree.visits[k].tries[j - 1].picture  # r moved on: the last try's residual
+                common = [i for i in pic.ids if i in prev.ids]
+                for i in common:
+                    assert pic.r[pic.ids.index(i)] == pytest.approx(prev.res[prev.ids.index(i)], rel=2e-3, abs=1e-4)
+            fig = acceptance_figure(run, rnd, n)
+            assert fig.layout.xaxis2.title.text.startswith(f"u = {t.u:.3f}")
+            assert ("after a rejection" in fig.layout.title.text) == (j > 0)
+    assert later > 0  # the test saw children tried after a rejection
+    back = trace_from_json(run.to_json())
+    assert back.rounds[0].tree.visits[0].tries[0].picture == run.rounds[0].tree.visits[0].tries[0].picture

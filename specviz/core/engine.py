@@ -194,6 +194,7 @@ def speculative_stream(
                 if tree is not None:
                     if (yield from _relay(tree.round(rnd, limit, settings.gamma, policy), clock, trace, rnd)):
                         done, trace.stop_reason = True, "eos"
+                    trace.t_tracing, tree.tracing = trace.t_tracing + tree.tracing, 0.0
                     if not done and len(ids) - n_prompt >= budget:
                         done, trace.stop_reason = True, "max_new_tokens"
                     trace.rounds.append(rnd)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..trace.model import Picture
+from ..trace.tree import TryPicture
 from .sampling import residual
 from .verify import _block_residual, _without, block_weights
 
@@ -72,3 +73,17 @@ def _round(v: float) -> float:
 def _short(vs: list[float]) -> list[float]:
     return [_round(v) for v in vs]
 
+
+
+def try_picture(*, p: torch.Tensor, r: torch.Tensor, q: torch.Tensor, x: int, piece, top: int = TOP) -> TryPicture:
+    """The picture of one child tried in a token tree: r (p at the first child, then what earlier
+    rejections left), the child's q_j, and norm(max(0, r − q_j)), which the next child (or the
+    correction) is judged against; p itself beside them."""
+    nxt = residual(r, q)
+    ids = torch.topk(torch.maximum(r, q), min(top, r.shape[-1])).indices.tolist()
+    for extra in (x, int(p.argmax())):
+        if extra not in ids:
+            ids.append(extra)
+    idx = torch.tensor(ids, device=r.device)
+    return TryPicture(ids=ids, text=[piece(t) for t in ids], p=_short(p[idx].tolist()), r=_short(r[idx].tolist()),
+                      q=_short(q[idx].tolist()), res=_short(nxt[idx].tolist()))

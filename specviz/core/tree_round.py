@@ -14,6 +14,7 @@ unchanged.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -23,6 +24,7 @@ from ..drafters import DraftContext
 from ..drafters.tree.structure import ROOT, DraftTree, TreeVerdict, verify
 from ..trace import DraftToken, Extra, Position, Round, Token
 from ..trace.tree import RoundTree, TreeNode, TreeTry, TreeVisit
+from .picture import try_picture
 from .policy import Policy, RoundReport
 from .sampling import Warp, sample
 
@@ -53,6 +55,7 @@ class TreeRun:
     detok: Any  # the run's Detokenizer
     clock: Callable[[], float]
     mode: str  # settings.tree_mode, as the trace names it
+    tracing: float = 0.0  # seconds spent on the acceptance pictures since the engine last collected them
 
     def round(self, rnd: Round, limit: int, gamma: int, policy: Policy) -> Iterator[None]:
         """Draft, verify, emit and roll back; yields after each drafted depth.  Returns
@@ -105,7 +108,16 @@ class TreeRun:
         out = self.target.feed_tree(ids, tree.tokens, tree.parents)
         p = self.warp(out.logits)  # row 0: after the prefix; row i + 1: after node i
         t_forward = clock() - t_v0
-        v = verify(tree, p, self.gen, self.warp.greedy, self.eos)
+        spent = [0.0]
+
+        def picture(**kw):  # the acceptance picture of each try: the explainer's, timed as tracing
+            t0 = time.perf_counter()
+            out = try_picture(piece=self.piece, **kw)
+            spent[0] += time.perf_counter() - t0
+            return out
+
+        v = verify(tree, p, self.gen, self.warp.greedy, self.eos, picture=picture)
+        self.tracing += spent[0]
         self._record(rnd, tree, p, v, fed, t_forward)
         base = len(ids)
         for n in v.path:
@@ -141,7 +153,8 @@ class TreeRun:
                 t_forward: float) -> None:
         piece = self.piece
         visits = [TreeVisit(vis.node, min(max(vis.reject_prob, 0.0), 1.0), vis.tv,
-                            [TreeTry(t.node, min(t.q, 1.0), min(t.r, 1.0), t.b, t.u, t.accepted) for t in vis.tries])
+                            [TreeTry(t.node, min(t.q, 1.0), min(t.r, 1.0), t.b, t.u, t.accepted, t.picture)
+                             for t in vis.tries])
                   for vis in v.visits]
         rnd.tree = RoundTree(self.mode, _nodes(tree, piece), visits, list(v.path), fed, t_forward)
         # The chain view of the round: one position per visited node.

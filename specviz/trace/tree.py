@@ -45,6 +45,22 @@ class TreeNode:
     draws: Count = 1  # i.i.d. draws that landed on this node
 
 
+PICTURE_MAX = 32  # tokens in one try's acceptance picture
+
+
+@dataclass
+class TryPicture:
+    """The acceptance picture of one child tried (version 3; specviz.core.picture.try_picture): the top
+    tokens by max(r, q_j), always with the child's token and p's argmax."""
+
+    ids: list[Annotated[StrictInt, Field(ge=0, lt=2**31)]]
+    text: list[Text]
+    p: list[Prob]  # the target's p at the visited node
+    r: list[Prob]  # r before this try (p at the first child; after each rejection norm(max(0, r − q_j)))
+    q: list[Prob]  # q_j, what this child was drawn from
+    res: list[Prob]  # norm(max(0, r − q_j)): r for the next child, or the correction's distribution
+
+
 @dataclass
 class TreeTry:
     node: StrictInt
@@ -53,6 +69,7 @@ class TreeTry:
     b: Prob  # min(1, r / q)
     u: Prob
     accepted: StrictBool
+    picture: TryPicture | None = None  # version 3
 
 
 @dataclass
@@ -101,6 +118,11 @@ def parse_tree(data: Any, gamma: int) -> RoundTree:
         for j, t in enumerate(v.tries):
             if not 0 <= t.node < len(nodes) or nodes[t.node].parent != v.node:
                 raise ValueError(f"tree.visits[{k}].tries[{j}].node: not a child of the visited node")
+            pic = t.picture
+            if pic is not None and (len(pic.ids) > PICTURE_MAX or any(
+                    len(x) != len(pic.ids) for x in (pic.text, pic.p, pic.r, pic.q, pic.res))):
+                raise ValueError(f"tree.visits[{k}].tries[{j}].picture: its lists must all hold the same number "
+                                 f"(≤ {PICTURE_MAX}) of tokens")
     return tree
 
 

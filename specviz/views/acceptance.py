@@ -32,10 +32,24 @@ def _beta(pos: Position, rule: str) -> tuple[float, str]:
     return 1.0 - pos.tv, "β = Σ min(p, q) = 1 − TV(p, q): the chance a token drawn from q is accepted"
 
 
+def _tries(rnd: Round) -> list[tuple[int, int]]:
+    """(visit, try) of every child tried in a tree round, in the order of the walk."""
+    return [(k, j) for k, vis in enumerate(rnd.tree.visits) for j in range(len(vis.tries))] if rnd.tree else []
+
+
 def position_choices(rnd: Round | None) -> list[tuple[str, int]]:
-    """(label, index) of a chain round's positions that carry a picture, for the picker."""
-    if rnd is None or rnd.tree is not None:
+    """(label, index) of what a round's picture can show: a chain round's judged positions, or every child
+    a tree round's walk tried (index: their order in the walk); only those that carry a picture."""
+    if rnd is None:
         return []
+    if rnd.tree is not None:
+        out = []
+        for n, (k, j) in enumerate(_tries(rnd)):
+            t = rnd.tree.visits[k].tries[j]
+            if t.picture is not None:
+                out.append((f"depth {k + 1}, child {j + 1}: {_label(rnd.tree.nodes[t.node].text)} · "
+                            f"{'accepted' if t.accepted else 'rejected'}", n))
+        return out
     out = []
     for j, pos in enumerate(rnd.positions):
         if pos.picture is None:
@@ -50,7 +64,7 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
     if spec is None or rnd is None:
         return empty_figure(title, "Run or load a trace, then step to a round")
     if rnd.tree is not None:
-        return empty_figure(title, "Tree rounds: see the tree's walk above (the picture draws chain positions)")
+        return _tree_figure(spec, rnd, index)
     if not rnd.positions:
         return empty_figure(title, "Nothing was drafted in this round: the target sampled on its own")
     if index is None or not 0 <= int(index) < len(rnd.positions):
@@ -64,59 +78,96 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
     x_tok = rnd.draft[pos.i - 1].id
     last = pos is rnd.positions[-1]
     corr = rnd.extra.id if (last and not pos.accepted and rnd.extra is not None) else None
-    n = len(pic.ids)
-    xs = list(range(n))
-    ticks = [("★ " if t == x_tok else "") + ("⟲ " if t == corr else "") + _label(txt)
-             for t, txt in zip(pic.ids, pic.text)]
+    tag = " at temperature 1" if greedy else ""
     p_show = pic.p1 if greedy and pic.p1 is not None else pic.p
     q_show = pic.q1 if greedy and pic.q1 is not None else pic.q
-    over = [min(a, b) for a, b in zip(p_show, q_show)]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
-    tag = " at temperature 1" if greedy else ""
-    fig.add_trace(go.Bar(x=xs, y=q_show, name=f"q: draft{tag}", marker_color=C_Q, offset=-0.4, width=0.25,
-                         hovertemplate="q = %{y:.4f}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=xs, y=p_show, name=f"p: target{tag}", marker_color=C_P, offset=-0.14, width=0.25,
-                         hovertemplate="p = %{y:.4f}<extra></extra>"), row=1, col=1)
-    # the overlap on top of both bars: shaded, outlined, so its height min(p, q) reads across the pair
-    fig.add_trace(go.Bar(x=xs, y=over, name="overlap min(p, q)", offset=-0.42, width=0.56,
-                         marker=dict(color=C_OVER, line=dict(color="#059669", width=2)),
-                         hovertemplate="min(p, q) = %{y:.4f}<extra></extra>"), row=1, col=1)
     res_name = {"token": "residual norm(max(0, p − q))", "block": "residual norm(max(0, w·p − q))",
                 "match": "p without the drafted token"}[rule]
     if rule == "token" and spec.settings.variant == "uno":
         res_name = "p (Decoding-UNO corrects from p)"
-    fig.add_trace(go.Bar(x=xs, y=pic.res, name=f"correction drawn from: {res_name}", marker_color=C_RES,
-                         offset=0.16, width=0.25, opacity=0.85,
-                         hovertemplate="correction distribution %{y:.4f}<extra></extra>"), row=1, col=1)
-    if greedy:
-        ones = [i for i, (a, b) in enumerate(zip(pic.p, pic.q)) if a > 0.5 or b > 0.5]
-        fig.add_trace(go.Scatter(x=ones, y=[1.02] * len(ones), mode="markers+text", name="greedy's one-hot picks",
-                                 text=["p" * (pic.p[i] > 0.5) + "q" * (pic.q[i] > 0.5) for i in ones],
-                                 textposition="top center", marker=dict(symbol="triangle-down", size=10,
-                                                                       color="#111827")), row=1, col=1)
     beta, what = _beta(pos, rule)
-    verdict = "accepted" if pos.accepted else "rejected"
     b_name = "h" if rule == "block" else "b"
-    cmp = "<" if pos.u < pos.b else "≥"
-    fig.add_trace(go.Bar(x=[pos.b], y=[""], orientation="h", marker_color="rgba(16,185,129,0.55)", width=0.6,
-                         name=f"{b_name} = {pos.b:.3f}", showlegend=False,
-                         hovertemplate=f"{b_name} = %{{x:.4f}}<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=[pos.u, pos.u], y=["", ""], mode="markers", marker=dict(symbol="line-ns-open", size=28,
-                                                                                        color="#111827"),
-                             name=f"u = {pos.u:.3f}", showlegend=False), row=2, col=1)
-    why = f"u = {pos.u:.3f} {cmp} {b_name} = {pos.b:.3f}: {verdict}"
+    verdict = "accepted" if pos.accepted else "rejected"
+    why = f"u = {pos.u:.3f} {'<' if pos.u < pos.b else '≥'} {b_name} = {pos.b:.3f}: {verdict}"
     if rule == "block" and pos.accepted and pos.u >= pos.b:
         why += " (kept because a later position passed: block verification keeps up to the last one that does)"
-    fig.update_xaxes(range=[0, 1], row=2, col=1, title_text=why)
-    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=ticks, row=1, col=1)
-    fig.update_yaxes(title_text="probability", row=1, col=1)
     sub = (f"{NAMES.get(rule, rule)} rule · position {pos.i} of round {rnd.index + 1} · ★ drafted"
-           + (" · ⟲ the correction drawn here" if corr is not None else "")
-           + f" · {what}: {beta:.3f}")
+           + (" · ⟲ the correction drawn here" if corr is not None else "") + f" · {what}: {beta:.3f}")
+    marks = None
     if greedy:
         sub += ("<br>greedy decoding: the rule sees one-hot p and q (b = 1 on a match, else 0); the bars show "
                 "both models' temperature-1 beliefs")
+        marks = [(i, "p" * (a > 0.5) + "q" * (b > 0.5)) for i, (a, b) in enumerate(zip(pic.p, pic.q))
+                 if a > 0.5 or b > 0.5]
     rest = f"not shown: p {pic.rest_p:.3f}, q {pic.rest_q:.3f} of the mass" if not greedy else ""
+    return _draw(title=title, sub=sub, ids=pic.ids, text=pic.text, x_tok=x_tok, corr=corr,
+                 target=(f"p: target{tag}", p_show), draft=(f"q: draft{tag}", q_show),
+                 res=(f"correction drawn from: {res_name}", pic.res), u=pos.u, b=pos.b, b_name=b_name, why=why,
+                 rest=rest, marks=marks)
+
+
+def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
+    title = "The acceptance picture"
+    tries = _tries(rnd)
+    if not tries:
+        return empty_figure(title, "Nothing was drafted in this round: the target sampled on its own")
+    if index is None or not 0 <= int(index) < len(tries):
+        index = 0
+    k, j = tries[int(index)]
+    vis = rnd.tree.visits[k]
+    t = vis.tries[j]
+    pic = t.picture
+    if pic is None:
+        return empty_figure(title, "This recording predates the picture's numbers (trace version 3 keeps them)")
+    last_try = k == len(rnd.tree.visits) - 1 and j == len(vis.tries) - 1
+    corr = rnd.extra.id if (last_try and not t.accepted and rnd.extra is not None) else None
+    verdict = "accepted" if t.accepted else "rejected"
+    why = f"u = {t.u:.3f} {'<' if t.u < t.b else '≥'} b = min(1, r/q) = {t.b:.3f}: {verdict}"
+    r_name = "p: target (r = p at the first child)" if j == 0 else (
+        f"r: what the {j} earlier rejection{'s' if j > 1 else ''} left of p")
+    beta = sum(min(a, b) for a, b in zip(pic.r, pic.q))
+    sub = (f"token tree · depth {k + 1}, child {j + 1} tried (of {len(vis.tries)} tried here) · round {rnd.index + 1}"
+           f" · ★ this child" + (" · ⟲ the correction" if corr is not None else "")
+           + f" · Σ min(r, q) over the shown tokens: {beta:.3f}")
+    if j:
+        sub += "<br>after a rejection the rule judges the next child against r = norm(max(0, r − q)), not p"
+    return _draw(title=title, sub=sub, ids=pic.ids, text=pic.text, x_tok=rnd.tree.nodes[t.node].id, corr=corr,
+                 target=(r_name, pic.r), draft=("q: what this child was drawn from", pic.q),
+                 res=("norm(max(0, r − q)): the next child's r, or the correction's", pic.res),
+                 u=t.u, b=t.b, b_name="b", why=why, rest="", marks=None)
+
+
+def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, corr: int | None,
+          target: tuple[str, list[float]], draft: tuple[str, list[float]], res: tuple[str, list[float]],
+          u: float, b: float, b_name: str, why: str, rest: str, marks) -> go.Figure:
+    """The figure: paired bars (draft, target), their overlap on top, the correction's distribution,
+    and u against b on a [0, 1] bar."""
+    xs = list(range(len(ids)))
+    ticks = [("★ " if t == x_tok else "") + ("⟲ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
+    fig.add_trace(go.Bar(x=xs, y=draft[1], name=draft[0], marker_color=C_Q, offset=-0.4, width=0.25,
+                         hovertemplate="q = %{y:.4f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=xs, y=target[1], name=target[0], marker_color=C_P, offset=-0.14, width=0.25,
+                         hovertemplate="%{y:.4f}<extra></extra>"), row=1, col=1)
+    # the overlap on top of both bars: shaded, outlined, so its height min(p, q) reads across the pair
+    over = [min(a, c) for a, c in zip(target[1], draft[1])]
+    fig.add_trace(go.Bar(x=xs, y=over, name="overlap min(p, q)", offset=-0.42, width=0.56,
+                         marker=dict(color=C_OVER, line=dict(color="#059669", width=2)),
+                         hovertemplate="min = %{y:.4f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=xs, y=res[1], name=res[0], marker_color=C_RES, offset=0.16, width=0.25, opacity=0.85,
+                         hovertemplate="%{y:.4f}<extra></extra>"), row=1, col=1)
+    if marks:
+        fig.add_trace(go.Scatter(x=[i for i, _ in marks], y=[1.02] * len(marks), mode="markers+text",
+                                 name="greedy's one-hot picks", text=[m for _, m in marks], textposition="top center",
+                                 marker=dict(symbol="triangle-down", size=10, color="#111827")), row=1, col=1)
+    fig.add_trace(go.Bar(x=[b], y=[""], orientation="h", marker_color="rgba(16,185,129,0.55)", width=0.6,
+                         name=f"{b_name} = {b:.3f}", showlegend=False,
+                         hovertemplate=f"{b_name} = %{{x:.4f}}<extra></extra>"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[u], y=[""], mode="markers", name=f"u = {u:.3f}", showlegend=False,
+                             marker=dict(symbol="line-ns-open", size=28, color="#111827")), row=2, col=1)
+    fig.update_xaxes(range=[0, 1], row=2, col=1, title_text=why)
+    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=ticks, row=1, col=1)
+    fig.update_yaxes(title_text="probability", row=1, col=1)
     fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>", x=0.01, xanchor="left"),
                       barmode="overlay", height=520, margin=dict(l=60, r=20, t=110, b=60),
                       legend=dict(orientation="h", y=-0.32, x=0), bargap=0.1,

@@ -34,6 +34,7 @@ for the tree).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -122,6 +123,7 @@ class Try:
     b: float  # min(1, r / q)
     u: float
     accepted: bool
+    picture: Any = None  # what `picture` (verify's argument) made of the try: the acceptance picture
 
 
 @dataclass
@@ -188,9 +190,11 @@ def all_rejected_prob(p: torch.Tensor, tree: DraftTree, node: int) -> float:
     return min(max(prob, 0.0), 1.0)
 
 
-def verify(tree: DraftTree, p: torch.Tensor, gen: torch.Generator, greedy: bool, eos: set[int]) -> TreeVerdict:
+def verify(tree: DraftTree, p: torch.Tensor, gen: torch.Generator, greedy: bool, eos: set[int],
+           picture: Callable[..., Any] | None = None) -> TreeVerdict:
     """Walk the tree with the multi-candidate rule.  p: [len(tree) + 1, V], row 0 the
-    target's distribution after the prefix (the root), row i + 1 after node i."""
+    target's distribution after the prefix (the root), row i + 1 after node i.  ``picture(p=, r=, q=,
+    x=)``, when given, is called at every try (before r moves on) for the explainer's picture."""
     node, path, visits = ROOT, [], []
 
     def p_at(n: int) -> torch.Tensor:
@@ -214,7 +218,8 @@ def verify(tree: DraftTree, p: torch.Tensor, gen: torch.Generator, greedy: bool,
             q_x, r_x = float(qj[x]), float(r[x])
             b = min(1.0, r_x / q_x) if q_x > 0 else 1.0
             ok = u_all[j] < b
-            visit.tries.append(Try(child, q_x, r_x, b, u_all[j], ok))
+            pic = picture(p=pn, r=r, q=qj, x=x) if picture is not None else None
+            visit.tries.append(Try(child, q_x, r_x, b, u_all[j], ok, pic))
             if ok:
                 nxt = child
                 break
