@@ -126,6 +126,7 @@ def test_every_child_a_tree_tried_keeps_its_picture_with_r_after_a_rejection(pai
             fig = acceptance_figure(run, rnd, n)
             assert fig.layout.xaxis2.title.text.startswith(f"u = {t.u:.3f}")
             assert ("after a rejection" in fig.layout.title.text) == (j > 0)
+            assert "overlap min(r, q)" in [tr.name for tr in fig.data]
     assert later > 0  # the test saw children tried after a rejection
     back = trace_from_json(run.to_json())
     assert back.rounds[0].tree.visits[0].tries[0].picture == run.rounds[0].tree.visits[0].tries[0].picture

@@ -134,12 +134,12 @@ def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
     return _draw(title=title, sub=sub, ids=pic.ids, text=pic.text, x_tok=rnd.tree.nodes[t.node].id, corr=corr,
                  target=(r_name, pic.r), draft=("q: what this child was drawn from", pic.q),
                  res=("norm(max(0, r − q)): the next child's r, or the correction's", pic.res),
-                 u=t.u, b=t.b, b_name="b", why=why, rest="", marks=None)
+                 u=t.u, b=t.b, b_name="b", why=why, rest="", marks=None, overlap="overlap min(r, q)")
 
 
 def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, corr: int | None,
           target: tuple[str, list[float]], draft: tuple[str, list[float]], res: tuple[str, list[float]],
-          u: float, b: float, b_name: str, why: str, rest: str, marks) -> go.Figure:
+          u: float, b: float, b_name: str, why: str, rest: str, marks, overlap: str = "overlap min(p, q)") -> go.Figure:
     """The figure: paired bars (draft, target), their overlap on top, the correction's distribution,
     and u against b on a [0, 1] bar."""
     xs = list(range(len(ids)))
@@ -151,7 +151,7 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
                          hovertemplate="%{y:.4f}<extra></extra>"), row=1, col=1)
     # the overlap on top of both bars: shaded, outlined, so its height min(p, q) reads across the pair
     over = [min(a, c) for a, c in zip(target[1], draft[1])]
-    fig.add_trace(go.Bar(x=xs, y=over, name="overlap min(p, q)", offset=-0.42, width=0.56,
+    fig.add_trace(go.Bar(x=xs, y=over, name=overlap, offset=-0.42, width=0.56,
                          marker=dict(color=C_OVER, line=dict(color="#059669", width=2)),
                          hovertemplate="min = %{y:.4f}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=res[1], name=res[0], marker_color=C_RES, offset=0.16, width=0.25, opacity=0.85,
