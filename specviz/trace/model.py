@@ -59,11 +59,13 @@ JSON schema (``SCHEMA_VERSION`` 3; versions 1 and 2 load with the new fields at 
       "nodes": [{"id", "text", "parent", "depth", "q", "conf", "draws"}],
                                      # creation order, parents first; parent -1 = the last emitted
                                      # token; q: q(x) at the parent; draws: i.i.d. draws on this node
-      "visits": [{"node", "reject_prob", "tv", "tries": [{"node", "q", "r", "b", "u", "accepted"}]}],
+      "visits": [{"node", "reject_prob", "tv", "tries": [{"node", "q", "r", "b", "u", "accepted", "picture"}]}],
                                      # the rule at each node of the accepted path (node -1 = root),
                                      # children in the order tried: q = q_j(x), r = r(x) before the
                                      # try, b = min(1, r/q), u the uniform draw; reject_prob =
                                      # P(every child tried there is rejected), tv = TV(p, q) there
+                                     # picture (version 3): {"ids", "text", "p", "r", "q", "res"} over
+                                     # the top tokens by max(r, q): res = norm(max(0, r − q_j))
       "path": [int],                 # the accepted nodes, root to deepest
       "fed": int,                    # tokens the verify pass fed (the uncached suffix + all nodes)
       "t_forward": float             # seconds of the target's tree forward pass alone
