@@ -100,10 +100,10 @@ def test_each_rule_emits_the_targets_joint_on_the_toy(rule, warp_name):
 def test_a_block_residual_without_its_weight_is_caught(monkeypatch):
     # A planted bug: after a kept prefix of weight w < 1, draw from norm(max(0, p − q)) instead of
     # norm(max(0, w·p − q)).
-    right = verify._block_residual
+    right = verify.block_residual
     exact = _toy_exact(Warp(1.0), CONTRAST)
     assert _toy_p_value(_toy_first(5000, "block", Warp(1.0), tables=CONTRAST), exact) > 1e-3  # the right one passes
-    monkeypatch.setattr(verify, "_block_residual", lambda w, p, q: right(1.0, p, q))
+    monkeypatch.setattr(verify, "block_residual", lambda w, p, q: right(1.0, p, q))
     assert _toy_p_value(_toy_first(5000, "block", Warp(1.0), tables=CONTRAST), exact) < 1e-6
 
 

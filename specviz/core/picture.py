@@ -17,7 +17,7 @@ import torch
 from ..trace.model import Picture
 from ..trace.tree import TryPicture
 from .sampling import residual
-from .verify import _block_residual, _without, block_weights
+from .verify import block_residual, without_token, block_weights
 
 TOP = 12  # tokens per picture (plus the drafted token and the emitted one when outside them)
 
@@ -43,9 +43,9 @@ def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.
     for i in range(n_judged):
         p, qi, x = p_all[i], q[i], tokens[i]
         if rule == "match":
-            res = _without(p, x)
+            res = without_token(p, x)
         elif rule == "block":
-            res = _block_residual(1.0 if i == 0 else weights[i - 1], p, qi)
+            res = block_residual(1.0 if i == 0 else weights[i - 1], p, qi)
         else:
             res = p if variant == "uno" else residual(p, qi)
         rank_p = p if p1 is None else p1[i]

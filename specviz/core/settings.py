@@ -91,7 +91,7 @@ def _show(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _number(name: str, value: Any) -> float:
+def parse_number(name: str, value: Any) -> float:
     if isinstance(value, bool):
         raise SettingsError(f"{name} must be a number, not {value!r}")
     try:
@@ -105,7 +105,7 @@ def _number(name: str, value: Any) -> float:
     return x
 
 
-def _integer(name: str, value: Any, lo: int, hi: int) -> int:
+def parse_integer(name: str, value: Any, lo: int, hi: int) -> int:
     """A whole number in [lo, hi].  Python ints are checked as ints (never through a
     float, which would round 2**53 + 1 and refuse 2**63 − 1); a float such as 3.0
     from a JSON client is accepted when it is whole."""
@@ -115,11 +115,11 @@ def _integer(name: str, value: Any, lo: int, hi: int) -> int:
         try:
             value = int(value.strip())
         except ValueError:
-            pass  # "3.0", "abc": _number gives the message
+            pass  # "3.0", "abc": parse_number gives the message
     if isinstance(value, int):
         x = value
     else:
-        f = _number(name, value)
+        f = parse_number(name, value)
         if f != int(f):
             raise SettingsError(f"{name} must be a whole number, not {_show(value)}")
         x = int(f)
@@ -177,8 +177,8 @@ class DecodeSettings:
             raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}")
         d = {**asdict(cls()), **{k: v for k, v in kw.items() if v is not None}}
         policy = _choice("draft-length policy", d["policy"], POLICIES)
-        gamma = _integer("γ (draft length)", d["gamma"], 1, GAMMA_MAX if policy == "constant" else GAMMA_MAX_DYNAMIC)
-        eps = _number("ε (over-acceptance)", d["epsilon"])
+        gamma = parse_integer("γ (draft length)", d["gamma"], 1, GAMMA_MAX if policy == "constant" else GAMMA_MAX_DYNAMIC)
+        eps = parse_number("ε (over-acceptance)", d["epsilon"])
         if not 0.0 <= eps <= 1.0:
             raise SettingsError(f"ε (over-acceptance) must be between 0 and 1, not {_show(d['epsilon'])}")
         variant = d["variant"].strip() if isinstance(d["variant"], str) else ""
@@ -186,21 +186,21 @@ class DecodeSettings:
         variant = {"decoding-opt": "opt", "decoding-uno": "uno"}.get(variant, variant)
         if variant not in VARIANTS.values():
             raise SettingsError(f"variant must be 'opt' or 'uno', not {_show(d['variant'])}")
-        temp = _number("temperature", d["temperature"])
+        temp = parse_number("temperature", d["temperature"])
         if not 0.0 <= temp <= 5.0:
             raise SettingsError(f"temperature must be between 0 and 5, not {_show(d['temperature'])}")
-        top_k = _integer("top-k", d["top_k"], 0, 1_000_000)
-        top_p = _number("top-p", d["top_p"])
+        top_k = parse_integer("top-k", d["top_k"], 0, 1_000_000)
+        top_p = parse_number("top-p", d["top_p"])
         if not 0.0 < top_p <= 1.0:
             raise SettingsError(f"top-p must be in (0, 1], not {_show(d['top_p'])}")
-        max_new = _integer("max new tokens", d["max_new_tokens"], 1, MAX_NEW_TOKENS_MAX)
-        seed = _integer("seed", d["seed"], 0, SEED_MAX)
+        max_new = parse_integer("max new tokens", d["max_new_tokens"], 1, MAX_NEW_TOKENS_MAX)
+        seed = parse_integer("seed", d["seed"], 0, SEED_MAX)
         drafter = _choice("drafter", d["drafter"], DRAFTER_NAMES)
-        tau = _number("τ (confidence threshold)", d["tau"])
+        tau = parse_number("τ (confidence threshold)", d["tau"])
         if not 0.0 <= tau <= 1.0:
             raise SettingsError(f"τ (confidence threshold) must be between 0 and 1, not {_show(d['tau'])}")
-        branches = _integer("branches (M)", d["branches"], 1, BRANCHES_MAX)
-        tree_nodes = _integer("tree nodes (node budget)", d["tree_nodes"], 1, TREE_NODES_MAX)
+        branches = parse_integer("branches (M)", d["branches"], 1, BRANCHES_MAX)
+        tree_nodes = parse_integer("tree nodes (node budget)", d["tree_nodes"], 1, TREE_NODES_MAX)
         tree_mode = _choice("tree mode", d["tree_mode"], TREE_MODES)
         rule = d["rule"].strip() if isinstance(d["rule"], str) else d["rule"]
         rule = _choice("verification rule", RULE_LABELS.get(rule, rule) if isinstance(rule, str) else rule, RULES)

@@ -81,14 +81,14 @@ def block_weights(p_all: torch.Tensor, q: torch.Tensor, p_x: torch.Tensor, q_x: 
     return weights, h
 
 
-def _block_residual(w: float, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+def block_residual(w: float, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, w·p − q)): where block verification draws the token after a kept prefix of weight w."""
     diff = (w * p - q).clamp_min(0.0)
     mass = float(diff.sum())
     return diff / mass if mass > 1e-12 else p
 
 
-def _without(p: torch.Tensor, x: int) -> torch.Tensor:
+def without_token(p: torch.Tensor, x: int) -> torch.Tensor:
     """p with token x removed, renormalised: the target's own sample given that it is not x."""
     rest = p.clone()
     rest[x] = 0.0
@@ -157,13 +157,13 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
         rows = list(zip(p_x.tolist(), p_x.tolist(), q_x.tolist(), reject, tv, [0.0] * k))
         u = torch.rand(k, generator=generator, device=logits.device).tolist()
         n, judged = _judge_in_order(rows, u)
-        dist = _without(p_all[n], tokens[n]) if n < k else p_all[k]
+        dist = without_token(p_all[n], tokens[n]) if n < k else p_all[k]
     else:  # block
         u = torch.rand(k, generator=generator, device=logits.device).tolist()
         n = max((i + 1 for i in range(k) if u[i] < h[i]), default=0)  # τ: the last position that passes
         judged = [Judged(i=i + 1, q=odds[i].q, p=odds[i].p, b=h[i], u=u[i], accepted=i < n,
                          reject_prob=1.0 - h[i], tv=tv[i], bias=0.0) for i in range(min(n + 1, k))]
-        dist = _block_residual(1.0 if n == 0 else weights[n - 1], p_all[n], q[n]) if n < k else p_all[k]
+        dist = block_residual(1.0 if n == 0 else weights[n - 1], p_all[n], q[n]) if n < k else p_all[k]
     kind = "correction" if n < k else "bonus"
     if n and tokens[n - 1] in stop_tokens:
         return ChainVerdict(n, None, None, 0.0, judged, tracing, odds, p_all, weights)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..core.sampling import residual, verdicts
-from .formulas import _dist, _gamma, _torch_gen
+from .formulas import as_dist, check_gamma, torch_generator
 
 __all__ = [
     "batch_rejection_exact",
@@ -39,8 +39,8 @@ def batch_rejection_exact(p: Any, q: Any, M: int) -> list[float]:
     1 − q(x*), x* the token where p/q is largest — slowly when the draft
     rarely proposes it: extra drafts mostly repeat tokens already rejected.
     """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    m_max = _gamma(M, lo=1)
+    pp, qq = as_dist(p, "p"), as_dist(q, "q")
+    m_max = check_gamma(M, lo=1)
     r, prob, out = pp, 1.0, []
     for _ in range(m_max):
         prob *= float(0.5 * (qq - r).abs().sum())
@@ -53,7 +53,7 @@ def batch_rejection_floor(p: Any, q: Any) -> float:
     """Σ_{x: q(x) = 0} p(x): a lower bound on P(all M drafts rejected) for every M
     (such tokens are never drafted yet are emitted with probability p(x), which
     requires rejecting every draft), and the limit as M → ∞."""
-    pp, qq = _dist(p, "p"), _dist(q, "q")
+    pp, qq = as_dist(p, "p"), as_dist(q, "q")
     return float(pp[qq <= 0].sum())
 
 
@@ -69,9 +69,9 @@ def batch_sample(
     before acceptance, in 0..M, [n]; emitted token [n]).  The emitted token is
     distributed as p (the procedure is exact).
     """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    m_max, k = _gamma(M, lo=1), int(n)
-    gen = _torch_gen(gen)
+    pp, qq = as_dist(p, "p"), as_dist(q, "q")
+    m_max, k = check_gamma(M, lo=1), int(n)
+    gen = torch_generator(gen)
     n_rejected = torch.zeros(k, dtype=torch.long)
     token = torch.full((k,), -1, dtype=torch.long)
     alive = torch.ones(k, dtype=torch.bool)

@@ -6,8 +6,8 @@ sums along a real run) and Thms 4–5 (the rejection / bias Pareto front).  The 
 check them are in `specviz.theory.simulate`, the batch drafts of Thm 3 in `specviz.theory.batch`.
 
 The acceptance rule itself is never re-implemented here: it comes from `specviz.core.sampling`
-(`verdicts`), the code the engine runs.  The argument checks (`_alpha`, `_gamma`, `_cost`, `_dist`,
-`_torch_gen`) are shared by the three modules.
+(`verdicts`), the code the engine runs.  The argument checks (`check_alpha`, `check_gamma`, `_cost`, `as_dist`,
+`torch_generator`) are shared by the three modules.
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ __all__ = [
 # ---- argument checks -----------------------------------------------------------------------------
 
 
-def _alpha(alpha: float) -> float:
+def check_alpha(alpha: float) -> float:
     a = float(alpha)
     if not (math.isfinite(a) and 0.0 <= a <= 1.0):
         raise ValueError(f"alpha must be a probability in [0, 1], not {alpha!r}")
     return a
 
 
-def _gamma(gamma: int, lo: int = 0) -> int:
+def check_gamma(gamma: int, lo: int = 0) -> int:
     if isinstance(gamma, bool) or int(gamma) != gamma or gamma < lo:
         raise ValueError(f"gamma must be a whole number ≥ {lo}, not {gamma!r}")
     return int(gamma)
@@ -64,7 +64,7 @@ def _cost(c: float, name: str = "c") -> float:
     return x
 
 
-def _dist(x: Any, name: str) -> torch.Tensor:
+def as_dist(x: Any, name: str) -> torch.Tensor:
     """A probability vector [V] (or rows [..., V]) as float64, renormalised.
 
     float64 because the batch recursion subtracts nearly equal numbers many
@@ -80,7 +80,7 @@ def _dist(x: Any, name: str) -> torch.Tensor:
     return t / mass
 
 
-def _torch_gen(gen: torch.Generator | int | None) -> torch.Generator:
+def torch_generator(gen: torch.Generator | int | None) -> torch.Generator:
     if isinstance(gen, torch.Generator):
         return gen
     g = torch.Generator()
@@ -90,7 +90,7 @@ def _torch_gen(gen: torch.Generator | int | None) -> torch.Generator:
 
 def tv_distance(p: Any, q: Any) -> float:
     """Total variation distance ½ Σ_x |p(x) − q(x)| between two vectors."""
-    return float(0.5 * (_dist(p, "p") - _dist(q, "q")).abs().sum())
+    return float(0.5 * (as_dist(p, "p") - as_dist(q, "q")).abs().sum())
 
 
 # ---- Leviathan et al.: tokens per round, speedup, cost, choice of γ ------------------------------
@@ -108,7 +108,7 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     the one implementation in `specviz.trace.model.theoretical_speedup` rather than
     writing the formula a second time.
     """
-    a, g = _alpha(alpha), _gamma(gamma)
+    a, g = check_alpha(alpha), check_gamma(gamma)
     if g == 0:
         return 1.0  # no drafts: every round is one ordinary decoding step
     return float(theoretical_speedup(a, g, 0.0))
@@ -134,7 +134,7 @@ def expected_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> floa
     Delegates to `specviz.trace.model.theoretical_speedup`, the function the run summary uses, so the
     theory tab and the run summary can never disagree.  γ = 0 is plain decoding (1.0).
     """
-    a, g, cc, vv = _alpha(alpha), _gamma(gamma), _cost(c), _cost(v, "v")
+    a, g, cc, vv = check_alpha(alpha), check_gamma(gamma), _cost(c), _cost(v, "v")
     if g == 0:
         return 1.0
     if vv <= 0:
@@ -148,7 +148,7 @@ def speculation_helps(alpha: float, c: float) -> bool:
     Exactly when α > c: γ = 1 then gives (1 + α)/(1 + c) > 1; and if α ≤ c,
     1 + α + … + α^γ ≤ 1 + γα ≤ 1 + γc for every γ, so no γ helps.
     """
-    return _alpha(alpha) > _cost(c)
+    return check_alpha(alpha) > _cost(c)
 
 
 def optimal_gamma(alpha: float, c: float, gamma_max: int = 64, v: float = 1.0) -> tuple[int, float]:
@@ -161,7 +161,7 @@ def optimal_gamma(alpha: float, c: float, gamma_max: int = 64, v: float = 1.0) -
     Paper examples, reproduced: c = 0.05, α = 0.6 → γ* = 4 (1.92×); α = 0.8 →
     γ* = 8 (3.09×); c = 0.1, α = 0.8 → γ* = 6 (2.47×).
     """
-    a, cc, gmax = _alpha(alpha), _cost(c), _gamma(gamma_max, lo=1)
+    a, cc, gmax = check_alpha(alpha), _cost(c), check_gamma(gamma_max, lo=1)
     best_g, best_s = 1, expected_speedup(a, 1, cc, v)
     for g in range(2, gmax + 1):
         s = expected_speedup(a, g, cc, v)
@@ -180,7 +180,7 @@ def arithmetic_cost_factor(alpha: float, gamma: int, c_hat: float) -> float:
     and emits E[tokens per round], hence (γĉ + γ + 1) / E[tokens].  It is ≥ 1:
     speculation trades extra (parallel) arithmetic for fewer serial steps.
     """
-    g = _gamma(gamma)
+    g = check_gamma(gamma)
     return (g * _cost(c_hat, "c_hat") + g + 1) / expected_tokens_per_round(alpha, g)
 
 
@@ -193,7 +193,7 @@ def sweep_theory(alpha: float, c: float, gammas: Iterable[int] | None = None, c_
     (a measured v belongs to the draft length it was measured at; on a compute-bound target it
     grows with γ).
     """
-    gs = [_gamma(g) for g in (range(1, 17) if gammas is None else gammas)]
+    gs = [check_gamma(g) for g in (range(1, 17) if gammas is None else gammas)]
     out: dict[str, list] = {
         "gamma": gs,
         "tokens_per_round": [expected_tokens_per_round(alpha, g) for g in gs],
@@ -287,7 +287,7 @@ def running_tv_vs_rejections(trace: Trace | None) -> tuple[list[int], list[float
 def emitted_distribution(p: Any, q: Any, epsilon: float = 0.0, variant: str = "opt") -> torch.Tensor:
     """A = q·b + r·P, the distribution of the token one position emits
     (Yin et al. §4; in our letters).  Equals p for OPT at ε = 0 (exactness)."""
-    pp, qq = _dist(p, "p"), _dist(q, "q")
+    pp, qq = as_dist(p, "p"), as_dist(q, "q")
     v = verdicts(pp.unsqueeze(0), qq.unsqueeze(0), float(epsilon), variant)
     return (qq * v.b[0] + v.reject_prob[0] * v.fallback[0]).clone()
 
@@ -316,7 +316,7 @@ def tradeoff_point(p: Any, q: Any, epsilon: float, variant: str = "opt") -> tupl
     OPT (fallback = residual) lands on the Pareto line; UNO (fallback = p)
     lies above it, and is biased even at ε = 0.
     """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
+    pp, qq = as_dist(p, "p"), as_dist(q, "q")
     v = verdicts(pp.unsqueeze(0), qq.unsqueeze(0), float(epsilon), variant)
     return float(v.reject_prob[0]), float(v.bias[0])
 

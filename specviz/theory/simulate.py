@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..core.sampling import Warp, verdicts
-from .formulas import _alpha, _dist, _gamma, _torch_gen
+from .formulas import check_alpha, as_dist, check_gamma, torch_generator
 
 __all__ = [
     "simulate_tokens_per_round",
@@ -40,7 +40,7 @@ def simulate_tokens_per_round(alpha: float, gamma: int, rounds: int, rng: np.ran
     std/√rounds.  Simulates the process directly (uniforms and a running
     product), not via the geometric distribution, so it checks the formula.
     """
-    a, g = _alpha(alpha), _gamma(gamma)
+    a, g = check_alpha(alpha), check_gamma(gamma)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     n = int(rounds)
     if n < 1:
@@ -105,15 +105,15 @@ def simulate_rejections(
     verified positions (equal in expectation at ε = 0 by Thm 1) and of Σ r,
     the rejection probability (equal in expectation for any ε).
     """
-    p = _dist(p_rows, "p_rows")
-    q = _dist(q_rows, "q_rows")
+    p = as_dist(p_rows, "p_rows")
+    q = as_dist(q_rows, "q_rows")
     if p.shape != q.shape or p.ndim not in (2, 3) or (p.ndim == 3 and p.shape[1] != p.shape[2]):
         raise ValueError("p_rows and q_rows must both be [T, V] or [T, V, V]")
-    g = None if gamma is None else _gamma(gamma, lo=1)
+    g = None if gamma is None else check_gamma(gamma, lo=1)
     n = int(n_runs)
     if n < 2:
         raise ValueError("n_runs must be ≥ 2")
-    gen = _torch_gen(gen)
+    gen = torch_generator(gen)
     T, V = p.shape[0], p.shape[-1]
     # Evaluate the rule once for every row: the same code the engine runs.
     v = verdicts(p.reshape(-1, V), q.reshape(-1, V), float(epsilon), variant)
@@ -179,12 +179,12 @@ def synthetic_pair(
     rho = float(closeness)
     if not 0.0 <= rho <= 1.0:
         raise ValueError("closeness must be in [0, 1]")
-    g = _torch_gen(int(seed))
+    g = torch_generator(int(seed))
     z = torch.randn(int(vocab), generator=g, dtype=torch.float64) * spread
     z2 = torch.randn(int(vocab), generator=g, dtype=torch.float64) * spread
     zq = rho * z + math.sqrt(max(0.0, 1.0 - rho * rho)) * z2
     warp = Warp(temperature=float(temperature), top_k=int(top_k))
-    return _dist(warp(z), "p"), _dist(warp(zq), "q")
+    return as_dist(warp(z), "p"), as_dist(warp(zq), "q")
 
 
 def synthetic_chain(
@@ -214,8 +214,8 @@ def speculative_emit(
     and P from `specviz.core.sampling.verdicts`.  Its histogram should match p at
     ε = 0 and `emitted_distribution` at any ε.
     """
-    pp, qq = _dist(p, "p"), _dist(q, "q")
-    gen = _torch_gen(gen)
+    pp, qq = as_dist(p, "p"), as_dist(q, "q")
+    gen = torch_generator(gen)
     v = verdicts(pp.unsqueeze(0), qq.unsqueeze(0), float(epsilon), variant)
     m = int(n)
     x = torch.multinomial(qq, m, replacement=True, generator=gen)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from ..core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, _integer, _number
+from ..core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, parse_integer, parse_number
 from ..experiments import sweeps
 from ..experiments.shootout import cost_ratio
 from ..models import ModelError
@@ -97,9 +97,9 @@ def theory_inputs(**raw: Any) -> dict[str, Any]:
         label, lo, hi, whole = THEORY_RANGES[name]
         try:
             if whole:
-                out[name] = _integer(label, value, lo, hi)
+                out[name] = parse_integer(label, value, lo, hi)
             else:
-                x = _number(label, value)
+                x = parse_number(label, value)
                 if not lo <= x <= hi:
                     raise SettingsError(f"{label} must be between {lo:g} and {hi:g}, not {x:g}")
                 out[name] = x

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # plain data only; no runtime dependency beyond the dataclass
 # ---- tooltips --------------------------------------------------------------------
 
 
-def _tip(title: str, rows: list[tuple[str, str]], verdict: str = "", note: str = "") -> str:
+def tip_html(title: str, rows: list[tuple[str, str]], verdict: str = "", note: str = "") -> str:
     """Tooltip body. ``title``/``verdict``/``note`` are plain text; ``rows`` are (label, value) plain text."""
     grid = "".join(f'<span class="sv-tip-k">{esc(k)}</span><span class="sv-tip-v">{esc(v)}</span>' for k, v in rows)
     parts = [f'<span class="sv-tip-h">{esc(title)}</span>']
@@ -78,7 +78,7 @@ def _b_label(eps: float, rule: str = "token") -> str:
     return f"b = min(1, (p+ε)/q), ε={eps:g}" if eps > 0 else "b = min(1, p/q)"
 
 
-def _chip(status: str, text: str, tip: str, extra_cls: str = "") -> str:
+def chip_html(status: str, text: str, tip: str, extra_cls: str = "") -> str:
     cls = f"sv-chip sv-{status}" + (f" {extra_cls}" if extra_cls else "")
     return (
         f'<span class="{cls}" data-status="{status}" tabindex="0">'
@@ -100,20 +100,20 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     if pending:
         by = {"speculator": f"Proposed by {stage}, from the target's last hidden state",
               "prompt-lookup": "Proposed by prompt lookup (copied from earlier text)"}.get(drafter, "Drafted by the small model")
-        tip = _tip(
+        tip = tip_html(
             f"{head} · pending",
             [("id", str(tok.id)), *who, ("q(x) draft", fnum(tok.q, 3))],
             note=f"{by}; the target has not checked it yet.",
         )
-        return _chip("pending", tok.text, tip)
+        return chip_html("pending", tok.text, tip)
     status = rnd.status(i)
     if status == "discarded":
-        tip = _tip(
+        tip = tip_html(
             f"{head} · discarded",
             [("id", str(tok.id)), *who, ("q(x) draft", fnum(tok.q, 3))],
             note="Drafted after the rejection, so it was never verified and is thrown away.",
         )
-        return _chip("discarded", tok.text, tip)
+        return chip_html("discarded", tok.text, tip)
     pos = rnd.positions[i - 1]
     rows = [
         ("id", str(tok.id)),
@@ -130,7 +130,7 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
         extra_cls = "sv-eps"
     elif status == "rejected":
         note = "First rejection: the drafts after it are discarded and a correction is sampled."
-    return _chip(status, tok.text, _tip(f"{head} · {status}", rows, verdict_text(pos), note), extra_cls)
+    return chip_html(status, tok.text, tip_html(f"{head} · {status}", rows, verdict_text(pos), note), extra_cls)
 
 
 def _extra_chip(rnd: Round, extra: Extra, rule: str = "token") -> str:
@@ -145,9 +145,9 @@ def _extra_chip(rnd: Round, extra: Extra, rule: str = "token") -> str:
     else:
         title = f"Target token · {tok_repr(extra.text)}"
         note = "Standard decoding: one target forward pass, one token sampled from p."
-    tip = _tip(title, [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))], note=note)
+    tip = tip_html(title, [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))], note=note)
     kind = extra.kind if extra.kind in ("correction", "bonus", "target") else "target"
-    return _chip(kind, extra.text, tip)
+    return chip_html(kind, extra.text, tip)
 
 
 def _slot_chip() -> str:

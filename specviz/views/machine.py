@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from ..hardware.probe import PREFIX, Probe, interpolate
 from ._fmt import COLORS
 from .execution import exec_words, short_machine
-from .plots import FONT_COLOR, _style, empty_figure
+from .plots import FONT_COLOR, style_figure, empty_figure
 
 log = logging.getLogger("specviz.views")
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "hardware"
@@ -253,7 +253,7 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
         title, sub = f"{TITLE}: not measured on this machine", "recorded machines only"
     if log_y:
         sub += " · log scale"
-    _style(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
+    style_figure(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
     fig.update_layout(annotations=annotations, legend=dict(y=-0.22), margin=dict(b=150, r=96),
                       height=560, meta={"machine": machine, "chosen": probe.choice if here else None})
     fig.update_xaxes(tickmode="array", tickvals=sorted({k for c in curves_drawn for k in c}))

@@ -27,7 +27,7 @@ FONT_FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans
 HEIGHT = 360
 
 
-def _style(
+def style_figure(
     fig: go.Figure, title: str, x_title: str = "", y_title: str = "", subtitle: str = "", legend: bool = True
 ) -> go.Figure:
     fig.update_layout(
@@ -64,7 +64,7 @@ def _style(
 def empty_figure(title: str, message: str = "No data yet") -> go.Figure:
     """A blank figure that says why it is blank."""
     fig = go.Figure()
-    _style(fig, title, legend=False)
+    style_figure(fig, title, legend=False)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     fig.add_annotation(
@@ -141,7 +141,7 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
                 hovertemplate=f"overall α = accepted ÷ verified = {s.accepted} ÷ {s.verified} = {alpha:.3f}<extra></extra>",
             )
         )
-    _style(
+    style_figure(
         fig,
         title,
         "draft position i (1 = first drafted token)",
@@ -209,7 +209,7 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
                 hovertemplate="expected %{y:.1f} rounds with %{x} tokens<extra></extra>",
             )
         )
-    _style(
+    style_figure(
         fig,
         title,
         f"tokens emitted in the round ({gamma + 1} = all γ drafts accepted + bonus)",
@@ -285,7 +285,7 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
         top = sorted(stops.items(), key=lambda kv: -kv[1])
         sub += "<br>stopped: " + " · ".join(f"{stop_short(k, k)} {n}" for k, n in top[:3])
         sub += " · …" if len(top) > 3 else ""
-    _style(fig, title, "round", "tokens", subtitle=sub)
+    style_figure(fig, title, "round", "tokens", subtitle=sub)
     fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
                       margin=dict(t=104 if stops else 84),
                       meta={"mean_drafted": mean_d, "mean_accepted": mean_a, "stops": stops})
@@ -331,7 +331,7 @@ def round_times(trace: Trace | None) -> go.Figure:
     total_d = sum(r.t_draft for r in rounds)
     total_v = sum(r.t_verify for r in rounds)
     sub = f"total drafting {fsec(total_d)} · total verifying {fsec(total_v)}"
-    _style(fig, title, "round", "seconds", subtitle=sub)
+    style_figure(fig, title, "round", "seconds", subtitle=sub)
     fig.update_layout(barmode="stack", bargap=0.15 if len(rounds) < 60 else 0.0)
     return fig
 
@@ -372,7 +372,7 @@ def tokens_vs_time(spec: Trace | None, std: Trace | None) -> go.Figure:
                 hovertemplate=f"{name} finished: %{{y}} tokens at %{{x:.2f}} s<extra></extra>",
             )
         )
-    _style(fig, title, "seconds since start", "tokens", subtitle="steeper is faster; each step is one round (one target pass)")
+    style_figure(fig, title, "seconds since start", "tokens", subtitle="steeper is faster; each step is one round (one target pass)")
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -441,7 +441,7 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
     else:
         parts.append("c = n/a")
     parts.append(f"verify pass = {steps(v)} standard steps" if v is not None else "verify cost unknown")
-    _style(fig, title, "", "speedup (×)", subtitle=" · ".join(parts))
+    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts))
     top = max([x for x in vals if x is not None] + [1.0])
     fig.update_yaxes(range=[0, top * 1.22])
     fig.update_layout(meta={"measured": measured, "theoretical": theory, "with_verify": with_v, "v": v, "c": c,

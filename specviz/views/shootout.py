@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ._fmt import esc
-from .theory_plots import NO_DATA, _layout, _message, _num, _safe
+from .theory_plots import NO_DATA, layout_figure, message_figure, as_number, safe_figure
 
 SHORT = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
          "speculator": "learned head", "standard": "standard"}
@@ -27,7 +27,7 @@ TITLE = "Drafter shoot-out: the same prompt and settings, every drafter"
 
 
 def _fmt(row: dict, key: str, fmt: str) -> str:
-    v = _num(row.get(key))
+    v = as_number(row.get(key))
     return fmt.format(v) if v is not None else "—"
 
 
@@ -58,7 +58,7 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
     """One figure, one panel per metric, one bar per contender that ran."""
     ran = [r for r in (rows or []) if isinstance(r, dict) and not r.get("error")]
     if not ran:
-        return _message(TITLE, f"{NO_DATA}: run a drafter shoot-out")
+        return message_figure(TITLE, f"{NO_DATA}: run a drafter shoot-out")
 
     def build() -> go.Figure:
         names = [SHORT.get(str(r.get("key")), str(r.get("label", "?"))) for r in ran]
@@ -66,7 +66,7 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
                             subplot_titles=[t for _, t, _, _ in METRICS])
         colors = [COLORS.get(str(r.get("key")), "#1f77b4") for r in ran]
         for col, (key, title, fmt, _) in enumerate(METRICS, 1):
-            xs = [_num(r.get(key)) for r in ran]
+            xs = [as_number(r.get(key)) for r in ran]
             fig.add_trace(go.Bar(
                 x=xs, y=names, orientation="h", marker_color=colors, showlegend=False, name=title,
                 text=[fmt.format(x) if x is not None else "" for x in xs], textposition="auto",
@@ -75,12 +75,12 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
         skipped = [SHORT.get(str(r.get("key")), str(r.get("label"))) for r in rows or [] if r.get("error")]
         sub = subtitle + ("; " if subtitle and skipped else "") + (
             f"did not run: {', '.join(skipped)} (see the table)" if skipped else "")
-        _layout(fig, TITLE, sub or None, height=340)
+        layout_figure(fig, TITLE, sub or None, height=340)
         fig.update_layout(margin=dict(l=10, r=10, b=40))
         fig.update_yaxes(autorange="reversed")
         return fig
 
-    return _safe(TITLE, build)
+    return safe_figure(TITLE, build)
 
 
 def mark_recorded(fig: go.Figure, label: str) -> go.Figure:

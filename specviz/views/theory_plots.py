@@ -31,7 +31,7 @@ NO_DATA = "no data"
 # ---- helpers ---------------------------------------------------------------------------
 
 
-def _message(title: str, text: str) -> go.Figure:
+def message_figure(title: str, text: str) -> go.Figure:
     """An empty figure that says why it is empty."""
     fig = go.Figure()
     fig.update_layout(
@@ -48,15 +48,15 @@ def _message(title: str, text: str) -> go.Figure:
     return fig
 
 
-def _safe(title: str, build: Callable[[], go.Figure]) -> go.Figure:
+def safe_figure(title: str, build: Callable[[], go.Figure]) -> go.Figure:
     """Run a figure builder; bad numbers become an annotation, not an exception."""
     try:
         return build()
     except (ValueError, TypeError, ZeroDivisionError, RuntimeError) as exc:
-        return _message(title, f"{NO_DATA}: {exc}")
+        return message_figure(title, f"{NO_DATA}: {exc}")
 
 
-def _num(x: Any) -> float | None:
+def as_number(x: Any) -> float | None:
     """A finite float, or None (for optional fields of result dicts)."""
     if x is None or isinstance(x, bool):
         return None
@@ -67,7 +67,7 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) -> go.Figure:
+def layout_figure(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) -> go.Figure:
     t: dict[str, Any] = dict(text=title)
     if subtitle:
         t["subtitle"] = dict(text=subtitle)
@@ -94,7 +94,7 @@ def _alphas(alpha: Any) -> list[float]:
         return []
     if isinstance(alpha, (int, float)):
         return [float(alpha)]
-    return [float(a) for a in alpha if _num(a) is not None]
+    return [float(a) for a in alpha if as_number(a) is not None]
 
 
 # ---- Leviathan et al.: speedup, tokens per round, cost -----------------------------------
@@ -115,12 +115,12 @@ def speedup_curves(
     """
     title = "Expected speedup vs draft length γ (Leviathan et al., Thm 3.8)"
     m = measured or {}
-    a = _num(alpha) if alpha is not None else _num(m.get("alpha"))
-    cc = _num(c) if c is not None else _num(m.get("c"))
+    a = as_number(alpha) if alpha is not None else as_number(m.get("alpha"))
+    cc = as_number(c) if c is not None else as_number(m.get("c"))
     if a is None or cc is None:
-        return _message(title, f"{NO_DATA}: need α and c (run speculative decoding first)")
+        return message_figure(title, f"{NO_DATA}: need α and c (run speculative decoding first)")
 
-    vv = _num(v) or 1.0
+    vv = as_number(v) or 1.0
 
     def build() -> go.Figure:
         gmax = max(1, int(gamma_max))
@@ -166,12 +166,12 @@ def speedup_curves(
         )
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
                       annotation_text="no speedup", annotation_position="bottom right")
-        if m and _num(m.get("gamma")) is not None and _num(m.get("speedup")) is not None:
-            mg, ms = _num(m["gamma"]), _num(m["speedup"])
-            ma, mc = _num(m.get("alpha")), _num(m.get("c"))
-            md = _num(m.get("draft_len"))
+        if m and as_number(m.get("gamma")) is not None and as_number(m.get("speedup")) is not None:
+            mg, ms = as_number(m["gamma"]), as_number(m["speedup"])
+            ma, mc = as_number(m.get("alpha")), as_number(m.get("c"))
+            md = as_number(m.get("draft_len"))
             mx = md if md is not None else mg
-            mv = _num(m.get("v"))
+            mv = as_number(m.get("v"))
             pred = th.expected_speedup(ma, int(mg), mc, mv or 1.0) if (ma is not None and mc is not None and mg >= 0) else None
             hover = f"measured run<br>γ={mg:g}"
             if md is not None:
@@ -199,14 +199,14 @@ def speedup_curves(
         sub += f"; optimal γ* = {g_opt} ({s_opt:.2f}×)"
         if not helps:
             sub += " — no γ helps: plain decoding is faster" + (" (α ≤ c)" if vv == 1 else "")
-        _layout(fig, title, sub, height=430)
+        layout_figure(fig, title, sub, height=430)
         # A fixed range: the marker labels and the mean-draft-length line must not stretch the axis.
         fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None, range=[0.5, gmax + 0.5])
         fig.update_yaxes(title_text="expected speedup (×)", secondary_y=False)
         fig.update_yaxes(title_text="expected tokens per round", secondary_y=True, showgrid=False)
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: int = 16,
@@ -221,7 +221,7 @@ def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: in
     title = "Expected tokens per round vs γ (Leviathan et al., Eq. 1)"
     alphas = _alphas(alpha)
     if not alphas:
-        return _message(title, f"{NO_DATA}: give one or more values of α")
+        return message_figure(title, f"{NO_DATA}: give one or more values of α")
 
     def build() -> go.Figure:
         gmax = max(1, int(gamma_max))
@@ -250,20 +250,20 @@ def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: in
                                    f"<br>%{{y:.3f}} expected tokens / round<extra></extra>")))
             sub += ("<br>markers: each rule's exact expectation on the last run's drafts (block verification has "
                     "no closed form in α)")
-        _layout(fig, title, sub, height=400)
+        layout_figure(fig, title, sub, height=400)
         fig.update_xaxes(title_text="draft length γ")
         fig.update_yaxes(title_text="expected tokens per round")
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 def cost_factor_curve(alpha: float | None, c_hat: float | None, gamma_max: int = 16) -> go.Figure:
     """Arithmetic-operations factor (1 − α)(γĉ + γ + 1)/(1 − α^(γ+1)) vs γ (Thm 3.11)."""
     title = "Extra arithmetic vs γ (Leviathan et al., Thm 3.11)"
-    a, ch = _num(alpha), _num(c_hat)
+    a, ch = as_number(alpha), as_number(c_hat)
     if a is None or ch is None:
-        return _message(title, f"{NO_DATA}: need α and ĉ")
+        return message_figure(title, f"{NO_DATA}: need α and ĉ")
 
     def build() -> go.Figure:
         gs = list(range(1, max(1, int(gamma_max)) + 1))
@@ -274,12 +274,12 @@ def cost_factor_curve(alpha: float | None, c_hat: float | None, gamma_max: int =
         ))
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
                       annotation_text="plain decoding", annotation_position="bottom right")
-        _layout(fig, title, f"α = {a:.3f}, ĉ = {ch:.3f} (draft ops / target ops per token)", height=400)
+        layout_figure(fig, title, f"α = {a:.3f}, ĉ = {ch:.3f} (draft ops / target ops per token)", height=400)
         fig.update_xaxes(title_text="draft length γ")
         fig.update_yaxes(title_text="total arithmetic operations (×)", rangemode="tozero")
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 # ---- Yin et al. Thm 1 ---------------------------------------------------------------------
@@ -293,9 +293,9 @@ def theorem1_plot(trace: Any) -> go.Figure:
     try:
         s = th.theorem1_series(trace)
     except (AttributeError, TypeError, ValueError) as exc:
-        return _message(title, f"{NO_DATA}: {exc}")
+        return message_figure(title, f"{NO_DATA}: {exc}")
     if not s.index:
-        return _message(title, f"{NO_DATA}: run speculative decoding (with statistics) to see this")
+        return message_figure(title, f"{NO_DATA}: run speculative decoding (with statistics) to see this")
 
     def build() -> go.Figure:
         eps = trace.settings.epsilon if trace is not None else 0.0
@@ -328,12 +328,12 @@ def theorem1_plot(trace: Any) -> go.Figure:
                f"{s.cum_rejections[-1]} actual rejections")
         if eps > 0:
             sub += f"<br>ε = {eps:g} > 0: fewer rejections than Σ TV are expected (Σ r = {s.cum_reject_prob[-1]:.2f})"
-        _layout(fig, title, sub, height=450)
+        layout_figure(fig, title, sub, height=450)
         fig.update_xaxes(title_text="running Σ TV(p_n, q_n) over verified positions", range=[0, top])
         fig.update_yaxes(title_text="running number of rejections", range=[0, top])
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 # ---- Yin et al. Thms 4–5: Pareto front --------------------------------------------------------
@@ -345,10 +345,10 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
     "opt"/"uno", reject_prob, bias)."""
     title = "Rejection probability vs bias (Yin et al., Thms 4–5)"
     pts = [d for d in (points or []) if isinstance(d, dict)
-           and _num(d.get("reject_prob")) is not None and _num(d.get("bias")) is not None]
-    t = _num(tv)
+           and as_number(d.get("reject_prob")) is not None and as_number(d.get("bias")) is not None]
+    t = as_number(tv)
     if t is None and not pts:
-        return _message(title, f"{NO_DATA}: need TV(p, q) or measured points")
+        return message_figure(title, f"{NO_DATA}: need TV(p, q) or measured points")
 
     def build() -> go.Figure:
         fig = go.Figure()
@@ -363,7 +363,7 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
             grp = [d for d in pts if str(d.get("variant", "opt")).lower() == variant]
             if not grp:
                 continue
-            labels = [str(d.get("label") if d.get("label") is not None else f"ε={_num(d.get('epsilon')) or 0:g}") for d in grp]
+            labels = [str(d.get("label") if d.get("label") is not None else f"ε={as_number(d.get('epsilon')) or 0:g}") for d in grp]
             fig.add_trace(go.Scatter(
                 x=[float(d["reject_prob"]) for d in grp], y=[float(d["bias"]) for d in grp],
                 mode="markers+text", text=labels, textposition="top right",
@@ -373,12 +373,12 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
         sub = "shaded: below the front, no rejection-based rule can reach"
         if t is not None:
             sub = f"TV(p, q) = {t:.3f}; " + sub
-        _layout(fig, title, sub, height=450)
+        layout_figure(fig, title, sub, height=450)
         fig.update_xaxes(title_text="rejection probability r = 1 − Σ q·b", rangemode="tozero")
         fig.update_yaxes(title_text="bias TV(A, p)", rangemode="tozero")
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 # ---- Yin et al. Thm 3: batch drafts -------------------------------------------------------------
@@ -389,7 +389,7 @@ def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 
     Π TV(q, r_{m−1}) and Monte Carlo of the batch procedure (±2 s.e.)."""
     title = "Batch drafting: P(all M drafts rejected) vs M (Yin et al., Thm 3)"
     if p is None or q is None:
-        return _message(title, f"{NO_DATA}: need target and draft distributions p and q")
+        return message_figure(title, f"{NO_DATA}: need target and draft distributions p and q")
 
     def build() -> go.Figure:
         m_max = max(1, int(M_max))
@@ -414,12 +414,12 @@ def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 
         sub = ("line: exact, M i.i.d. drafts from q checked in turn against r<sub>0</sub> = p, "
                "r<sub>m</sub> = norm(max(0, r<sub>m−1</sub> − q))"
                f"<br>dots: Monte Carlo of the procedure, {n:,} runs, seed {int(seed)}, ±2 s.e.")
-        _layout(fig, title, sub, height=450)
+        layout_figure(fig, title, sub, height=450)
         fig.update_xaxes(title_text="number of drafts M", dtick=1 if m_max <= 20 else None)
         fig.update_yaxes(title_text="P(all M drafts rejected)", range=[0, max(exact[0], 0.05) * 1.1])
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 # ---- sweeps of real runs -----------------------------------------------------------------------
@@ -437,18 +437,18 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
     """
     title = "Measured speedup vs γ, against Thm 3.8"
     rows = [r for r in (results or []) if isinstance(r, dict)
-            and _num(r.get("gamma")) is not None and _num(r.get("speedup")) is not None]
+            and as_number(r.get("gamma")) is not None and as_number(r.get("speedup")) is not None]
     if not rows:
-        return _message(title, f"{NO_DATA}: run a γ sweep first")
+        return message_figure(title, f"{NO_DATA}: run a γ sweep first")
 
     def build() -> go.Figure:
-        rows.sort(key=lambda r: _num(r["gamma"]))
-        alphas = [_num(r.get("alpha")) for r in rows if _num(r.get("alpha")) is not None]
-        cs = [_num(r.get("c")) for r in rows if _num(r.get("c")) is not None]
-        a = _num(alpha) if alpha is not None else (sum(alphas) / len(alphas) if alphas else None)
-        cc = _num(c) if c is not None else (sum(cs) / len(cs) if cs else None)
-        gs = [int(_num(r["gamma"])) for r in rows]
-        measured_v = [(g, _num(r.get("v"))) for g, r in zip(gs, rows) if _num(r.get("v")) and g >= 1]
+        rows.sort(key=lambda r: as_number(r["gamma"]))
+        alphas = [as_number(r.get("alpha")) for r in rows if as_number(r.get("alpha")) is not None]
+        cs = [as_number(r.get("c")) for r in rows if as_number(r.get("c")) is not None]
+        a = as_number(alpha) if alpha is not None else (sum(alphas) / len(alphas) if alphas else None)
+        cc = as_number(c) if c is not None else (sum(cs) / len(cs) if cs else None)
+        gs = [int(as_number(r["gamma"])) for r in rows]
+        measured_v = [(g, as_number(r.get("v"))) for g, r in zip(gs, rows) if as_number(r.get("v")) and g >= 1]
         fig = go.Figure()
         sub = "no α, c: theoretical curve omitted"
         if a is not None and cc is not None:
@@ -482,8 +482,8 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
                        f"{lo:.2f}–{hi:.2f} standard steps (measured at each γ; the textbook assumes 1)")
             else:
                 sub = f"curve: α = {a:.3f}, c = {cc:.3f}{means}; verify cost not measured (textbook: one step)"
-        own = [(g, th.expected_speedup(_num(r["alpha"]), g, _num(r["c"]), _num(r.get("v")) or 1.0))
-               for g, r in zip(gs, rows) if _num(r.get("alpha")) is not None and _num(r.get("c")) is not None and g >= 0]
+        own = [(g, th.expected_speedup(as_number(r["alpha"]), g, as_number(r["c"]), as_number(r.get("v")) or 1.0))
+               for g, r in zip(gs, rows) if as_number(r.get("alpha")) is not None and as_number(r.get("c")) is not None and g >= 0]
         if own:
             fig.add_trace(go.Scatter(
                 x=[g for g, _ in own], y=[s for _, s in own], mode="markers",
@@ -491,23 +491,23 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
                 marker=dict(symbol="circle-open", size=11, color=C_THEORY),
                 hovertemplate="γ=%{x}<br>predicted %{y:.3f}×<extra></extra>",
             ))
-        hover = [f"γ={g}<br>measured {_num(r['speedup']):.3f}×"
-                 + (f"<br>α={_num(r['alpha']):.3f}" if _num(r.get("alpha")) is not None else "")
-                 + (f"<br>c={_num(r['c']):.3f}" if _num(r.get("c")) is not None else "")
-                 + (f"<br>verify = {_num(r['v']):.2f} steps" if _num(r.get("v")) is not None else "")
+        hover = [f"γ={g}<br>measured {as_number(r['speedup']):.3f}×"
+                 + (f"<br>α={as_number(r['alpha']):.3f}" if as_number(r.get("alpha")) is not None else "")
+                 + (f"<br>c={as_number(r['c']):.3f}" if as_number(r.get("c")) is not None else "")
+                 + (f"<br>verify = {as_number(r['v']):.2f} steps" if as_number(r.get("v")) is not None else "")
                  for g, r in zip(gs, rows)]
         fig.add_trace(go.Scatter(
-            x=gs, y=[_num(r["speedup"]) for r in rows], mode="lines+markers", name="measured (spec ÷ standard tok/s)",
+            x=gs, y=[as_number(r["speedup"]) for r in rows], mode="lines+markers", name="measured (spec ÷ standard tok/s)",
             line=dict(color=C_MEASURED), marker=dict(symbol="diamond", size=10), text=hover,
             hovertemplate="%{text}<extra></extra>",
         ))
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"))
-        _layout(fig, title, sub, height=430)
+        layout_figure(fig, title, sub, height=430)
         fig.update_xaxes(title_text="draft length γ", dtick=1)
         fig.update_yaxes(title_text="speedup (×)", rangemode="tozero")
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)
 
 
 def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
@@ -518,9 +518,9 @@ def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
     the hover.
     """
     title = "Over-acceptance: acceptance, speedup and bias vs ε"
-    rows = [r for r in (results or []) if isinstance(r, dict) and _num(r.get("epsilon")) is not None]
+    rows = [r for r in (results or []) if isinstance(r, dict) and as_number(r.get("epsilon")) is not None]
     if not rows:
-        return _message(title, f"{NO_DATA}: run an ε sweep first")
+        return message_figure(title, f"{NO_DATA}: run an ε sweep first")
 
     def build() -> go.Figure:
         fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
@@ -528,26 +528,26 @@ def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
         variants = sorted({str(r.get("variant", "opt")).lower() for r in rows})
         colors = {"opt": C_OPT, "uno": C_UNO}
         for variant in variants:
-            grp = sorted((r for r in rows if str(r.get("variant", "opt")).lower() == variant), key=lambda r: _num(r["epsilon"]))
-            xs = [_num(r["epsilon"]) for r in grp]
+            grp = sorted((r for r in rows if str(r.get("variant", "opt")).lower() == variant), key=lambda r: as_number(r["epsilon"]))
+            xs = [as_number(r["epsilon"]) for r in grp]
             hover = []
             for r in grp:
-                h = f"ε={_num(r['epsilon']):g} ({variant.upper()})"
+                h = f"ε={as_number(r['epsilon']):g} ({variant.upper()})"
                 for key, label in (("first_divergence", "first divergence at token"), ("edit_distance", "edit distance")):
                     if r.get(key) is not None:
                         h += f"<br>{label}: {r[key]}"
                 hover.append(h)
             for row, key, fmt in ((1, "alpha", ".3f"), (2, "speedup", ".2f"), (3, "mean_bias", ".4f")):
-                ys = [_num(r.get(key)) for r in grp]
+                ys = [as_number(r.get(key)) for r in grp]
                 fig.add_trace(go.Scatter(
                     x=xs, y=ys, mode="lines+markers", name=f"{key} ({variant.upper()})", legendgroup=variant,
                     showlegend=row == 1 and len(variants) > 1, line=dict(color=colors.get(variant, C_THEORY)),
                     text=hover, hovertemplate="%{text}<br>" + key + " %{y:" + fmt + "}<extra></extra>",
                 ), row=row, col=1)
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"), row=2, col=1)
-        _layout(fig, title, "ε = 0 is exact (bias 0 for OPT); larger ε accepts more drafts at the cost of bias", height=620)
+        layout_figure(fig, title, "ε = 0 is exact (bias 0 for OPT); larger ε accepts more drafts at the cost of bias", height=620)
         fig.update_xaxes(title_text="over-acceptance threshold ε", row=3, col=1)
         fig.update_yaxes(rangemode="tozero")
         return fig
 
-    return _safe(title, build)
+    return safe_figure(title, build)

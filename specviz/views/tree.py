@@ -21,9 +21,9 @@ import plotly.graph_objects as go
 from specviz.trace.tree import attention_mask
 
 from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
-from .chips import _chip, _tip
+from .chips import chip_html, tip_html
 from .narrate import tree_stop_sentence
-from .plots import _style, empty_figure
+from .plots import style_figure, empty_figure
 
 if TYPE_CHECKING:
     from specviz.trace import Round
@@ -120,7 +120,7 @@ def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], m
     if tries_here:
         order = ",".join(str(j + 1) for j in tries_here)
         badge = f'<span class="sv-tree-ord" title="{esc("tried " + order)}" style="font-size:11px;opacity:0.75">#{esc(order)}</span>'
-    chip = _chip(status, n.text, _tip(f"{head} · {status}", rows, verdict, note))
+    chip = chip_html(status, n.text, tip_html(f"{head} · {status}", rows, verdict, note))
     if status == "accepted":  # the accepted path in bold
         chip = chip.replace('<span class="sv-tok">', '<span class="sv-tok" style="font-weight:700">', 1)
     mult = f'<span style="font-size:11px;opacity:0.75">×{n.draws}</span>' if mode == "iid" and n.draws > 1 else ""
@@ -141,10 +141,10 @@ def _extra_chip(rnd: Round) -> str:
         note = "The accepted path reached a leaf: the verify pass already gave p there, so this token is free."
     else:
         note = "Nothing was drafted: one target step."
-    tip = _tip(f"{extra.kind.capitalize()} · {tok_repr(extra.text)}", [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))],
+    tip = tip_html(f"{extra.kind.capitalize()} · {tok_repr(extra.text)}", [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))],
                note=note)
     kind = extra.kind if extra.kind in ("correction", "bonus", "target") else "target"
-    return f'<span class="sv-extra"><span class="sv-arrow" aria-hidden="true">→</span>{_chip(kind, extra.text, tip)}</span>'
+    return f'<span class="sv-extra"><span class="sv-arrow" aria-hidden="true">→</span>{chip_html(kind, extra.text, tip)}</span>'
 
 
 def tree_html(rnd: Round, step: int | None = None) -> str:
@@ -198,7 +198,7 @@ def tree_html(rnd: Round, step: int | None = None) -> str:
         return f'<div style="{_KIDS}">{"".join(rows)}</div>' if rows else ""
 
     root = ('<span class="sv-chip sv-chip--mini sv-target" data-status="root" tabindex="0"><span class="sv-tok">prefix</span>'
-            + _tip("The text so far", [], note="The tree's root: every node attends to the whole prefix and to its own ancestors.")
+            + tip_html("The text so far", [], note="The tree's root: every node attends to the whole prefix and to its own ancestors.")
             + "</span>")
     head = (f'<div class="sv-rounds-head"><span>Round {rnd.index + 1} · '
             f'{esc(MODE_LABELS.get(tree.mode, tree.mode))} · '
@@ -265,6 +265,6 @@ def tree_mask_figure(rnd: Round | None) -> go.Figure:
         colorscale=[[0, "rgba(128,128,128,0.10)"], [0.5, COLORS["bonus"]], [1, COLORS["accepted"]]],
         hovertemplate="%{y} attends to %{x}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    return _style(fig, title, "key: the prefix and tree nodes", "query: tree node",
+    return style_figure(fig, title, "key: the prefix and tree nodes", "query: tree node",
                   subtitle="0 where a node may attend, the dtype's minimum elsewhere; green: the accepted path",
                   legend=False)
