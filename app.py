@@ -24,7 +24,7 @@ from specviz.models import PRESETS
 from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.ui import api, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
+from specviz.ui import api, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
 from specviz.ui.form import RULE_HELP, RunForm, form_duration, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -187,6 +187,11 @@ def build() -> gr.Blocks:
                         prev_btn = gr.Button("◀ Previous", size="sm", scale=0, min_width=130, elem_id="sv-prev")
                         step = gr.Slider(1, 2, value=1, step=1, label="Round", interactive=False, elem_id="sv-step")
                         next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=130, elem_id="sv-next")
+                    with gr.Row(elem_classes="sv-link-row"):
+                        copy_btn = gr.Button("Copy a link to this round", size="sm", scale=0, min_width=240,
+                                             elem_id="sv-copy-link")
+                        link_box = gr.Textbox(show_label=False, interactive=False, max_lines=1, scale=1,
+                                              placeholder="the link appears here", elem_id="sv-link")
                     narration = gr.HTML(step_views(None, 1)[0], elem_id="sv-narration")
                     step_round = gr.HTML(elem_id="sv-step-round")
                     pos_pick = gr.Radio([], label="The acceptance picture at position", visible=False,
@@ -347,6 +352,12 @@ def build() -> gr.Blocks:
         step.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
         pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], api_visibility="private")
         state.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
+        copy_btn.click(lambda st, i: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,
+                                                      recordings=RECORDINGS), [state, step], [link_box],
+                       api_visibility="private").then(
+            None, [link_box], [link_box], api_visibility="private",
+            js="(q) => { const u = new URL(window.location.href); u.search = q; const s = u.toString(); "
+               "try { navigator.clipboard.writeText(s); } catch (e) {} return s; }")
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 
@@ -358,7 +369,14 @@ def build() -> gr.Blocks:
                 return views.write(live.load_example_recording(RECORDINGS, name))
             rec.change(on_recording, [rec], views.outputs, api_visibility="private").success(
                 live.recorded_prompt, [state], [prompt], api_visibility="private")
-            demo.load(on_recording, None, views.outputs, api_visibility="private").success(
+            # The page's URL may name a recording or an example and a round (specviz.ui.links): step mode there.
+            def on_start(request: gr.Request = None):
+                params = dict(request.query_params) if request is not None and request.query_params else {}
+                link = links.parse_link(params, examples=EXAMPLES, recordings=RECORDINGS)
+                out = views.write(links.open_link(link, RECORDINGS))
+                out[example] = link.example["label"] if link.example else gr.skip()
+                return out
+            demo.load(on_start, None, [*views.outputs, example], api_visibility="private").success(
                 live.recorded_prompt, [state], [prompt], api_visibility="private")
 
         # This machine: the probe of the pair the preset names (loaded or cached; nothing is loaded for it).

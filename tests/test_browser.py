@@ -427,6 +427,36 @@ def test_load_trace_without_models_then_step(page, server, tiny_recording, shots
     assert_no_traceback(page)
 
 
+def test_a_deep_link_opens_step_mode_at_its_round_and_hostile_links_do_no_harm(page, server, shots):
+    assert RECORDINGS, "the repository ships recordings"
+    name = RECORDINGS[1].stem
+    open_app(page, server, f"?recording={name}&round=3")
+    wait_until(page, server, "() => document.querySelector('#sv-narration')?.innerText.startsWith('Round 3')",
+               "step mode at round 3 of the linked recording", UI_S)
+    assert name in status(page)[1] and status(page)[0] == "ok"
+    assert page.locator("#sv-step input[type=number]").first.input_value() == "3"
+    # "Copy link" writes a URL that opens the same recording at the same round
+    page.click("#sv-copy-link")
+    wait_until(page, server, "() => (document.querySelector('#sv-link textarea, #sv-link input')?.value || '')"
+               f".includes('recording={name}&round=3')", "the link to this round", UI_S)
+    link = page.locator("#sv-link textarea, #sv-link input").first.input_value()
+    assert link.startswith(server.url.rstrip("/"))
+    page.screenshot(path=str(shots / "deep-link.png"), full_page=False)
+    # an example by its place in the list, and hostile values: ignored with a note, the page works
+    open_app(page, server, "?example=2&step=2")
+    wait_until(page, server, "() => document.querySelector('#sv-narration')?.innerText.startsWith('Round 2')",
+               "step mode at round 2 of the second example's recording", UI_S)
+    assert page.locator("#sv-prompt textarea").first.input_value().startswith("Translate into French")
+    open_app(page, server, "?recording=../../etc/passwd&round=%3Cscript%3Ealert(1)%3C/script%3E&example=%00x&x=1")
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.includes('link ignored')",
+               "a note on the ignored link", UI_S)
+    text = status(page)[1]
+    assert "no recording named" in text and "not a round number" in text and "<script>" not in text
+    assert page.locator("#sv-rounds .sv-round").count() >= 2  # the first recording shows as usual
+    assert_no_traceback(page)
+
+
+
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_every_tab_renders(page, server, shots, theme):
     """Each tab opens without errors, in light and dark mode; screenshots for a person to look at."""
