@@ -25,7 +25,7 @@ from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.ui import api, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
-from specviz.ui.form import RULE_HELP, RunForm, form_duration, form_sweep_duration
+from specviz.ui.form import FORM_FROM_TRACE, RULE_HELP, RunForm, form_duration, form_values, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
 from specviz.ui.store import STORE
@@ -361,14 +361,24 @@ def build() -> gr.Blocks:
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 
-        # After a recording loads, the prompt box shows the prompt it was recorded with.
-        upload.upload(lambda f: views.write(load_file(f)), [upload], views.outputs, api_visibility="private").success(
-            live.recorded_prompt, [state], [prompt], api_visibility="private")
+        # After a recording loads, the form shows what it recorded (prompt and settings), so Run runs
+        # what is on screen; an uploaded file is no longer the recording the dropdown names.
+        form_fill = [form[name] for name in FORM_FROM_TRACE]
+
+        def fill_form(st):
+            values = form_values((st or {}).get("spec") or (st or {}).get("std"))
+            return [values.get(name, gr.skip()) for name in FORM_FROM_TRACE]
+        upload_evt = upload.upload(lambda f: views.write(load_file(f)), [upload], views.outputs,
+                                   api_visibility="private").success(fill_form, [state], form_fill,
+                                                                     api_visibility="private")
         if RECORDINGS:
             def on_recording(name=None):
+                if not name:  # cleared after an upload: the uploaded recording stays on screen
+                    return views.write(LiveFrame())
                 return views.write(live.load_example_recording(RECORDINGS, name))
             rec.change(on_recording, [rec], views.outputs, api_visibility="private").success(
-                live.recorded_prompt, [state], [prompt], api_visibility="private")
+                fill_form, [state], form_fill, api_visibility="private")
+            upload_evt.then(lambda: gr.Dropdown(value=None), None, [rec], api_visibility="private")
             # The page's URL may name a recording or an example and a round (specviz.ui.links): step mode there.
             def on_start(request: gr.Request = None):
                 params = dict(request.query_params) if request is not None and request.query_params else {}
@@ -377,7 +387,7 @@ def build() -> gr.Blocks:
                 out[example] = link.example["label"] if link.example else gr.skip()
                 return out
             demo.load(on_start, None, [*views.outputs, example], api_visibility="private").success(
-                live.recorded_prompt, [state], [prompt], api_visibility="private")
+                fill_form, [state], form_fill, api_visibility="private")
 
         # This machine: the probe of the pair the preset names (loaded or cached; nothing is loaded for it).
         machine = Slots(MachineFrame, note=m_note, plot=m_plot)

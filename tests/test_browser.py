@@ -427,6 +427,25 @@ def test_load_trace_without_models_then_step(page, server, tiny_recording, shots
     assert_no_traceback(page)
 
 
+def test_a_loaded_recording_sets_the_form_to_what_it_recorded(page, server, tiny_recording):
+    assert RECORDINGS, "the repository ships recordings"
+    sampled = next(p for p in RECORDINGS if p.stem == "3-translation-sampled")
+    open_app(page, server)
+    open_accordion(page, "sv-files", "#sv-recordings input")
+    pick(page, "sv-recordings", sampled.name)
+    wait_until(page, server, "() => document.querySelector('#sv-gamma input[type=number]')?.value === '4'",
+               "γ from the translation recording (4)", UI_S)
+    assert page.locator("#sv-prompt textarea").first.input_value().startswith("Translate into French")
+    # an uploaded file is shown, its settings fill the form, and the dropdown no longer names another file
+    page.set_input_files("#sv-upload input[type=file]", str(tiny_recording))
+    wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Loaded tiny-recording.json')",
+               "the uploaded recording to load", UI_S)
+    wait_until(page, server, "() => !(document.querySelector('#sv-recordings input')?.value || '').includes('translation')",
+               "the recordings dropdown to drop the old name", UI_S)
+    assert "Loaded tiny-recording.json" in status(page)[1]  # the upload stays on screen
+    assert_no_traceback(page)
+
+
 def test_a_deep_link_opens_step_mode_at_its_round_and_hostile_links_do_no_harm(page, server, shots):
     assert RECORDINGS, "the repository ships recordings"
     name = RECORDINGS[1].stem

@@ -71,3 +71,17 @@ def test_open_link_steps_to_the_round_and_says_what_it_ignored():
     assert far.step.value == n and "past the last round" in far.status
     bad = links.open_link(parse(recording="nope"), RECORDINGS)
     assert "link ignored: no recording named" in bad.status and RECORDINGS[0].stem in bad.status
+
+
+def test_a_loaded_recording_puts_its_prompt_and_settings_back_in_the_form():
+    from specviz.core.settings import DecodeSettings
+    from specviz.ui.form import FORM_FROM_TRACE, RunForm, form_values
+
+    spec, _ = load_recording((ROOT / "assets" / "traces" / "3-translation-sampled.json").read_bytes())
+    values = form_values(spec)
+    assert values["gamma"] == 4 and values["temperature"] == 0.7 and values["prompt"].startswith("Translate")
+    assert set(values) == set(FORM_FROM_TRACE) and set(FORM_FROM_TRACE) <= set(RunForm.__dataclass_fields__)
+    # the form, filled so, asks for exactly the recorded run
+    _, settings = RunForm(**values).check()
+    assert settings == DecodeSettings.from_dict(spec.settings.as_dict())
+    assert form_values(None) == {}

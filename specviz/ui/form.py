@@ -84,3 +84,20 @@ def form_duration(form: Any = None, **_: Any) -> int:
 
 def form_sweep_duration(kind: Any = None, form: Any = None, **_: Any) -> int:
     return hosting.sweep_duration(max_new_tokens=getattr(form, "max_new_tokens", None))
+
+
+# What a loaded recording puts back in the form, so that Run runs what is on screen: the prompt and
+# every decoding setting the form has (a trace's settings are DecodeSettings; the form has no top-k).
+FORM_FROM_TRACE = ("prompt", "gamma", "epsilon", "variant", "temperature", "top_p", "max_new_tokens", "seed",
+                   "drafter", "policy", "tau", "branches", "tree_nodes", "tree_mode", "rule")
+
+
+def form_values(trace: Any) -> dict[str, Any]:
+    """{form field: value} of the run a trace recorded ({} for none)."""
+    if trace is None:
+        return {}
+    s = trace.settings.as_dict()
+    out = {name: s[name] for name in FORM_FROM_TRACE if name in s}
+    if trace.prompt:
+        out["prompt"] = trace.prompt
+    return out

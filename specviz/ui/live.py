@@ -408,11 +408,6 @@ def load_example_recording(recordings: list[Path], name: str | None = None) -> L
     return show_recording(spec, std, f"Recorded example ({path.stem})")
 
 
-def recorded_prompt(state: Any) -> Any:
-    tr = (state or {}).get("spec") or (state or {}).get("std")
-    return tr.prompt if tr and tr.prompt else gr.skip()
-
-
 def next_round(state: Any, idx: Any) -> int:
     spec = (state or {}).get("spec")
     return min(int(idx or 1) + 1, len(spec.rounds) if spec else 1)
