@@ -35,7 +35,7 @@ from transformers.utils import is_sklearn_available
 from tqdm import tqdm
 
 from ..core.engine import speculative_decode, standard_decode
-from ..core.rules import RULES, DraftOdds, expected_kept
+from ..core.rules import RULES, draft_odds, expected_kept
 from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 from ..drafters import DRAFTERS
 from ..hardware.executions import CHOICES as EXEC_CHOICES
@@ -133,8 +133,8 @@ def run_trace(trace) -> Run:
             run.verify_seconds += r.t_verify
             run.verify_rounds += 1
         run.stops[r.draft_stop] = run.stops.get(r.draft_stop, 0) + 1
-        if r.draft and all(d.p is not None and d.h is not None for d in r.draft):
-            odds = [DraftOdds(q=d.q, p=d.p, h=d.h) for d in r.draft]
+        odds = draft_odds(r.draft)
+        if odds is not None:
             for rule, e in expected_kept(odds, trace.settings.epsilon).items():
                 run.expected[rule] = run.expected.get(rule, 0.0) + e
             run.expected_rounds += 1

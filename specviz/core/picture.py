@@ -50,12 +50,8 @@ def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.
             res = p if variant == "uno" else residual(p, qi)
         rank_p = p if p1 is None else p1[i]
         rank_q = qi if q1 is None or q1[i] is None else q1[i]
-        score = torch.maximum(rank_p, rank_q)
-        ids = torch.topk(score, min(top, score.shape[-1])).indices.tolist()
-        for extra in (x, emitted if i == n_judged - 1 else None, int(p.argmax())):
-            if extra is not None and extra not in ids:
-                ids.append(extra)
-        idx = torch.tensor(ids, device=p.device)
+        ids, idx = _top_ids(torch.maximum(rank_p, rank_q), top, x, emitted if i == n_judged - 1 else None,
+                            int(p.argmax()))
         pv, qv = p[idx].tolist(), qi[idx].tolist()
         out.append(Picture(
             ids=ids, text=[piece(t) for t in ids], p=_short(pv), q=_short(qv), res=_short(res[idx].tolist()),
@@ -63,6 +59,13 @@ def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.
             p1=_short(p1[i][idx].tolist()) if p1 is not None else None,
             q1=_short(q1[i][idx].tolist()) if q1 is not None and q1[i] is not None else None))
     return out
+
+
+def _top_ids(score: torch.Tensor, top: int, *always: int | None) -> tuple[list[int], torch.Tensor]:
+    """The ``top`` tokens by score, then each of ``always`` not among them (None: none): ids and their index."""
+    ids = torch.topk(score, min(top, score.shape[-1])).indices.tolist()
+    ids += [t for t in dict.fromkeys(always) if t is not None and t not in ids]
+    return ids, torch.tensor(ids, device=score.device)
 
 
 def _round(v: float) -> float:
@@ -74,16 +77,11 @@ def _short(vs: list[float]) -> list[float]:
     return [_round(v) for v in vs]
 
 
-
 def try_picture(*, p: torch.Tensor, r: torch.Tensor, q: torch.Tensor, x: int, piece, top: int = TOP) -> TryPicture:
     """The picture of one child tried in a token tree: r (p at the first child, then what earlier
     rejections left), the child's q_j, and norm(max(0, r − q_j)), which the next child (or the
     correction) is judged against; p itself beside them."""
     nxt = residual(r, q)
-    ids = torch.topk(torch.maximum(r, q), min(top, r.shape[-1])).indices.tolist()
-    for extra in (x, int(p.argmax())):
-        if extra not in ids:
-            ids.append(extra)
-    idx = torch.tensor(ids, device=r.device)
+    ids, idx = _top_ids(torch.maximum(r, q), top, x, int(p.argmax()))
     return TryPicture(ids=ids, text=[piece(t) for t in ids], p=_short(p[idx].tolist()), r=_short(r[idx].tolist()),
                       q=_short(q[idx].tolist()), res=_short(nxt[idx].tolist()))

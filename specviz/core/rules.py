@@ -46,6 +46,14 @@ class DraftOdds:
     h: float  # block verification's h_i for this draft (h_k = w_k)
 
 
+def draft_odds(draft) -> list[DraftOdds] | None:
+    """A recorded round's drafted tokens (anything with q, p and h: trace.DraftToken) as DraftOdds, or None
+    when nothing was drafted or the recording does not keep p and h (before trace version 3)."""
+    if not draft or any(d.p is None or d.h is None for d in draft):
+        return None
+    return [DraftOdds(q=d.q, p=d.p, h=d.h) for d in draft]
+
+
 def kept_if_token(odds: list[DraftOdds], epsilon: float = 0.0) -> list[float]:
     """P(the token rule keeps at least i tokens of this draft), i = 1..k: Π_{j ≤ i} min(1, (p_j + ε)/q_j)."""
     out, run = [], 1.0

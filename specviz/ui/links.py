@@ -12,6 +12,7 @@ writes the query for what is on screen (`link_query`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlencode
+
+import gradio as gr
+
+from . import live
 
 MAX_SHOWN = 40  # characters of a bad value echoed in a note
 _PLAIN = re.compile(r"[^\w .,:;()=+\-/]")  # what a note may echo of a value, the rest becomes "?"
@@ -126,12 +131,6 @@ def _same_run(path: Path, spec: Any) -> bool:
 def open_link(link: Link, recordings: list[Path]) -> Any:
     """The Live tab's frame for a link: its recording (else the first shipped one) at its round, in step
     mode, and the link's notes on the status line."""
-    import dataclasses
-
-    import gradio as gr
-
-    from . import live
-
     frame = live.load_example_recording(recordings, link.recording.name if link.recording else None)
     spec = frame.state.get("spec") if frame.state is not None else None
     n = len(spec.rounds) if spec else 0

@@ -8,7 +8,7 @@ the expected number of drafted tokens kept.
 
 from __future__ import annotations
 
-from ..core.rules import RULE_LABELS, RULES, WHY_ORDER, DraftOdds, expected_kept, kept_if_block, kept_if_match
+from ..core.rules import RULE_LABELS, RULES, WHY_ORDER, DraftOdds, draft_odds, expected_kept, kept_if_block, kept_if_match
 from ..core.rules import kept_if_token
 from ..trace import Round, Trace
 from ._fmt import esc, fnum
@@ -19,9 +19,7 @@ BAR = "#2563eb"
 
 def round_odds(rnd: Round) -> list[DraftOdds] | None:
     """The round's drafted tokens' numbers, or None when the recording does not keep them (before v3)."""
-    if not rnd.draft or any(d.p is None or d.h is None for d in rnd.draft):
-        return None
-    return [DraftOdds(q=d.q, p=d.p, h=d.h) for d in rnd.draft]
+    return draft_odds(rnd.draft)
 
 
 def _cell(prob: float) -> str:
