@@ -24,7 +24,7 @@ from specviz.models import PRESETS
 from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.ui import api, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
+from specviz.ui import api, challenges_ui, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
 from specviz.ui.form import FORM_FROM_TRACE, RULE_HELP, RunForm, form_duration, form_values, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -282,6 +282,9 @@ def build() -> gr.Blocks:
                 gr.Markdown(HOW_IT_WORKS.replace("\n**References.**", draft_heads_section() + "\n**References.**", 1),
                             elem_id="sv-how")
 
+            with gr.Tab("Challenges", id="challenges"):  # guided tasks, checked from the learner's runs
+                challenge_tab = challenges_ui.build_tab(state)
+
         # ---- events ----
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,
                      epsilon=epsilon, variant=variant, temperature=temperature, top_p=top_p, max_new_tokens=max_new,
@@ -446,7 +449,11 @@ def build() -> gr.Blocks:
         def on_show_run(runs, label):  # a shoot-out run on the Live tab (step mode, export), and go there
             frame = shootout_ui.show_run(runs, label)
             return {**views.write(frame), page_tabs: gr.Tabs(selected="live") if frame.state else gr.skip()}
-        sh_show.click(on_show_run, [sh_runs, sh_pick], [*views.outputs, page_tabs], api_visibility="private")
+        sh_show_evt = sh_show.click(on_show_run, [sh_runs, sh_pick], [*views.outputs, page_tabs],
+                                    api_visibility="private")
+        # The Challenges tab counts the runs this session made (a finished Run, a shoot-out run shown).
+        challenges_ui.track(challenge_tab, run_btn, run_evt, state)
+        challenges_ui.track(challenge_tab, sh_show, sh_show_evt, state)
 
         # The named API endpoint: one decode, streaming then returning both traces as JSON.
         gr.api(api_trace, api_name="trace", concurrency_limit=RUN_WORKERS, concurrency_id="runs")

@@ -70,6 +70,12 @@ def _probe_for(preset: Any) -> tuple[Any, str, str, str]:
         "loads with *Target execution* auto (press Run on the Live tab), and is cached for this machine.")
 
 
+def probe_of(preset: Any) -> Any:
+    """This machine's probe of the preset's target (the loaded pair's, else the cached one; never loads a
+    model), or None."""
+    return _probe_for(preset)[0]
+
+
 def _cached_probe(name: str) -> Any:
     """The probe cached on disk for this machine and the preset's target, if any (cheap: no model)."""
     if name not in PRESETS:
@@ -106,4 +112,4 @@ def machine_views(preset: Any = None, compare: Any = None, folder: Path | None =
     return MachineFrame(note=note, plot=plot)
 
 
-__all__ = ["compare_choices", "exec_choices", "exec_setting", "machine_views"]
+__all__ = ["compare_choices", "exec_choices", "exec_setting", "machine_views", "probe_of"]
