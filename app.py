@@ -24,7 +24,7 @@ from specviz.models import PRESETS
 from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.ui import api, challenges_ui, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
+from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
 from specviz.ui.form import FORM_FROM_TRACE, RULE_HELP, RunForm, form_duration, form_values, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -166,6 +166,9 @@ def build() -> gr.Blocks:
                         status = gr.HTML(status_html("Pick a prompt and press Run."), elem_id="sv-status")
                         with gr.Accordion("Save or load a run", open=False, elem_id="sv-files"):
                             export = gr.DownloadButton("Export trace (JSON)", value=None, elem_id="sv-export")
+                            page_btn = gr.Button("Download as a page (HTML)", elem_id="sv-export-page")
+                            page_file = gr.File(label="The run as one page: plays offline, in any browser",
+                                                visible=False, interactive=False, elem_id="sv-page-file")
                             upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath",
                                              elem_id="sv-upload")
                             if RECORDINGS:
@@ -362,6 +365,9 @@ def build() -> gr.Blocks:
             js="(q) => { const u = new URL(window.location.href); u.search = q; const s = u.toString(); "
                "try { navigator.clipboard.writeText(s); } catch (e) {} return s; }")
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
+        # "Download as a page": what the Live tab shows, as one HTML file (an older page hides when it changes).
+        page_btn.click(export_ui.download_page, [state], [page_file, status], api_visibility="private")
+        state.change(export_ui.hidden_page, None, [page_file], api_visibility="private")
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 
         # After a recording loads, the form shows what it recorded (prompt and settings), so Run runs

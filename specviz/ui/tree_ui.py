@@ -18,11 +18,10 @@ from ..trace import Round, Trace
 from ..views import html as V
 from ..views import tree_plots as TRP
 from ..views.tree import tree_html, tree_mask_figure, tree_narration, tree_steps
+# The tree panel itself is a view (the standalone export draws it too); re-exported for the page.
+from ..views.tree_live import NO_TREE, WALK_STYLE, is_tree_run, last_tree_round, live_tree, walk_steps  # noqa: F401
 
 CHAIN_ONLY = "chain drafters only: the tree drafter's rule is exact (ε = 0) and corrects from the residual (OPT)"
-WALK_STYLE = ("margin:8px 0 2px;padding:4px 10px;border-left:3px solid #f59e0b;font-size:13px;"
-              "background:rgba(245,158,11,0.08);border-radius:0 6px 6px 0")  # the walk's narration line
-NO_TREE = ""  # the tree panel is empty for chain runs: chain rounds render exactly as before
 
 
 def drafter_controls(drafter: Any, epsilon: Any = 0.0, rule: Any = "token") -> dict[str, Any]:
@@ -53,48 +52,6 @@ def gamma_labels(drafter: Any, slider: dict[str, Any]) -> dict[str, Any]:
                 "info": "the policy stops growing the tree earlier, and may expand fewer nodes, when more "
                         "would not pay"}
     return slider
-
-
-def is_tree_run(spec: Trace | None) -> bool:
-    return bool(spec) and round_kind(spec.settings.drafter) == "tree"
-
-
-def live_tree(spec: Trace | None, pending: Round | None = None, walk: int | None = None) -> str:
-    """The Live tab's tree panel while a tree run decodes: the round being drafted (its nodes
-    so far, pending), else the last finished tree round with its verification walk.
-
-    ``walk``: the last tree round is drawn at that animation step (see views.tree), with the
-    step's narration under it, while the page plays its walk (live.WALK_STEP_S)."""
-    if not is_tree_run(spec):
-        return NO_TREE
-    # The last verdict stays up while the next tree grows below it, so a fast round's walk is seen.
-    rounds = [r for r in spec.rounds if r.tree is not None]
-    parts = []
-    if walk is not None and rounds:
-        # The tree being walked stays where it was drafted: under the verdict before it.
-        rnd = rounds[-1]
-        parts += [tree_html(rounds[-2])] if len(rounds) > 1 else []
-        parts.append(tree_html(rnd, step=walk))
-        parts.append(f'<div class="sv-tree-walk" aria-live="polite" data-step="{walk}" style="{WALK_STYLE}">'
-                     f'{html.escape(tree_narration(rnd, walk))}</div>')
-    else:
-        parts += [tree_html(rounds[-1])] if rounds else []
-        if pending is not None and pending.tree is not None:
-            parts.append(tree_html(pending))
-    return f'<div class="sv-trees">{"".join(parts)}</div>' if parts else NO_TREE
-
-
-def walk_steps(rnd: Round) -> list[int]:
-    """The animation steps of a finished tree round's verification walk: each child tried, then
-    the correction or bonus (the drafting steps were drawn live as the tree grew)."""
-    if rnd.tree is None or not rnd.tree.visits:
-        return []
-    drafted = max((n.depth for n in rnd.tree.nodes), default=0)
-    return list(range(drafted + 1, tree_steps(rnd) + 1))
-
-
-def last_tree_round(spec: Trace | None) -> Round | None:
-    return next((r for r in reversed(spec.rounds) if r.tree is not None), None) if spec else None
 
 
 def step_tree(spec: Trace, rnd: Round) -> tuple[str, str]:
