@@ -13,16 +13,17 @@ from typing import Any
 
 # ---- palette -------------------------------------------------------------------
 # One colour per token status/origin, shared by the chips (assets/style.css keeps
-# the same hues as CSS variables) and by the plotly figures.
+# the same hues as CSS variables) and by the plotly figures.  Chosen so that the statuses stay
+# apart for protanopes, deuteranopes and tritanopes too: `python -m specviz.views.cvd` checks it.
 
 COLORS: dict[str, str] = {
-    "accepted": "#16a34a",    # green: draft token the target accepted
-    "rejected": "#dc2626",    # red: the first draft token the target rejected
+    "accepted": "#059669",    # green (emerald): draft token the target accepted
+    "rejected": "#b91c1c",    # dark red: the first draft token the target rejected
     "discarded": "#9ca3af",   # grey: drafted after the rejection, never verified
     "correction": "#ea580c",  # orange: sampled from the residual norm(max(0, p − q))
     "bonus": "#2563eb",       # blue: all γ accepted, sampled from p_{γ+1}
     "target": "#7c3aed",      # violet: standard decoding, sampled from p
-    "pending": "#d97706",     # amber: drafted, waiting for the target
+    "pending": "#eab308",     # yellow: drafted, waiting for the target
     # decoders / model roles in the plots
     "speculative": "#0d9488",  # teal
     "standard": "#7c3aed",     # violet (= the target model alone)
