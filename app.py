@@ -383,7 +383,7 @@ def build() -> gr.Blocks:
         if RECORDINGS:
             def on_recording(name=None):
                 if not name:  # cleared after an upload: the uploaded recording stays on screen
-                    return views.write(LiveFrame())
+                    return {status: gr.skip()}  # (an empty dict would read as one missing value: "Error" everywhere)
                 return views.write(live.load_example_recording(RECORDINGS, name))
             rec.change(on_recording, [rec], views.outputs, api_visibility="private").success(
                 fill_form, [state], form_fill, api_visibility="private")
