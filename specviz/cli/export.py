@@ -48,6 +48,11 @@ def find_recording(name: str, *, folder: Path = TRACES) -> Path:
 def export_file(recording: str | os.PathLike, out: str | os.PathLike, *, folder: Path = TRACES) -> tuple[Path, int]:
     """Write the page of `recording` (a path or a shipped name) to `out`; returns (path, bytes)."""
     src = find_recording(str(recording), folder=folder)
+    target = Path(out).expanduser()
+    if target.is_dir():
+        raise ExportError(f"{target} is a folder: give the page's file name, e.g. {target / 'run.html'}")
+    if not (target.parent if str(target.parent) else Path(".")).is_dir():
+        raise ExportError(f"cannot write {target}: the folder {target.parent} does not exist")
     try:
         size = src.stat().st_size
         if size > MAX_TRACE_BYTES:
@@ -58,7 +63,7 @@ def export_file(recording: str | os.PathLike, out: str | os.PathLike, *, folder:
     except TraceError as exc:
         raise ExportError(f"{src} is not a specviz recording that loads: {exc}") from None
     page = export_page(spec, std, source=src.name).encode("utf-8")
-    return write_atomic(Path(out).expanduser(), page), len(page)
+    return write_atomic(target, page), len(page)
 
 
 def write_atomic(path: Path, data: bytes) -> Path:
