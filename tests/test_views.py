@@ -141,27 +141,31 @@ def test_epsilon_rescue_marked():
 # ---- rounds panel -------------------------------------------------------------------
 
 
-def test_rounds_html_truncates_long_runs_newest_first():
+def test_rounds_html_reads_oldest_first_and_truncates_long_runs():
     plan = [dict(accept=i % 5, extra="bonus" if i % 5 == 4 else "correction") for i in range(50)]
     tr = make_trace(plan=plan)
     h = rounds_html(tr, max_rounds_shown=40)
     rows = [a["data-round"] for t, a in parse(h).tags if "data-round" in a]
     assert len(rows) == 40
-    assert rows[0] == "50" and rows[-1] == "11"
-    assert "10 earlier rounds" in h
+    assert rows[0] == "11" and rows[-1] == "50"  # in reading order; the panel scrolls to the newest
+    assert h.index("10 earlier rounds") < h.index('data-round="11"')  # the note heads the list
+    assert 'data-order="oldest-first"' in h and "sv-rounds-body" in h
+    newest = rounds_html(tr, max_rounds_shown=40, newest_first=True)
+    rows = [a["data-round"] for t, a in parse(newest).tags if "data-round" in a]
+    assert rows[0] == "50" and rows[-1] == "11" and newest.index("10 earlier rounds") > newest.index('data-round="11"')
 
 
 def test_rounds_html_upto_and_pending():
     tr = make_trace()
     h = rounds_html(tr, upto=3)
     rows = [a["data-round"] for t, a in parse(h).tags if "data-round" in a]
-    assert rows == ["3", "2", "1"]
+    assert rows == ["1", "2", "3"]
     current = [a for t, a in parse(h).tags if "sv-round--current" in a.get("class", "")]
     assert len(current) == 1 and current[0]["data-round"] == "3"
     pend = Round(index=3, n_before=9, draft=tr.rounds[3].draft[:1])
     h2 = rounds_html(tr, upto=3, pending_round=pend)
     rows2 = [a["data-round"] for t, a in parse(h2).tags if "data-round" in a]
-    assert rows2 == ["4", "3", "2", "1"]
+    assert rows2 == ["1", "2", "3", "4"]
     assert statuses(h2).count("pending") == 1
 
 
@@ -406,6 +410,19 @@ def test_tokens_per_round_hist_numbers():
     assert exp.y[1] == pytest.approx(len(tr.rounds) * (1 - a))
     assert exp.y[g + 1] == pytest.approx(len(tr.rounds) * a**g)
     assert sum(plots.expected_tokens_distribution(0.37, 6)) == pytest.approx(1.0)
+
+
+def test_tokens_per_round_hist_keeps_the_expected_line_on_the_chart(monkeypatch):
+    """A tree run's α counts every sibling it rejected, so the expected line can rise above every bar."""
+    import dataclasses
+    tr = make_trace()
+    low = dataclasses.replace(tr.summary(), alpha=0.05)  # nearly every round expected to emit one token
+    monkeypatch.setattr(tr, "summary", lambda: low)
+    fig = plots.tokens_per_round_hist(tr)
+    exp = [t for t in fig.data if t.type == "scatter"][0]
+    assert max(exp.y) > 1.2 * max(_bar(fig).y) + 0.5  # above where the old range stopped
+    assert fig.layout.yaxis.range[1] > max(exp.y) and fig.layout.yaxis.range[1] > max(_bar(fig).y)
+    assert len(fig.layout.title.text) <= 32  # the rule went to the subtitle: a third of a row is narrow
 
 
 def test_round_times_stack():

@@ -250,13 +250,15 @@ def rounds_html(
     pending_round: Round | None = None,
     max_rounds_shown: int = 40,
     *,
-    newest_first: bool = True,
+    newest_first: bool = False,
 ) -> str:
-    """The live animation panel: the latest rounds, newest on top, plus the pending round.
+    """The live animation panel: the latest rounds in reading order, oldest first, then the pending round.
 
     ``upto``: show only the first ``upto`` rounds (step mode / replay); the last
     of them is highlighted as the current round.  Long runs show the last
-    ``max_rounds_shown`` rounds and a "… k earlier rounds" line.
+    ``max_rounds_shown`` rounds and a "… k earlier rounds" line.  The rows sit in a
+    scroller (``.sv-rounds-body``) that the style sheet keeps scrolled to its end, so
+    the newest round is in view as rounds arrive.  ``newest_first`` puts the newest on top.
     """
     if trace is None:
         return '<div class="sv-rounds sv-empty">No run yet: press <b>Run</b> to watch the rounds.</div>'
@@ -295,7 +297,9 @@ def rounds_html(
         f'<span>{esc(plural(total, "round"))} · {esc(plural(sum(len(r.emitted) for r in rounds), "token"))}</span></div>'
     )
     body = (more + "".join(rows)) if not newest_first else ("".join(rows) + more)
-    return f'<div class="sv-rounds">{head}{body}</div>'
+    order = "newest-first" if newest_first else "oldest-first"
+    return (f'<div class="sv-rounds" data-order="{order}">{head}'
+            f'<div class="sv-rounds-body"><div class="sv-rounds-list">{body}</div></div></div>')
 
 
 # ---- legend ------------------------------------------------------------------------

@@ -45,7 +45,9 @@ def style_figure(
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
         font=dict(family=FONT_FAMILY, size=13, color=FONT_COLOR),
-        margin=dict(l=64, r=24, t=84 if subtitle else 56, b=62),
+        # Room for the title and each line of the subtitle (a figure shares a row with two others,
+        # so long subtitles are broken with <br>; tests/test_views checks that every line fits).
+        margin=dict(l=64, r=24, t=(84 + 18 * subtitle.count("<br>")) if subtitle else 56, b=62),
         legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, bgcolor="rgba(0,0,0,0)",
                     font=dict(size=12)),
         hoverlabel=dict(font=dict(family=FONT_FAMILY, size=12)),
@@ -174,7 +176,6 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
     why = _spec_ready(trace)
     if why:
         return empty_figure(title, why)
-    title += f" · {rule_name(trace)}"
     s = trace.summary()
     hist = list(s.tokens_per_round_hist or [])
     gamma = len(hist) - 2
@@ -212,12 +213,13 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
     style_figure(
         fig,
         title,
-        f"tokens emitted in the round ({gamma + 1} = all γ drafts accepted + bonus)",
+        f"tokens in the round ({gamma + 1} = all drafts + bonus)",
         "rounds",
-        subtitle="orange: ended with a correction · blue: all accepted, ended with a bonus",
+        subtitle=f"{rule_name(trace)}<br>orange: ended by a correction · blue: by a bonus",
     )
     fig.update_xaxes(tickmode="linear", dtick=1, range=[-0.6, gamma + 1.6])
-    top = max(hist + [1])
+    # The expected line can rise above every bar (a tree run's α counts the siblings it rejected).
+    top = max(hist + [1] + (exp if alpha is not None and n_rounds else []))
     fig.update_yaxes(range=[0, top * 1.2 + 0.5])
     return fig
 
@@ -287,7 +289,6 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
         sub += " · …" if len(top) > 3 else ""
     style_figure(fig, title, "round", "tokens", subtitle=sub)
     fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
-                      margin=dict(t=104 if stops else 84),
                       meta={"mean_drafted": mean_d, "mean_accepted": mean_a, "stops": stops})
     fig.update_yaxes(range=[0, max(drafted + [gamma]) * 1.12 + 0.2], dtick=1 if gamma <= 8 else None)
     return fig
@@ -437,11 +438,11 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
     if rc.c is not None:
         parts.append(f"c = {rc.c:.3f} (draft token ÷ standard step)")
     elif c is not None:
-        parts.append(f"c = {c:.3f} (draft token ÷ verify pass: no standard run)")
+        parts.append(f"c = {c:.3f} (draft token ÷ verify pass)")
     else:
         parts.append("c = n/a")
-    parts.append(f"verify pass = {steps(v)} standard steps" if v is not None else "verify cost unknown")
-    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts))
+    last = f"verify pass = {steps(v)} standard steps" if v is not None else "verify cost unknown: no standard run"
+    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + last)
     top = max([x for x in vals if x is not None] + [1.0])
     fig.update_yaxes(range=[0, top * 1.22])
     fig.update_layout(meta={"measured": measured, "theoretical": theory, "with_verify": with_v, "v": v, "c": c,
