@@ -163,6 +163,11 @@ def curve_at(curve: Mapping[int, float], k: float) -> float:
     return curve[ks[-1]]
 
 
+def _k(x: float) -> str:
+    """Tokens fed, as the messages write them: 6, 5.3."""
+    return f"{x:.1f}".removesuffix(".0")
+
+
 def band_of(v: float) -> str:
     return next(k for k, (lo, hi) in MACHINE_BANDS.items() if lo <= v < hi)
 
@@ -185,12 +190,12 @@ def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
     if not answer_fits(given.answer, v):
         return Verdict(passed=False, message=(
             f"Not what this machine measured in {describe(r)}. Read it off the This machine tab (the chosen "
-            f"execution's curve at k = {fed:.0f} tokens fed ÷ its value at k = 1) or the Live tab's metrics (v)."))
+            f"execution's curve at k = {_k(fed)} tokens fed ÷ its value at k = 1) or the Live tab's metrics (v)."))
     s = r.spec.summary()
     probe = ""
     curve = given.probe_curves.get((r.spec.models.get("preset", ""), r.spec.models.get("target_exec", "")))
     if curve and 1 in curve and curve[1] > 0:
-        probe = (f" The probe's curve for this execution gives T({fed:.0f})/T(1) = "
+        probe = (f" The probe's curve for this execution gives T({_k(fed)})/T(1) = "
                  f"{curve_at(curve, fed) / curve[1]:.2f}.")
     pred = ""
     if rc.with_verify is not None and rc.textbook is not None:
@@ -198,7 +203,7 @@ def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
                 f"v against {rc.textbook:.2f}× textbook (v = 1); the race measured {rc.measured:.2f}×.")
     bound = "compute-bound" if v >= COMPUTE_BOUND_V else "memory-bound" if v < 1.25 else "between the two"
     return Verdict(passed=True, message=(
-        f"{describe(r)}: a verify pass over ~{fed:.1f} tokens took {rc.t_verify * 1000:.0f} ms, "
+        f"{describe(r)}: a verify pass over {_k(fed)} tokens on average took {rc.t_verify * 1000:.0f} ms, "
         f"{v:.2f} standard steps of {rc.t_step * 1000:.0f} ms (v = {v:.2f}: {bound})." + probe + pred))
 
 
