@@ -78,11 +78,18 @@ def write_atomic(path: Path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # as an ordinary new file (mkstemp's are private)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as exc:
         print(f"specviz export: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {path} ({nbytes / 2**20:.1f} MB): open it in any browser, offline")
+    print(f"wrote {path} ({nbytes / 1e6:.1f} MB): open it in any browser, offline")
     return 0
 
 

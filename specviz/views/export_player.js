@@ -143,6 +143,9 @@
       }
     });
     document.body.setAttribute("data-race", "paused");
+    var end = race.times[race.times.length - 1];
+    clockEl.textContent = "the finished race: " + end.toFixed(1) + " s" +
+      (race.speed > 1 ? " (a replay plays " + race.speed.toFixed(1) + "\u00d7 faster)" : "");
   }
 
   /* ---- the plots (plotly.js, inlined above) ---- */
