@@ -178,7 +178,8 @@ def build() -> gr.Blocks:
                         legend = gr.HTML(V.legend_html(), elem_id="sv-legend")
                         rounds = gr.HTML(V.rounds_html(None), elem_id="sv-rounds")
                         tree_panel = gr.HTML("", elem_id="sv-tree")
-                        with gr.Accordion("Tree attention mask", open=False, elem_id="sv-tree-mask-box"):
+                        with gr.Accordion("Tree attention mask", open=False, visible=False,  # tree runs only
+                                          elem_id="sv-tree-mask-box") as tree_mask_box:
                             tree_mask = gr.Plot(show_label=False, elem_id="sv-tree-mask")
                         race_html = gr.HTML(V.race_html(None, None), elem_id="sv-race")
                         with gr.Row(elem_classes="sv-replay-row"):
@@ -202,15 +203,15 @@ def build() -> gr.Blocks:
                     picture = gr.Plot(show_label=False, elem_id="sv-picture")
                 gr.Markdown("### Numbers and charts")
                 metrics = gr.HTML(V.metrics_html(None), elem_id="sv-metrics")
-                with gr.Row():
+                with gr.Row(elem_classes="sv-plots"):
                     plot_pos = gr.Plot(show_label=False, value=P.acceptance_by_position(None))
                     plot_hist = gr.Plot(show_label=False, value=P.tokens_per_round_hist(None))
                     plot_draft = gr.Plot(show_label=False, value=P.draft_lengths(None), elem_id="sv-draft-lengths")
-                with gr.Row():
+                with gr.Row(elem_classes="sv-plots"):
                     plot_time = gr.Plot(show_label=False, value=P.round_times(None))
                     plot_curve = gr.Plot(show_label=False, value=P.tokens_vs_time(None, None))
                     plot_speed = gr.Plot(show_label=False, value=P.speedup_bars(None, None))
-                with gr.Row():  # tree runs only (blank figures say so for chain runs)
+                with gr.Row(visible=False, elem_classes="sv-plots", elem_id="sv-tree-plots") as tree_plots:  # tree runs only
                     plot_tree_size = gr.Plot(show_label=False, elem_id="sv-tree-sizes")
                     plot_tree_verify = gr.Plot(show_label=False, elem_id="sv-tree-verify")
 
@@ -297,7 +298,8 @@ def build() -> gr.Blocks:
                       metrics=metrics, plot_pos=plot_pos, plot_hist=plot_hist, plot_draft=plot_draft,
                       plot_time=plot_time, plot_curve=plot_curve, plot_speed=plot_speed, step=step,
                       narration=narration, step_round=step_round, export=export, tree=tree_panel,
-                      tree_mask=tree_mask, plot_tree_size=plot_tree_size, plot_tree_verify=plot_tree_verify)
+                      tree_mask=tree_mask, plot_tree_size=plot_tree_size, plot_tree_verify=plot_tree_verify,
+                      tree_mask_box=tree_mask_box, tree_plots=tree_plots)
         theory = Slots(TheoryFrame, note=t_note, speedup=t_speed, tokens=t_tokens, cost=t_cost, thm1=t_thm1)
         sweep_views = Slots(SweepFrame, status=sweep_status, gamma_plot=g_plot, eps_plot=e_plot, pareto=pareto,
                             tree_plot=tree_plot, shootout_table=sh_table, shootout_plot=sh_plot,

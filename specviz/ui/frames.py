@@ -65,6 +65,8 @@ class LiveFrame(Frame):
     tree_mask: Any = SKIP  # the attention mask of the selected / last tree round
     plot_tree_size: Any = SKIP  # nodes per tree round
     plot_tree_verify: Any = SKIP  # verify time vs nodes scored
+    tree_mask_box: Any = SKIP  # the "Tree attention mask" accordion: shown only for a run with tree rounds
+    tree_plots: Any = SKIP  # the row of the two tree plots: likewise
 
 
 @dataclass

@@ -4,6 +4,8 @@
     ?example=2&round=3                   an example (its label, or its place in the list from 1), round 3
                                          (its shipped recording when it has one)
     ?step=3                              "step" is another name for "round"
+    ?present=1                           presenter mode (large text, settings in a drawer, keys
+                                         drive step mode; see specviz.ui.present); with any of the above
 
 Whatever a URL holds, the page opens: a value that names nothing, or is not a round number, is
 ignored and the status line says so in a short note (never an error).  "Copy link" in step mode
@@ -35,6 +37,7 @@ class Link:
     example: dict | None = None
     round: int | None = None
     notes: tuple[str, ...] = ()
+    present: bool = False  # presenter mode
 
     @property
     def note(self) -> str:
@@ -54,6 +57,9 @@ def _first(params: Mapping[str, Any], *names: str) -> str | None:
         if value is not None:
             return str(value).strip()
     return None
+
+
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def parse_link(params: Mapping[str, Any] | None, *, examples: list[dict], recordings: list[Path]) -> Link:
@@ -81,9 +87,12 @@ def parse_link(params: Mapping[str, Any] | None, *, examples: list[dict], record
             rnd = int(step)
         else:
             notes.append(f"“{_shown(step)}” is not a round number")
+    present = (_first(params, "present") or "").casefold()
+    if present not in _ON + _OFF:
+        notes.append(f"“{_shown(present)}” is not present=1 or 0")
     if rec is None and ex is not None:  # an example opens its shipped recording, when it has one
         rec = next((p for p in recordings if _prompt_of(p) == ex["prompt"]), None)
-    return Link(rec, ex, rnd, tuple(f"link ignored: {n}" for n in notes))
+    return Link(rec, ex, rnd, tuple(f"link ignored: {n}" for n in notes), present=present in _ON)
 
 
 @functools.lru_cache(maxsize=64)
@@ -100,9 +109,9 @@ def _prompt_of(path: Path) -> str | None:
     return _recorded(path)[0]
 
 
-def link_query(spec: Any, round_: Any, *, examples: list[dict], recordings: list[Path]) -> str:
+def link_query(spec: Any, round_: Any, *, examples: list[dict], recordings: list[Path], present: Any = False) -> str:
     """The query string that opens what is shown at this round: the shipped recording it is, else the
-    example whose prompt it ran, else the round alone."""
+    example whose prompt it ran, else the round alone (and presenter mode, when ``present``)."""
     params: dict[str, Any] = {}
     prompt = getattr(spec, "prompt", None)
     if prompt:
@@ -117,6 +126,8 @@ def link_query(spec: Any, round_: Any, *, examples: list[dict], recordings: list
         params["round"] = max(1, int(round_))
     except (TypeError, ValueError):
         params["round"] = 1
+    if present is True:
+        params["present"] = 1
     return urlencode(params)
 
 

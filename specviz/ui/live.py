@@ -79,6 +79,7 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
     n = len(spec.rounds) if spec else 0
     narration, step_round = step_views(spec, 1)
     plot_tree_size, plot_tree_verify = tree_figures(spec)
+    trees = bool(spec) and any(r.tree is not None for r in spec.rounds)  # chain runs hide the tree-only parts
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
         state=STORE.put(spec, std, nbytes),
@@ -90,7 +91,7 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
                        label=f"Round (1–{n})" if n else "Round"),
         narration=narration, step_round=step_round, export=export_file(spec, std),
         tree=live_tree(spec), tree_mask=mask_for(spec), plot_tree_size=plot_tree_size,
-        plot_tree_verify=plot_tree_verify,
+        plot_tree_verify=plot_tree_verify, tree_mask_box=gr.update(visible=trees), tree_plots=gr.update(visible=trees),
     )
 
 
@@ -201,6 +202,8 @@ def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame
                                       race=V.race_html(spec, None, spec_running=ev.kind != "done"))
                     if not legend_drawn:  # say which drafter and policy are running, once
                         frame.legend, legend_drawn = V.legend_html(spec), True
+                        trees = round_kind(req.settings.drafter) == "tree"  # the tree-only parts, for tree runs
+                        frame.tree_mask_box = frame.tree_plots = gr.update(visible=trees)
                     if walk:
                         t0 = time.perf_counter()
                         yield from _play_walk(frame, spec, walk, msg)
