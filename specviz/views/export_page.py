@@ -34,15 +34,18 @@ SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 PAGE_CSS = """
 .sv-export { max-width: 1280px; margin: 0 auto; display: flex; flex-direction: column; gap: 14px; }
 .sv-export h2 { margin: 10px 0 4px; font-size: 19px; }
-.sv-x-prompt { border: 1px solid var(--sv-border); border-radius: 10px; padding: 8px 12px; background: var(--sv-panel-2); }
+.sv-x-prompt { border: 1px solid var(--sv-border); border-radius: 10px; padding: 8px 12px;
+  background: var(--sv-panel-2); }
 .sv-x-k { font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; color: var(--sv-muted); }
 .sv-x-prompt-text { margin: 4px 0 0; white-space: pre-wrap; font-family: var(--sv-font-mono); font-size: 13.5px; }
 .sv-x-src { margin-top: 6px; font-size: 12px; color: var(--sv-muted); }
 .sv-x-bar { display: flex; flex-wrap: wrap; align-items: center; gap: 6px; padding: 8px 10px;
-  border: 1px solid var(--sv-border); border-radius: 10px; background: var(--sv-panel-2); position: sticky; top: 0; z-index: 5; }
+  border: 1px solid var(--sv-border); border-radius: 10px; background: var(--sv-panel-2);
+  position: sticky; top: 0; z-index: 5; }
 .sv-x-bar button, .sv-x-bar select { font: inherit; font-size: 14px; padding: 4px 10px; border-radius: 8px;
   border: 1px solid var(--sv-border); background: var(--sv-panel); color: var(--sv-fg); cursor: pointer; }
-.sv-x-bar button.sv-x-primary { background: var(--sv-spec); border-color: var(--sv-spec); color: #fff; font-weight: 700; min-width: 7.5em; }
+.sv-x-bar button.sv-x-primary { background: var(--sv-spec); border-color: var(--sv-spec); color: var(--sv-panel);
+  font-weight: 700; min-width: 7.5em; }
 .sv-x-bar label { font-size: 13px; color: var(--sv-muted); display: flex; align-items: center; gap: 4px; }
 .sv-x-bar input[type=range] { flex: 1 1 180px; min-width: 120px; }
 .sv-x-pos { font-size: 13px; font-family: var(--sv-font-mono); color: var(--sv-muted); white-space: nowrap; }
@@ -96,7 +99,8 @@ def _bar(prefix: str, play_label: str, *, steps: bool) -> str:
     else:
         tail = ""
     return (f'<div class="sv-x-bar" role="toolbar" aria-label="{esc(play_label)}">{nav}'
-            f'<button type="button" class="sv-x-primary" id="{prefix}play" aria-pressed="false">{esc(play_label)}</button>'
+            f'<button type="button" class="sv-x-primary" id="{prefix}play" aria-pressed="false">'
+            f'{esc(play_label)}</button>'
             f'{tail}<label>speed <select id="{prefix}speed" aria-label="playback speed">{options}</select></label>'
             f'<input type="range" id="{prefix}scrub" min="0" max="0" value="0" aria-label="position">'
             f'<span class="sv-x-pos" id="{prefix}pos"></span></div>')
@@ -122,7 +126,8 @@ def page_data(spec: Trace | None, std: Trace | None) -> tuple[dict[str, Any], li
         "race": {"frames": [pool.add(h) for h in race.frames], "times": [round(t, 4) for t in race.times],
                  "step": RACE_STEP_S, "speed": race.speed},
         "nRounds": len(spec.rounds) if spec else 0,
-        "plots": [{"id": f"sv-x-plot-{name}", "fig": json.loads(fig.to_json())} for name, fig in run_figures(spec, std)],
+        "plots": [{"id": f"sv-x-plot-{name}", "fig": json.loads(fig.to_json())}
+                  for name, fig in run_figures(spec, std)],
     }
     data["pool"] = pool.fragments
     return data, frames, race
@@ -135,6 +140,7 @@ def export_page(spec: Trace | None, std: Trace | None, *, source: str = "a specv
         raise ValueError("nothing to export: the recording holds no run")
     data, frames, _ = page_data(spec, std)
     summary = spec.summary() if spec else std.summary()
+    metrics = V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std))
     last = frames[-1]
     tree_run = is_tree_run(spec)
     plots = "".join(f'<div class="sv-x-plot" id="{esc(p["id"])}"></div>' for p in data["plots"])
@@ -156,7 +162,7 @@ def export_page(spec: Trace | None, std: Trace | None, *, source: str = "a specv
         f'{_bar("sv-x-race-", "↻ Replay the race in real time", steps=False)}'
         f'<div id="sv-race">{V.race_html(spec, std)}</div></section>'
         '<section aria-label="Numbers and charts"><h2>Numbers and charts</h2>'
-        f'<div id="sv-metrics">{V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std))}</div>'
+        f'<div id="sv-metrics">{metrics}</div>'
         f'<div class="sv-x-plots">{plots}</div></section>'
         '<footer class="sv-x-foot">Exported by specviz (“Download as a page”). Everything is in this one file: '
         'it works offline, without a server.</footer></main>'

@@ -138,7 +138,8 @@
       seconds: function () { return race.step; },
       show: function (i) {
         setHtml(raceEl, join(race.frames[i]));
-        clockEl.textContent = "t = " + race.times[i].toFixed(1) + " s of " + race.times[race.times.length - 1].toFixed(1) + " s" +
+        var end = race.times[race.times.length - 1];
+        clockEl.textContent = "t = " + race.times[i].toFixed(1) + " s of " + end.toFixed(1) + " s" +
           (race.speed > 1 ? " (played " + race.speed.toFixed(1) + "\u00d7 faster)" : "");
       }
     });
