@@ -170,6 +170,17 @@ def test_machine_accepts_the_answer_the_measured_verify_cost_supports(pair):
     assert not check([xeon], Given(answer="middle")).passed and not check([xeon], Given(answer="steep")).passed
 
 
+def test_machine_also_accepts_what_the_probe_measured_and_says_when_they_disagree(pair):
+    """A busy machine can slow the run's verify passes; the probe's curve (the This machine tab) counts too."""
+    steep = race(pair, temperature=0, gamma=5, machine=COMPUTE_BOUND)
+    key = (steep.spec.models.get("preset", ""), steep.spec.models.get("target_exec", ""))
+    quiet = Given(answer="flat", probe_curves={key: {1: 80.0, 8: 84.0}})  # the probe measured a flat curve
+    v = BY_KEY["machine"].check([steep], quiet)
+    assert v.passed and "The two disagree" in v.message
+    assert BY_KEY["machine"].check([steep], Given(answer="steep", probe_curves=quiet.probe_curves)).passed
+    assert not BY_KEY["machine"].check([steep], Given(answer="middle", probe_curves=quiet.probe_curves)).passed
+
+
 def test_machine_names_the_probe_curve_when_there_is_one(pair):
     run = race(pair, temperature=0, gamma=5, machine=MEMORY_BOUND)
     key = (run.spec.models.get("preset", ""), run.spec.models.get("target_exec", ""))
@@ -296,6 +307,9 @@ def test_the_session_counts_its_own_runs_not_recordings(pair):
     assert "exact" in res.done and "lose" not in res.done  # greedy and exact; speculation won this race
     assert "Newly done: ✓ Exact" in res.note and f"{len(res.done)} of {len(CHALLENGES)} done" in res.note
     assert 'data-key="exact"' in res.board and "✓ done" in res.board
+    top, bottom = CU.boards(res.done, res.latest)  # drawn in two parts around the machine challenge's answer
+    assert top.count("sv-challenge\"") + bottom.count("sv-challenge\"") == len(CHALLENGES)
+    assert 'data-key="machine"' in top and 'data-key="machine"' not in bottom and "of 8 done" not in bottom
     # Progress is sticky within the session: a later check with other runs keeps it.
     again = CU.check_session(mine, [], res.done, None, curves=lambda runs: {})
     assert again.done == res.done and board_html(again.done).count("✓ done") == len(res.done)
@@ -316,7 +330,7 @@ def test_a_failing_check_shows_a_message_never_a_traceback(monkeypatch, pair):
     run = race(pair, temperature=0)
     mine = STORE.put(run.spec, run.std)
     monkeypatch.setattr(CU, "check_all", broken)
-    board, note, done = CU.on_check(mine, [mine], {}, None)
+    top, bottom, note, done = CU.on_check(mine, [mine], {}, None)
     assert note.startswith("Could not check your runs") and "Traceback" not in note
 
 

@@ -2,92 +2,26 @@
 
 Each check reads what the traces recorded -- texts, timings, every verified position's p, q, b, u
 and acceptance picture, each drafted token's p and block verification's h -- and returns a
-`Verdict`: passed or not, and a message that says what was found in which run.  The challenges'
-texts and their order are in `specviz.experiments.challenges`.
+`Verdict`: passed or not, and a message that says what was found in which run.  What a run is and
+how one is read: `specviz.experiments.challenge_runs`; the challenges' texts and their order:
+`specviz.experiments.challenges`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 from ..core.rules import draft_odds, expected_kept
-from ..theory.costs import COMPUTE_BOUND_V, loss_cause, race_costs
-from ..trace import Picture, Round, Trace
+from ..theory.costs import loss_cause, race_costs
+from ..trace import Picture, Round
+from .challenge_runs import (CLEAN_ENDS, MIN_ROUNDS, Given, Run, Verdict, curve_at, describe, is_chain, none_yet,
+                             raced, speculative, speedup, tokens_text)
 
 BIAS_VISIBLE = 0.05  # mean TV(A, p) per verified position from which the ε challenge calls the bias visible
 MACHINE_BANDS = {"flat": (0.0, 1.25), "middle": (1.25, 2.0), "steep": (2.0, float("inf"))}  # v, in steps
 MACHINE_SLACK = 0.1  # timings jitter: within this of a band's edge, the neighbouring answer counts too
-MIN_ROUNDS = 3  # a timed race needs a few rounds to say anything
 MIN_VERIFIED = 8  # verified positions the ε challenge wants before it trusts a run's mean bias
-DRAFTER_WORDS = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
-                 "speculator": "learned head"}
-CLEAN_ENDS = ("eos", "max_new_tokens")  # a run that ran to its end (not stopped, cut by time, failed)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Run:
-    """One run a learner made: the speculative trace and the standard run it raced (None when absent)."""
-
-    spec: Trace | None
-    std: Trace | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    passed: bool
-    message: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Given:
-    """What a check may need beyond the runs: the machine challenge's answer (a key of MACHINE_BANDS) and
-    this machine's probed verify-cost curves, {(preset, execution): {tokens fed: ms}}, when known."""
-
-    answer: str | None = None
-    probe_curves: Mapping[tuple[str, str], Mapping[int, float]] = field(default_factory=dict)
-
-
-# ---- reading runs -------------------------------------------------------------------------------
-
-
-def speculative(runs: Sequence[Run]) -> list[Run]:
-    """The runs with a speculative trace that has rounds, newest first."""
-    return [r for r in reversed(list(runs)) if r.spec is not None and r.spec.kind == "speculative" and r.spec.rounds]
-
-
-def describe(run: Run) -> str:
-    """A run in a few words: “Explain in three…” (draft model, γ = 5, T = 0.7)."""
-    spec = run.spec
-    s = spec.settings
-    prompt = " ".join(spec.prompt.split())
-    prompt = prompt if len(prompt) <= 28 else prompt[:27] + "…"
-    what = DRAFTER_WORDS.get(s.drafter, s.drafter)
-    if s.drafter == "tree":
-        what += f" M = {s.branches}, ≤ {s.tree_nodes} nodes, depth"
-    extra = f", ε = {s.epsilon:g}" if s.epsilon else ""
-    return f"“{prompt}” ({what} γ = {s.gamma}, T = {s.temperature:g}{extra})"
-
-
-def speedup(run: Run) -> float | None:
-    """The race's measured speedup (speculative tok/s ÷ standard tok/s), None without a standard run."""
-    rc = race_costs(run.spec, run.std)
-    return rc.measured if rc is not None else None
-
-
-def raced(runs: Sequence[Run]) -> list[Run]:
-    """Speculative runs with a standard run, both run to their end, with a few rounds: newest first."""
-    return [r for r in speculative(runs) if r.std is not None and r.std.rounds and speedup(r) is not None
-            and r.spec.stop_reason in CLEAN_ENDS and r.std.stop_reason in CLEAN_ENDS
-            and len(r.spec.rounds) >= MIN_ROUNDS]
-
-
-def is_chain(spec: Trace) -> bool:
-    return spec.settings.drafter != "tree" and all(r.tree is None for r in spec.rounds)
-
-
-def none_yet(what: str) -> Verdict:
-    return Verdict(passed=False, message=f"None of your runs {what} yet.")
 
 
 # ---- 1. exact, even when the draft is wrong -----------------------------------------------------
@@ -151,23 +85,6 @@ def check_lose(runs: Sequence[Run], given: Given) -> Verdict:
 # ---- 3. read this machine's verify cost --------------------------------------------------------
 
 
-def curve_at(curve: Mapping[int, float], k: float) -> float:
-    """T(k) on a probed verify-cost curve: linear between measured points, flat beyond them (as
-    specviz.hardware.probe.interpolate within its points; this module imports no torch)."""
-    ks = sorted(curve)
-    if k <= ks[0]:
-        return curve[ks[0]]
-    for a, b in zip(ks, ks[1:]):
-        if k <= b:
-            return curve[a] + (curve[b] - curve[a]) * (k - a) / (b - a)
-    return curve[ks[-1]]
-
-
-def _k(x: float) -> str:
-    """Tokens fed, as the messages write them: 6, 5.3."""
-    return f"{x:.1f}".removesuffix(".0")
-
-
 def band_of(v: float) -> str:
     return next(k for k, (lo, hi) in MACHINE_BANDS.items() if lo <= v < hi)
 
@@ -177,9 +94,23 @@ def answer_fits(answer: str, v: float) -> bool:
     return lo - MACHINE_SLACK <= v < hi + MACHINE_SLACK
 
 
+def probe_factor(run: Run, given: Given, fed: float) -> float | None:
+    """T(fed)/T(1) on this machine's probed curve for the run's pair and execution, None when not probed."""
+    curve = given.probe_curves.get((run.spec.models.get("preset", ""), run.spec.models.get("target_exec", "")))
+    if not curve or not curve.get(1):
+        return None
+    return curve_at(curve, fed) / curve[1]
+
+
+BOUND_WORDS = {"flat": "memory-bound", "middle": "partly compute-bound", "steep": "compute-bound"}
+
+
 def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
+    """The answer passes when it fits what the learner's run measured (its verify factor v) or what this
+    machine's probe measured for the same execution at the same tokens fed (the This machine tab's curve):
+    a run's timings swing when other work shares the cores, the probe's were taken on a quiet machine."""
     if given.answer not in MACHINE_BANDS:
-        return Verdict(passed=False, message="Pick an answer first (under the challenges), then check.")
+        return Verdict(passed=False, message="Pick an answer first (just under the challenge), then check.")
     timed = [r for r in raced(runs) if is_chain(r.spec) and (r.spec.summary().mean_draft_length or 0) >= 3
              and race_costs(r.spec, r.std).v is not None]
     if not timed:
@@ -187,24 +118,26 @@ def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
     r = timed[0]
     rc = race_costs(r.spec, r.std)
     v, fed = rc.v, (r.spec.summary().mean_draft_length or 0) + 1
-    if not answer_fits(given.answer, v):
+    pv = probe_factor(r, given, fed)
+    if not (answer_fits(given.answer, v) or (pv is not None and answer_fits(given.answer, pv))):
         return Verdict(passed=False, message=(
             f"Not what this machine measured in {describe(r)}. Read it off the This machine tab (the chosen "
-            f"execution's curve at k = {_k(fed)} tokens fed ÷ its value at k = 1) or the Live tab's metrics (v)."))
+            f"execution's curve at k = {tokens_text(fed)} tokens fed ÷ its value at k = 1) or the Live tab's metrics (v)."))
     s = r.spec.summary()
     probe = ""
-    curve = given.probe_curves.get((r.spec.models.get("preset", ""), r.spec.models.get("target_exec", "")))
-    if curve and 1 in curve and curve[1] > 0:
-        probe = (f" The probe's curve for this execution gives T({_k(fed)})/T(1) = "
-                 f"{curve_at(curve, fed) / curve[1]:.2f}.")
+    if pv is not None:
+        probe = f" The probe's curve for this execution gives T({tokens_text(fed)})/T(1) = {pv:.2f}."
+        if band_of(pv) != band_of(v):
+            probe += (" The two disagree: the probe timed the target on a quiet machine, and a run's timings swing "
+                      "when other runs or programs share the cores.")
     pred = ""
     if rc.with_verify is not None and rc.textbook is not None:
-        pred = (f" With α = {s.alpha:.2f} and c = {rc.c:.2f} steps, Thm 3.8 predicts {rc.with_verify:.2f}× with this "
-                f"v against {rc.textbook:.2f}× textbook (v = 1); the race measured {rc.measured:.2f}×.")
-    bound = "compute-bound" if v >= COMPUTE_BOUND_V else "memory-bound" if v < 1.25 else "between the two"
+        pred = (f" With α = {s.alpha:.2f} and c = {rc.c:.2f} steps, Thm 3.8 predicts {rc.with_verify:.2f}× with your "
+                f"run's v against {rc.textbook:.2f}× textbook (v = 1); the race measured {rc.measured:.2f}×.")
     return Verdict(passed=True, message=(
-        f"{describe(r)}: a verify pass over {_k(fed)} tokens on average took {rc.t_verify * 1000:.0f} ms, "
-        f"{v:.2f} standard steps of {rc.t_step * 1000:.0f} ms (v = {v:.2f}: {bound})." + probe + pred))
+        f"{describe(r)}: a verify pass over {tokens_text(fed)} tokens on average took {rc.t_verify * 1000:.0f} ms, "
+        f"{v:.2f} standard steps of {rc.t_step * 1000:.0f} ms (v = {v:.2f}: {BOUND_WORDS[band_of(v)]})."
+        + probe + pred))
 
 
 # ---- 4. a correction the draft did not expect ---------------------------------------------------
@@ -283,13 +216,15 @@ def check_correction(runs: Sequence[Run], given: Given) -> Verdict:
     drafted = rnd.draft[pos.i - 1]
     runner = sorted(range(len(q)), key=lambda j: -q[j])[1]  # the draft's runner-up (rank is certain: ≠ at)
     place = "first" if hit.rank == 1 else _ordinal(hit.rank)
-    which = "temperature-1 beliefs" if hit.run.spec.settings.temperature == 0 else "q"
+    greedy = hit.run.spec.settings.temperature == 0
+    which = "temperature-1 beliefs" if greedy else "q"
+    where = (" At temperature 0 the correction is the target's own argmax, whatever the draft ranked second."
+             if greedy else f" There p = {pic.p[at]:.2f}, and the correction's distribution gave it {pic.res[at]:.2f}.")
     return Verdict(passed=True, message=(
         f"{describe(hit.run)}, round {rnd.index + 1}, position {pos.i}: the draft proposed {drafted.text!r} and the "
         f"target rejected it (u = {pos.u:.2f} ≥ b = {pos.b:.2f}). The draft's second choice was "
         f"{pic.text[runner]!r} ({which} {q[runner]:.2f}), but the correction was {pic.text[at]!r}, the draft's "
-        f"{place} choice ({which} {q[at]:.2f}): p = {pic.p[at]:.2f} there, and the correction's distribution gave "
-        f"it {pic.res[at]:.2f}."))
+        f"{place} choice ({which} {q[at]:.2f})." + where))
 
 
 # ---- 5. same draft, a better rule --------------------------------------------------------------
@@ -437,6 +372,5 @@ def check_lookup(runs: Sequence[Run], given: Given) -> Verdict:
         f"α = {s.alpha or 0:.2f}, and drafting cost no model pass at all."))
 
 
-__all__ = ["BIAS_VISIBLE", "MACHINE_BANDS", "Given", "Run", "Verdict", "band_of", "check_bias", "check_block",
-           "check_correction", "check_exact", "check_lookup", "check_lose", "check_machine", "check_tree",
-           "correction_rank", "corrections", "describe", "raced", "speculative", "speedup"]
+__all__ = ["BIAS_VISIBLE", "MACHINE_BANDS", "band_of", "check_bias", "check_block", "check_correction", "check_exact",
+           "check_lookup", "check_lose", "check_machine", "check_tree", "correction_rank", "corrections"]

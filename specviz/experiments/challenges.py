@@ -1,8 +1,9 @@
 """Guided challenges for a workshop room: short tasks done with the live models, each checked from the
 runs the learner made (never by asking them), with a hint and what they should see and why.
 
-Pure Python: the checks (`specviz.experiments.challenge_checks`) read the recorded traces; the
-Challenges tab (`specviz.ui.challenges_ui`) keeps each browser session's runs and progress.
+Pure Python: the checks (`specviz.experiments.challenge_checks`, over the runs of
+`specviz.experiments.challenge_runs`) read the recorded traces; the Challenges tab
+(`specviz.ui.challenges_ui`) keeps each browser session's runs and progress.
 
     verdicts = check_all([Run(spec=spec, std=std), ...], Given(answer="middle"))
     verdicts["lose"].passed, verdicts["lose"].message
@@ -13,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .challenge_checks import (BIAS_VISIBLE, MACHINE_BANDS, Given, Run, Verdict, check_bias, check_block, check_correction,
-                               check_exact, check_lookup, check_lose, check_machine, check_tree)
+from .challenge_checks import (BIAS_VISIBLE, MACHINE_BANDS, check_bias, check_block, check_correction, check_exact,
+                               check_lookup, check_lose, check_machine, check_tree)
+from .challenge_runs import Given, Run, Verdict
 
 
 @dataclass(frozen=True, kw_only=True)

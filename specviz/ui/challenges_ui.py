@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import gradio as gr
 
-from ..experiments.challenges import BY_KEY, CHALLENGES, MACHINE_ANSWERS, Given, Run, check_all
+from ..experiments.challenges import BY_KEY, CHALLENGES, MACHINE_ANSWERS, Given, Run, Verdict, check_all
 from ..serving.service import describe_error
 from ..views.challenges import board_html
 from .store import Shown
@@ -36,11 +36,15 @@ INTRO = ("Short tasks to do with the live models. Each is **checked from the run
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What a check shows: the board, the line under the button, and the session's progress."""
+    """What a check shows: the session's progress, the check's verdicts and the line beside the button."""
 
-    board: str
+    done: dict[str, str]  # {key: the message of the verdict that passed it}
+    latest: dict[str, Verdict]  # this check's verdicts (on the challenges that were not done before it)
     note: str
-    done: dict[str, str]
+
+    @property
+    def board(self) -> str:
+        return board_html(self.done, self.latest)
 
 
 def _handle_id(state: Any) -> int | None:
@@ -94,7 +98,7 @@ def check_session(state: Any, history: Any, done: Mapping[str, str] | None, answ
                      "a bounded number) and could not be checked.")
     if not runs:
         notes.insert(0, "No runs of yours yet in this session: press Run on the Live tab, then check.")
-        return CheckResult(board=board_html(done), note=" ".join(notes), done=done)
+        return CheckResult(done=done, latest={}, note=" ".join(notes))
     given = Given(answer=answer if isinstance(answer, str) else None, probe_curves=curves(runs))
     open_keys = [c.key for c in CHALLENGES if c.key not in done]
     verdicts = check_all(runs, given, keys=open_keys)
@@ -108,17 +112,26 @@ def check_session(state: Any, history: Any, done: Mapping[str, str] | None, answ
     elif open_keys:
         head += "Nothing new passed: each open challenge says why below. "
     head += f"{len(done)} of {len(CHALLENGES)} done."
-    return CheckResult(board=board_html(done, verdicts), note=" ".join([head, *notes]), done=done)
+    return CheckResult(done=done, latest=verdicts, note=" ".join([head, *notes]))
 
 
-def on_check(state: Any, history: Any, done: Any, answer: Any) -> tuple[str, str, dict]:
-    """The button: never a traceback on the page, whatever a run holds."""
+# The board is drawn in two parts with the machine challenge's answer between them, under its card.
+SPLIT = [c.key for c in CHALLENGES].index(MACHINE_KEY) + 1
+TOP, BOTTOM = [c.key for c in CHALLENGES[:SPLIT]], [c.key for c in CHALLENGES[SPLIT:]]
+
+
+def boards(done: Mapping[str, str] | None = None, latest: Mapping[str, Verdict] | None = None) -> tuple[str, str]:
+    return board_html(done, latest, keys=TOP), board_html(done, latest, keys=BOTTOM, head=False)
+
+
+def on_check(state: Any, history: Any, done: Any, answer: Any) -> tuple[str, str, str, dict]:
+    """The button: (top of the board, its bottom, the note, progress); never a traceback on the page."""
     try:
         res = check_session(state, history, done if isinstance(done, dict) else {}, answer)
     except Exception as exc:
         log.exception("checking the challenges failed")
-        return gr.skip(), f"Could not check your runs: {describe_error(exc)}", gr.skip()
-    return res.board, res.note, res.done
+        return gr.skip(), gr.skip(), f"Could not check your runs: {describe_error(exc)}", gr.skip()
+    return (*boards(res.done, res.latest), res.note, res.done)
 
 
 @dataclass(frozen=True)
@@ -132,16 +145,17 @@ def build_tab(state: Any) -> ChallengeTab:
     """The tab's contents (call inside its `gr.Tab`); `state` is the Live tab's shown run."""
     history, started, done = gr.State([]), gr.State(None), gr.State({})
     gr.Markdown(INTRO, elem_id="sv-challenges-intro")
-    board = gr.HTML(board_html(), elem_id="sv-challenges")
-    machine = BY_KEY[MACHINE_KEY]
-    n = [c.key for c in CHALLENGES].index(MACHINE_KEY) + 1
-    answer = gr.Radio(list(MACHINE_ANSWERS), value=None, label=f"Challenge {n} ({machine.title}): on this machine, "
-                      "one verify pass over γ + 1 tokens costs…", elem_id="sv-challenge-answer")
-    with gr.Row():
+    with gr.Row(equal_height=True):
         check_btn = gr.Button("Check my last run", variant="primary", scale=0, min_width=220,
                               elem_id="sv-challenge-check")
         note = gr.Markdown("", elem_id="sv-challenge-note")
-    check_btn.click(on_check, [state, history, done, answer], [board, note, done], api_visibility="private")
+    top, bottom = boards()
+    board_top = gr.HTML(top, elem_id="sv-challenges")
+    answer = gr.Radio(list(MACHINE_ANSWERS), value=None, label=f"Challenge {SPLIT} ({BY_KEY[MACHINE_KEY].title}): "
+                      "on this machine, one verify pass over γ + 1 tokens costs…", elem_id="sv-challenge-answer")
+    board_bottom = gr.HTML(bottom, elem_id="sv-challenges-more")
+    check_btn.click(on_check, [state, history, done, answer], [board_top, board_bottom, note, done],
+                    api_visibility="private")
     return ChallengeTab(history=history, started=started, done=done)
 
 
@@ -152,4 +166,4 @@ def track(tab: ChallengeTab, button: Any, event: Any, state: Any) -> None:
     event.success(remember, [state, tab.started, tab.history], [tab.history], api_visibility="private")
 
 
-__all__ = ["ChallengeTab", "CheckResult", "build_tab", "check_session", "mark", "on_check", "remember", "track"]
+__all__ = ["ChallengeTab", "CheckResult", "boards", "build_tab", "check_session", "mark", "on_check", "remember", "track"]

@@ -4,7 +4,7 @@ colours are the page's CSS variables, with fallbacks, so the board reads in ligh
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..experiments.challenges import CHALLENGES, Challenge, Verdict
 from ._fmt import esc
@@ -25,8 +25,8 @@ def _card(n: int, ch: Challenge, done: str | None, latest: Verdict | None) -> st
     passed = done is not None
     badge = f'<span style="{BADGES[passed]}" data-status="{"done" if passed else "open"}">' \
             f'{DONE if passed else NOT_YET}</span>'
-    answer = ('<div class="sv-muted" style="font-size:13px;margin-top:4px">Answer with the choice under the '
-              'challenges, then check.</div>' if ch.answers else "")
+    answer = ('<div class="sv-muted" style="font-size:13px;margin-top:4px">Answer with the choice just below this '
+              'challenge, then check.</div>' if ch.answers else "")
     if passed:
         verdict = f'<div style="{VERDICTS[True]}"><b>Passed</b>: {esc(done)}</div>'
     elif latest is not None:
@@ -42,15 +42,18 @@ def _card(n: int, ch: Challenge, done: str | None, latest: Verdict | None) -> st
             f'should see, and why</summary><div style="margin:4px 0 0 14px">{esc(ch.why)}</div></details></div>')
 
 
-def board_html(done: Mapping[str, str] | None = None, latest: Mapping[str, Verdict] | None = None) -> str:
-    """The board.  done: {key: the message of the verdict that passed it} (this session's progress);
-    latest: the last check's verdicts, shown under the challenges not done yet."""
+def board_html(done: Mapping[str, str] | None = None, latest: Mapping[str, Verdict] | None = None, *,
+               keys: Sequence[str] | None = None, head: bool = True) -> str:
+    """The board, or the challenges named in `keys` (in the catalogue's order and numbering).  done: {key: the
+    message of the verdict that passed it} (this session's progress); latest: the last check's verdicts, shown
+    under the challenges not done yet; head: the "n of N done" line first."""
     done, latest = done or {}, latest or {}
     n_done = sum(1 for c in CHALLENGES if c.key in done)
-    head = (f'<div class="sv-challenges-head" style="margin:0 0 10px;font-weight:600">{n_done} of {len(CHALLENGES)} '
-            f'done</div>')
-    cards = "".join(_card(i, c, done.get(c.key), latest.get(c.key)) for i, c in enumerate(CHALLENGES, 1))
-    return f'<div class="sv-challenges">{head}{cards}</div>'
+    top = (f'<div class="sv-challenges-head" style="margin:0 0 10px;font-weight:600">{n_done} of {len(CHALLENGES)} '
+           f'done</div>' if head else "")
+    cards = "".join(_card(i, c, done.get(c.key), latest.get(c.key)) for i, c in enumerate(CHALLENGES, 1)
+                    if keys is None or c.key in keys)
+    return f'<div class="sv-challenges">{top}{cards}</div>'
 
 
 __all__ = ["DONE", "NOT_YET", "board_html"]

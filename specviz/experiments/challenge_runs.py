@@ -1,0 +1,105 @@
+"""What the workshop challenges check: a learner's run (a speculative trace and the standard run it raced),
+a check's verdict, what a check may need beyond the runs, and the readings every check shares.
+
+Pure Python over traces (no Gradio, no models, no torch).  The checks are in
+`specviz.experiments.challenge_checks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ..theory.costs import race_costs
+from ..trace import Trace
+
+MIN_ROUNDS = 3  # a timed race needs a few rounds to say anything
+DRAFTER_WORDS = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
+                 "speculator": "learned head"}
+CLEAN_ENDS = ("eos", "max_new_tokens")  # a run that ran to its end (not stopped, cut by time, failed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One run a learner made: the speculative trace and the standard run it raced (None when absent)."""
+
+    spec: Trace | None
+    std: Trace | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    passed: bool
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Given:
+    """What a check may need beyond the runs: the machine challenge's answer (a key of MACHINE_BANDS) and
+    this machine's probed verify-cost curves, {(preset, execution): {tokens fed: ms}}, when known."""
+
+    answer: str | None = None
+    probe_curves: Mapping[tuple[str, str], Mapping[int, float]] = field(default_factory=dict)
+
+
+# ---- reading runs -------------------------------------------------------------------------------
+
+
+def speculative(runs: Sequence[Run]) -> list[Run]:
+    """The runs with a speculative trace that has rounds, newest first."""
+    return [r for r in reversed(list(runs)) if r.spec is not None and r.spec.kind == "speculative" and r.spec.rounds]
+
+
+def describe(run: Run) -> str:
+    """A run in a few words: “Explain in three…” (draft model, γ = 5, T = 0.7)."""
+    spec = run.spec
+    s = spec.settings
+    prompt = " ".join(spec.prompt.split())
+    prompt = prompt if len(prompt) <= 28 else prompt[:27] + "…"
+    what = DRAFTER_WORDS.get(s.drafter, s.drafter)
+    if s.drafter == "tree":
+        what += f" M = {s.branches}, ≤ {s.tree_nodes} nodes, depth"
+    extra = f", ε = {s.epsilon:g}" if s.epsilon else ""
+    return f"“{prompt}” ({what} γ = {s.gamma}, T = {s.temperature:g}{extra})"
+
+
+def speedup(run: Run) -> float | None:
+    """The race's measured speedup (speculative tok/s ÷ standard tok/s), None without a standard run."""
+    rc = race_costs(run.spec, run.std)
+    return rc.measured if rc is not None else None
+
+
+def raced(runs: Sequence[Run]) -> list[Run]:
+    """Speculative runs with a standard run, both run to their end, with a few rounds: newest first."""
+    return [r for r in speculative(runs) if r.std is not None and r.std.rounds and speedup(r) is not None
+            and r.spec.stop_reason in CLEAN_ENDS and r.std.stop_reason in CLEAN_ENDS
+            and len(r.spec.rounds) >= MIN_ROUNDS]
+
+
+def is_chain(spec: Trace) -> bool:
+    return spec.settings.drafter != "tree" and all(r.tree is None for r in spec.rounds)
+
+
+def none_yet(what: str) -> Verdict:
+    return Verdict(passed=False, message=f"None of your runs {what} yet.")
+
+
+def curve_at(curve: Mapping[int, float], k: float) -> float:
+    """T(k) on a probed verify-cost curve: linear between measured points, flat beyond them (as
+    specviz.hardware.probe.interpolate within its points; this module imports no torch)."""
+    ks = sorted(curve)
+    if k <= ks[0]:
+        return curve[ks[0]]
+    for a, b in zip(ks, ks[1:]):
+        if k <= b:
+            return curve[a] + (curve[b] - curve[a]) * (k - a) / (b - a)
+    return curve[ks[-1]]
+
+
+def tokens_text(x: float) -> str:
+    """Tokens fed, as the messages write them: 6, 5.3."""
+    return f"{x:.1f}".removesuffix(".0")
+
+
+__all__ = ["CLEAN_ENDS", "DRAFTER_WORDS", "MIN_ROUNDS", "Given", "Run", "Verdict", "curve_at", "describe", "is_chain",
+           "none_yet", "raced", "speculative", "speedup", "tokens_text"]
