@@ -21,7 +21,7 @@ from specviz.theory.costs import race_costs
 from specviz.trace import Trace, load_recording, recording_to_json
 from specviz.views import html as V
 from specviz.views import plots as P
-from specviz.views.export_frames import FramePool, race_frames, replay_speed, round_frames
+from specviz.views.export_frames import FramePool, delta, race_frames, replay_speed, round_frames, undelta
 from specviz.views.export_page import export_page, plotly_js
 from specviz.views.tree_live import is_tree_run, live_tree, walk_steps
 from tests.synthetic import XSS, make_trace
@@ -38,8 +38,13 @@ def page_data(page: str) -> dict:
     return json.loads(found[0])
 
 
-def frame_html(data: dict, indices: list[int]) -> str:
-    return "".join(data["pool"][k] for k in indices)
+def frames_html(data: dict, frames: list) -> list[str]:
+    """Each frame's HTML, decoded as the page's script does: edits of the frame before, then the pool."""
+    out, prev = [], []
+    for ops in frames:
+        prev = undelta(prev, ops)
+        out.append("".join(data["pool"][k] for k in prev))
+    return out
 
 
 def upto(trace: Trace, n: int) -> Trace:
@@ -84,8 +89,8 @@ def check_page(page: str, spec: Trace | None, std: Trace | None) -> dict:
     assert page.count("<script") == 4  # dark mode, plotly.js, the data, the player: no injected one
     # The rounds: after each round, the panel is exactly what the page draws after that round; the
     # last frame is the finished run, as the page shows it after Run.
-    shown = [frame_html(data, f["r"]) for f in data["rounds"]]
-    trees = [frame_html(data, f["t"]) for f in data["rounds"]]
+    shown = frames_html(data, [f["r"] for f in data["rounds"]])
+    trees = frames_html(data, [f["t"] for f in data["rounds"]])
     assert shown[-1] == V.rounds_html(spec)
     assert data["nRounds"] == (len(spec.rounds) if spec else 0)
     if spec is not None:
@@ -108,8 +113,11 @@ def check_page(page: str, spec: Trace | None, std: Trace | None) -> dict:
     end = max(t.t_total for t in (spec, std) if t is not None)
     race = data["race"]
     assert race["times"][0] == 0 and race["times"][-1] == pytest.approx(end, abs=1e-3)
-    assert frame_html(data, race["frames"][-1]) == V.race_html(spec, std, at_time=end)
-    assert frame_html(data, race["frames"][0]) == V.race_html(spec, std, at_time=0.0)
+    replayed = frames_html(data, race["frames"])
+    assert replayed[-1] == V.race_html(spec, std, at_time=end)
+    assert replayed[0] == V.race_html(spec, std, at_time=0.0)
+    times = race_frames(spec, std).times  # the exact times (the page keeps 4 decimals, for its clock)
+    assert all(h == V.race_html(spec, std, at_time=t) for h, t in zip(replayed[::25], times[::25]))
     # The metrics and the charts.
     summary = spec.summary() if spec else std.summary()
     assert V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)) in page
@@ -141,7 +149,7 @@ def test_a_version_3_tree_recording_exports_its_growing_trees_and_walks(tree_rec
     assert doc["version"] == 3
     spec, std = load_recording(tree_recording.read_bytes())
     data = check_page(export_page(spec, std, source=tree_recording.name), spec, std)
-    trees = [frame_html(data, f["t"]) for f in data["rounds"]]
+    trees = frames_html(data, [f["t"] for f in data["rounds"]])
     first = next(r for r in spec.rounds if r.tree is not None)
     depth = max(n.depth for n in first.tree.nodes)
     growing = [t for t, f in zip(trees, data["rounds"]) if f["n"] == first.index + 1 and "verify pass" not in t]
@@ -184,6 +192,14 @@ def test_the_pool_gives_each_view_back_exactly():
     assert len(pool.fragments) < sum(len(k) for k in indices)  # rows shared between frames are stored once
     race = race_frames(spec, std)
     assert [pool.html(pool.add(h)) for h in race.frames] == race.frames
+    # Frames are stored as edits of the one before: decoding gives every frame back, and costs less.
+    prev: list[int] = []
+    plain = edits = 0
+    for cur in [pool.add(h) for h in race.frames] + indices + [[], [3, 3, 1], [1, 3, 3], [3, 3, 3, 1]]:
+        ops = delta(prev, cur)
+        assert undelta(prev, ops) == cur
+        plain, edits, prev = plain + len(json.dumps(cur)), edits + len(json.dumps(ops)), cur
+    assert edits < plain / 4
     # Played at the recorded speed, the rounds take about as long as the run did.
     assert sum(f.seconds for f in frames) == pytest.approx(spec.t_total, rel=0.35)
 
@@ -263,3 +279,19 @@ def test_the_button_with_nothing_shown_says_so():
         file, status = export_ui.download_page(state)
         assert file["visible"] is False and file["value"] is None
         assert 'data-kind="warn"' in status and "Nothing to download yet" in status
+
+
+def test_a_long_run_shows_each_round_drafted_then_verified(monkeypatch):
+    from specviz.views import export_frames
+
+    spec = make_trace()
+    every = export_frames.round_frames(spec)
+    assert len(every) == sum(len(r.draft) + 1 for r in spec.rounds)
+    monkeypatch.setattr(export_frames, "MAX_FRAMES", len(every) - 1)
+    frames = export_frames.round_frames(spec)
+    assert len(frames) == 2 * len(spec.rounds)
+    for i, rnd in enumerate(spec.rounds):  # the round fully drafted (pending), then its verdict
+        drafting, done = frames[2 * i], frames[2 * i + 1]
+        assert drafting.rounds.count('data-status="pending"') == len(rnd.draft)
+        assert done.rounds == V.rounds_html(upto(spec, i + 1))
+        assert drafting.seconds == pytest.approx(max(rnd.t_draft + rnd.t_verify, export_frames.MIN_FRAME_S))

@@ -31,11 +31,22 @@ WALK_STEP_S = 0.3
 WALK_ROUND_MAX_S = 1.5
 RACE_STEP_S = 0.1
 MAX_REPLAY_S = 60.0
+# A long run (more frames than this) shows each round once fully drafted instead of token by token (or
+# depth by depth): drawing a frame redraws the panel's last 40 rounds, so a 1,000-token run would take
+# minutes to export otherwise.  The shipped recordings have 70-200 frames.
+MAX_FRAMES = 600
 
-# Fragments start at these markers: each round row, tree and walk line, race column, text token.
-_CUT = re.compile(r'(?=<div class="sv-round[ "])|(?=<div class="sv-tree[ "])|(?=<div class="sv-tree-walk")'
-                  r'|(?=<div class="sv-race-col)|(?=<div class="sv-race-stats")|(?=<span class="sv-tk[ "])'
-                  r'|(?=<span class="sv-caret")')
+# Fragments start at these markers: each round row, token chip, tree and walk line, race column and its
+# parts, text token.
+_CUT = re.compile(r'<(?:div class="sv-(?:round[ "]|tree[ "]|tree-walk"|round-tail"|race-(?:col|stats"|sub"|bar")'
+                  r'|stat")|span class="sv-(?:chip[ "]|tk[ "]|caret"|extra"))')
+
+
+def cut(markup: str) -> list[str]:
+    """`markup` cut before every marker: ``"".join(cut(m)) == m``."""
+    starts = [m.start() for m in _CUT.finditer(markup)]
+    bounds = [0, *(k for k in starts if k > 0), len(markup)]
+    return [markup[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 class FramePool:
@@ -47,9 +58,7 @@ class FramePool:
 
     def add(self, markup: str) -> list[int]:
         out = []
-        for piece in _CUT.split(markup):
-            if not piece:
-                continue
+        for piece in cut(markup):
             k = self._index.get(piece)
             if k is None:
                 k = self._index[piece] = len(self.fragments)
@@ -59,6 +68,44 @@ class FramePool:
 
     def html(self, indices: list[int]) -> str:
         return "".join(self.fragments[k] for k in indices)
+
+
+def delta(prev: list[int], cur: list[int]) -> list[int | list[int]]:
+    """`cur` as edits of `prev`: [a, b] copies prev[a:b], a bare index is new (see `undelta`).
+    Consecutive frames share most fragments, so a frame costs about what changed."""
+    where: dict[int, int] = {}
+    for k, v in enumerate(prev):
+        where.setdefault(v, k)
+    ops: list[int | list[int]] = []
+    j = 0
+    while j < len(cur):
+        a = where.get(cur[j])
+        if a is None:
+            ops.append(cur[j])
+            j += 1
+            continue
+        n = 1
+        while j + n < len(cur) and a + n < len(prev) and prev[a + n] == cur[j + n]:
+            n += 1
+        ops.extend([[a, a + n]] if n > 1 else cur[j:j + 1])  # one index is shorter as itself
+        j += n
+    return ops
+
+
+def undelta(prev: list[int], ops: list[int | list[int]]) -> list[int]:
+    """The inverse of `delta` (the page's script does the same)."""
+    out: list[int] = []
+    for op in ops:
+        if isinstance(op, list):
+            out.extend(prev[op[0]:op[1]])
+        else:
+            out.append(op)
+    return out
+
+
+def deltas(frames: list[list[int]]) -> list[list[int | list[int]]]:
+    """Each frame as edits of the one before it (the first: of nothing)."""
+    return [delta(frames[k - 1] if k else [], f) for k, f in enumerate(frames)]
 
 
 @dataclass(frozen=True)
@@ -85,6 +132,10 @@ class RaceFrames:
 def replay_speed(total_s: float, max_s: float = MAX_REPLAY_S) -> float:
     """1 (real time) unless the run took longer than max_s: then as fast as fits (as serving.replay does)."""
     return max(1.0, total_s / max_s) if total_s > 0 else 1.0
+
+
+def _depth(rnd: Round) -> int:
+    return max((n.depth for n in rnd.tree.nodes), default=0) if rnd.tree is not None else 0
 
 
 def _upto(trace: Trace, n: int) -> Trace:
@@ -131,6 +182,8 @@ def round_frames(spec: Trace | None) -> list[RoundFrame]:
     tree_run = is_tree_run(spec)
     n_rounds = len(spec.rounds)
     frames: list[RoundFrame] = []
+    every = sum(1 + _depth(r) + len(walk_steps(r)) if r.tree is not None else 1 + len(r.draft)
+                for r in spec.rounds) <= MAX_FRAMES  # every drafted token (or depth) its own frame
 
     def add(rounds: str, tree: str, label: str, round_no: int, seconds: float) -> None:
         frames.append(RoundFrame(rounds, tree, label, round_no, max(seconds, MIN_FRAME_S)))
@@ -140,12 +193,12 @@ def round_frames(spec: Trace | None) -> list[RoundFrame]:
         msg = f"Speculative decoding · round {i + 1} of {n_rounds}"
         gap = (spec.rounds[i + 1].t_start - rnd.t_end) if i + 1 < n_rounds else MIN_FRAME_S
         if rnd.tree is not None and rnd.tree.nodes:
-            depth = max(n.depth for n in rnd.tree.nodes)
-            for d in range(1, depth + 1):
+            depth = _depth(rnd)
+            for d in range(1 if every else depth, depth + 1):
                 pending = _growing(rnd, d)
                 add(V.rounds_html(before, pending_round=pending), live_tree(before, pending),
                     f"{msg} · drafting the tree: depth {d} of {depth}", i + 1,
-                    rnd.t_draft / depth if d < depth else rnd.t_verify)
+                    rnd.t_draft / depth if d < depth else rnd.t_verify + (0 if every else rnd.t_draft))
             steps = walk_steps(rnd)
             pace = min(WALK_STEP_S, WALK_ROUND_MAX_S / len(steps)) if steps else 0.0
             for j, step in enumerate(steps):
@@ -153,10 +206,10 @@ def round_frames(spec: Trace | None) -> list[RoundFrame]:
                     f"{msg} · the target's verdict, step {j + 1} of {len(steps)}", i + 1, pace)
         elif rnd.draft:
             k_all = len(rnd.draft)
-            for k in range(1, k_all + 1):
+            for k in range(1 if every else k_all, k_all + 1):
                 add(V.rounds_html(before, pending_round=_drafting(rnd, k)), live_tree(before) if tree_run else "",
                     f"{msg} · drafted {k}" + (" · verifying…" if k == k_all else ""), i + 1,
-                    rnd.t_draft / k_all if k < k_all else rnd.t_verify)
+                    rnd.t_draft / k_all if k < k_all else rnd.t_verify + (0 if every else rnd.t_draft))
         add(V.rounds_html(after), live_tree(after) if tree_run else "",
             f"{msg} · {after.n_tokens} tokens", i + 1, gap)
     final = V.rounds_html(spec), live_tree(spec) if tree_run else ""
@@ -193,5 +246,6 @@ def race_frames(spec: Trace | None, std: Trace | None) -> RaceFrames:
     return RaceFrames(frames, times, speed)
 
 
-__all__ = ["FramePool", "RaceFrames", "RoundFrame", "finished_label", "race_frames", "replay_speed",
+__all__ = ["FramePool", "RaceFrames", "RoundFrame", "cut", "delta", "deltas", "finished_label", "race_frames",
+           "replay_speed", "undelta",
            "round_frames"]

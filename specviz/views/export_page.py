@@ -22,7 +22,7 @@ from . import html as V
 from . import plots as P
 from . import tree_plots as TRP
 from ._fmt import esc
-from .export_frames import RACE_STEP_S, FramePool, RaceFrames, RoundFrame, race_frames, round_frames
+from .export_frames import RACE_STEP_S, FramePool, RaceFrames, RoundFrame, deltas, race_frames, round_frames
 from .page import load_css
 from .tree import tree_mask_figure
 from .tree_live import is_tree_run, last_tree_round, live_tree
@@ -116,14 +116,17 @@ def _meta(spec: Trace | None, std: Trace | None, source: str) -> str:
 
 
 def page_data(spec: Trace | None, std: Trace | None) -> tuple[dict[str, Any], list[RoundFrame], RaceFrames]:
-    """What the page's script plays: the fragment pool, the rounds' frames, the race's frames, the plots."""
+    """What the page's script plays: the fragment pool, the rounds' frames, the race's frames, the plots.
+    A frame is a list of fragment indices, stored as edits of the frame before it (export_frames.delta)."""
     pool = FramePool()
     frames = round_frames(spec)
     race = race_frames(spec, std)
+    shown = deltas([pool.add(f.rounds) for f in frames])
+    trees = deltas([pool.add(f.tree) for f in frames])
     data = {
-        "rounds": [{"r": pool.add(f.rounds), "t": pool.add(f.tree), "l": f.label, "n": f.round,
-                    "s": round(f.seconds, 4)} for f in frames],
-        "race": {"frames": [pool.add(h) for h in race.frames], "times": [round(t, 4) for t in race.times],
+        "rounds": [{"r": r, "t": t, "l": f.label, "n": f.round, "s": round(f.seconds, 4)}
+                   for f, r, t in zip(frames, shown, trees)],
+        "race": {"frames": deltas([pool.add(h) for h in race.frames]), "times": [round(t, 4) for t in race.times],
                  "step": RACE_STEP_S, "speed": race.speed},
         "nRounds": len(spec.rounds) if spec else 0,
         "plots": [{"id": f"sv-x-plot-{name}", "fig": json.loads(fig.to_json())}

@@ -17,6 +17,22 @@
 
   function $(id) { return document.getElementById(id); }
 
+  /* Frames are stored as edits of the frame before: [a, b] copies prev[a:b], a number is a new fragment. */
+  function expand(list, key) {
+    var out = [], prev = [];
+    for (var i = 0; i < list.length; i++) {
+      var ops = key ? list[i][key] : list[i], cur = [];
+      for (var j = 0; j < ops.length; j++) {
+        var op = ops[j];
+        if (typeof op === "number") cur.push(op);
+        else for (var k = op[0]; k < op[1]; k++) cur.push(prev[k]);
+      }
+      out.push(cur);
+      prev = cur;
+    }
+    return out;
+  }
+
   function setHtml(el, html) {
     if (el && el.__svHtml !== html) {
       el.innerHTML = html;
@@ -80,7 +96,7 @@
   };
 
   /* ---- the rounds (and tree) panel ---- */
-  var frames = data.rounds;
+  var frames = data.rounds, shownIdx = expand(frames, "r"), treeIdx = expand(frames, "t");
   var roundsEl = $("sv-rounds"), treeEl = $("sv-tree"), statusEl = $("sv-x-status"), posEl = $("sv-x-pos");
   var rounds = new Player({
     count: frames.length, start: frames.length - 1, flag: "data-rounds",
@@ -89,8 +105,8 @@
     seconds: function (i) { return frames[i].s; },
     show: function (i) {
       var f = frames[i];
-      setHtml(roundsEl, join(f.r));
-      setHtml(treeEl, join(f.t));
+      setHtml(roundsEl, join(shownIdx[i]));
+      setHtml(treeEl, join(treeIdx[i]));
       statusEl.textContent = f.l;
       posEl.textContent = "Round " + f.n + " of " + data.nRounds + " \u00b7 frame " + (i + 1) + " of " + frames.length;
       document.body.setAttribute("data-frame", String(i));
@@ -129,7 +145,7 @@
   document.body.setAttribute("data-rounds", "paused");
 
   /* ---- the race, replayed from its recorded timestamps ---- */
-  var race = data.race, raceEl = $("sv-race"), clockEl = $("sv-x-race-pos");
+  var race = data.race, raceIdx = expand(race.frames, null), raceEl = $("sv-race"), clockEl = $("sv-x-race-pos");
   if (race.frames.length) {
     var racePlayer = new Player({
       count: race.frames.length, start: race.frames.length - 1, flag: "data-race",
@@ -137,7 +153,7 @@
       labels: { play: "\u21bb Replay the race in real time", pause: "\u275a\u275a Pause the race" },
       seconds: function () { return race.step; },
       show: function (i) {
-        setHtml(raceEl, join(race.frames[i]));
+        setHtml(raceEl, join(raceIdx[i]));
         var end = race.times[race.times.length - 1];
         clockEl.textContent = "t = " + race.times[i].toFixed(1) + " s of " + end.toFixed(1) + " s" +
           (race.speed > 1 ? " (played " + race.speed.toFixed(1) + "\u00d7 faster)" : "");
