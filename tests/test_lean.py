@@ -81,3 +81,51 @@ def test_engine_chain_on_the_lean_draft_keeps_greedy_text():
     assert [t.id for t in spec.tokens] == [t.id for t in std.tokens] and len(std.tokens) > 5
     assert len(spec.rounds) < spec.n_tokens  # some drafted tokens were accepted
     assert not draft._specviz_steps.in_use  # the run gave the steps back
+
+
+def test_traced_steps_equal_the_eager_forward_through_growth(monkeypatch):
+    """The traced one- and two-token graphs give the eager _decode's logits bit for bit, also after the
+    cache has grown past the capacity they were traced at (no shape in the graph is the cache's)."""
+    monkeypatch.setattr(lean, "_START", 8)
+    _, model = _int8_model(seed=2)
+    traced = lean.LeanSteps(model, 200)
+    assert traced.trace() > 0 and set(traced.traced) == {1, 2}
+    eager = lean.LeanSteps(model, 200)
+    assert eager.traced == {}
+    ids = torch.randint(0, 40, (40,), generator=torch.Generator().manual_seed(5)).tolist()
+    used = {1: 0, 2: 0}
+    calls = {}
+    for t, graph in traced.traced.items():  # count the graphs' calls
+        def counting(*args, _t=t, _g=graph):
+            used[_t] += 1
+            return _g(*args)
+        calls[t] = counting
+    traced.traced = calls
+    with torch.inference_mode():
+        assert torch.equal(traced.forward(ids[:6], 1)[0], eager.forward(ids[:6], 1)[0])
+        at, rolled = 6, set()
+        while at < 38:  # one- and two-token feeds, past 8, 16 and 32 slots, with rollbacks
+            t = 1 + (at % 3 == 0)
+            a, b = traced.forward(ids[at:at + t], 1)[0], eager.forward(ids[at:at + t], 1)[0]
+            assert torch.equal(a, b), at
+            at += t
+            if at % 7 == 0 and at not in rolled:  # a rejection: roll both back two tokens, feed again
+                rolled.add(at)
+                at -= 2
+                traced.set_length(at), eager.set_length(at)
+    assert traced.capacity >= 38 and used[1] > 10 and used[2] > 3
+
+
+def test_traced_steps_are_optional_and_fall_back(monkeypatch):
+    _, model = _int8_model()
+    assert lean.attach(copy.deepcopy(model), trace=False).traced == {}
+    steps = lean.LeanSteps(model, 64)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no tracer here")
+
+    monkeypatch.setattr(torch.jit, "trace", broken)
+    assert steps.trace() == 0.0 and steps.traced == {}
+    with torch.inference_mode():
+        logits, _ = steps.forward([1, 2, 3], 1)
+    assert logits.shape == (1, 40)

@@ -6,7 +6,8 @@ dtype casts -- took as long again: 45-55 ms a step on the AVX2 EPYC, so the draf
 target's step and speculation barely paid.  Here the same weights (the fused
 :class:`~.int8_target.TokenInt8Linear` of q/k/v and gate/up, o, down, the head) run in a plain loop
 with a preallocated KV cache, in float32 throughout: the attention is one SDPA call per layer, RoPE a
-table lookup.
+table lookup.  The one- and two-token feeds (every draft step) then run as TorchScript graphs traced
+from the same function: the same kernels without Python's dispatch between ~1,000 small ops.
 
 It is the *draft's* path only: the rule needs just the q the draft sampled from, so this forward need
 not match transformers' bit for bit (it does to float rounding: tested).  The target keeps
@@ -20,6 +21,8 @@ transformers' forward and the batch-invariant attention (:mod:`.invariant`).
 from __future__ import annotations
 
 import logging
+import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,6 +35,7 @@ log = logging.getLogger("specviz.models")
 
 ARCHITECTURES = ("qwen2", "llama")
 _START = 256  # cache slots allocated first; doubled as a run grows
+TRACED_FEEDS = (1, 2)  # feed lengths run as a traced graph: a step, and a step after a round that kept every draft
 
 
 @dataclass
@@ -117,6 +121,7 @@ class LeanSteps:
         self.length = 0
         self.in_use = False
         self._cos = self._sin = torch.empty(0)
+        self.traced: dict[int, Callable] = {}  # feed length -> traced _decode keeping one position
 
     # -- the cache --------------------------------------------------------------------------------
 
@@ -161,6 +166,66 @@ class LeanSteps:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
 
+    def _decode(self, tokens: torch.Tensor, pos: torch.Tensor, keep: int, cos_table: torch.Tensor,
+                sin_table: torch.Tensor, *cache: torch.Tensor, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder over ``tokens`` ([T] ids at cache slots ``pos``, [T] consecutive), with RoPE's
+        tables ([cap, d]): writes their keys and values into ``cache`` (every layer's keys, then every
+        layer's values: [1, kvh, cap, d]) and
+        returns the logits of the last ``keep`` and their final normed hidden states.  Attention runs
+        over the whole capacity, masked to the slots at or before each query (later slots may hold a
+        rolled-back draft): no shape here depends on the cache's length, so one trace serves every step."""
+        t, n = tokens.shape[0], len(self.layers)
+        keys, values = cache[:n], cache[n:]
+        x = self.embed.weight.index_select(0, tokens).float()  # [T, H]
+        cos, sin = cos_table.index_select(0, pos)[None], sin_table.index_select(0, pos)[None]  # [1, T, d]
+        mask = torch.arange(keys[0].shape[2])[None, :] <= pos[:, None]  # [T, cap]
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(self._rms(x, layer.norm_in))
+            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q = self._rope(q.view(t, self.heads, self.head_dim).transpose(0, 1), cos, sin)
+            k = self._rope(k.view(t, self.kv_heads, self.head_dim).transpose(0, 1), cos, sin)
+            keys[i].index_copy_(2, pos, k[None])
+            values[i].index_copy_(2, pos, v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)[None])
+            att = F.scaled_dot_product_attention(q[None], keys[i], values[i], attn_mask=mask,
+                                                 scale=self.scaling, enable_gqa=True)
+            x = x + layer.o(att[0].transpose(0, 1).reshape(t, self.q_size))
+            gate, up = layer.gate_up(self._rms(x, layer.norm_post)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        h = self._rms(x[t - keep:], self.norm)
+        return self.head(h).float(), h
+
+    # -- traced steps -------------------------------------------------------------------------------
+
+    def trace(self, feeds: tuple[int, ...] = TRACED_FEEDS) -> float:
+        """Record :meth:`_decode` for feeds of each length in ``feeds`` (keeping one position) as a
+        TorchScript graph: the same ops and kernels, run without Python between them.  On a 2-core
+        CPU the draft's one-token step is ~25 ms of int8 kernels and ~1,000 small ops whose Python
+        dispatch cost ~15 ms more; the graph runs them back to back.  Returns the seconds it took
+        (~0.5 s a length); on any failure the eager path stays (logged)."""
+        t0 = time.perf_counter()
+        if not all(isinstance(getattr(layer, name), TokenInt8Linear) for layer in self.layers
+                   for name in ("qkv", "o", "gate_up", "down")) or not isinstance(self.head, TokenInt8Linear):
+            log.info("The draft's step is not traced: its linears are not all fused int8 products")
+            return 0.0
+        try:
+            holder = _Holder(self)
+            self._reserve(max(feeds))
+            saved = self.length
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for t in feeds:
+                    args = (torch.zeros(t, dtype=torch.long), torch.arange(t), self._cos, self._sin, *self.keys,
+                            *self.values)
+                    self.traced[t] = torch.jit.trace(holder, args, check_trace=False)
+            self.length = saved
+        except Exception as exc:  # noqa: BLE001 -- tracing is an optimisation; the eager path is correct
+            self.traced = {}
+            log.warning("Tracing the draft's step failed (%s); it runs eagerly", exc)
+            return 0.0
+        seconds = time.perf_counter() - t0
+        log.info("Traced the draft's %s-token steps in %.1f s", "/".join(map(str, feeds)), seconds)
+        return seconds
+
     @torch.inference_mode()
     def forward(self, ids: list[int], keep: int, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``ids`` after the cache's ``length`` tokens; the logits (and final normed hidden states,
@@ -169,41 +234,50 @@ class LeanSteps:
         if start + t > self.max_len:
             raise RuntimeError(f"the lean KV cache holds {self.max_len} tokens; this run needs more")
         self._reserve(start + t)
-        end = start + t
-        x = self.embed(torch.tensor(ids, dtype=torch.long)).float()  # [T, H]
-        cos, sin = self._cos[start:end][None], self._sin[start:end][None]  # [1, T, d]
-        mask = None
-        if t > 1:  # query i sees the prefix and new tokens 0..i
-            mask = torch.ones(t, end, dtype=torch.bool).tril(diagonal=start)
-        for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._rms(x, layer.norm_in))
-            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-            q = self._rope(q.view(t, self.heads, self.head_dim).transpose(0, 1), cos, sin)
-            k = self._rope(k.view(t, self.kv_heads, self.head_dim).transpose(0, 1), cos, sin)
-            self.keys[i][0, :, start:end] = k
-            self.values[i][0, :, start:end] = v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)
-            att = F.scaled_dot_product_attention(q[None], self.keys[i][:, :, :end], self.values[i][:, :, :end],
-                                                 attn_mask=mask, scale=self.scaling, enable_gqa=True)
-            x = x + layer.o(att[0].transpose(0, 1).reshape(t, self.q_size))
-            gate, up = layer.gate_up(self._rms(x, layer.norm_post)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
-        self.length = end
-        h = self._rms(x[t - keep:], self.norm)
-        return self.head(h).float(), (h if hidden else None)
+        tokens, pos = torch.tensor(ids, dtype=torch.long), torch.arange(start, start + t)
+        graph = self.traced.get(t) if keep == 1 and not hidden else None
+        if graph is not None:
+            logits, h = graph(tokens, pos, self._cos, self._sin, *self.keys, *self.values), None
+        else:
+            logits, h = self._decode(tokens, pos, keep, self._cos, self._sin, *self.keys, *self.values,
+                                    hidden=hidden)
+        self.length = start + t
+        return logits, (h if hidden else None)
 
     def feed(self, new: list[int], keep: int, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`.compiled.CompiledSteps.feed`'s contract: ``new`` after the cache's contents."""
         return self.forward(new, keep, hidden)
 
 
-def attach(model: torch.nn.Module, max_len: int | None = None) -> LeanSteps | None:
+class _Holder(torch.nn.Module):
+    """What :func:`torch.jit.trace` records: :meth:`LeanSteps._decode` keeping one position.  The
+    tracer takes fbgemm's packed weights only from attributes of the traced module, so they are
+    listed here."""
+
+    def __init__(self, steps: LeanSteps):
+        super().__init__()
+        self.steps = [steps]  # a list: not a submodule (the steps are not an nn.Module)
+        linears = [getattr(layer, name) for layer in steps.layers for name in ("qkv", "o", "gate_up", "down")]
+        for n, linear in enumerate(linears + [steps.head]):
+            linear.pack()
+            setattr(self, f"packed_{n}", linear._packed)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
+                *cache: torch.Tensor) -> torch.Tensor:
+        return self.steps[0]._decode(tokens, pos, 1, cos_table, sin_table, *cache)[0]
+
+
+def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = True) -> LeanSteps | None:
     """Give ``model`` the lean decode path (:func:`specviz.core.kv.cached_lm` then uses it for chains) when
-    it supports it; returns the steps, or None (logged) when it does not."""
+    it supports it; returns the steps, or None (logged) when it does not.  ``trace``: also record its
+    one- and two-token steps as TorchScript graphs (:meth:`LeanSteps.trace`)."""
     why = unsupported(model)
     if why is not None:
         log.info("The lean decode path is off for %s: %s", type(model).__name__, why)
         return None
     cap = max_len or int(getattr(model.config, "max_position_embeddings", 0) or 32768)
     steps = LeanSteps(model, cap)
+    if trace:
+        steps.trace()
     model._specviz_steps = steps
     return steps
