@@ -36,6 +36,9 @@ FORBIDDEN = {
     "serving": ("experiments", "ui", "views", "cli"),
     "experiments": ("ui", "views", "cli"),
     "views": ("ui", "serving", "cli"),
+    "hardware": ("serving", "experiments", "ui", "views", "cli", "theory"),
+    "models": ("core.engine", "serving", "experiments", "ui", "views", "cli", "theory"),
+    "speculator": ("serving", "experiments", "ui", "views", "cli"),
 }
 
 

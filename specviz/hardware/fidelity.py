@@ -8,14 +8,13 @@ executions score that same text position by position (teacher forcing), and we r
 * TV(p_exec, p_bf16) per position (mean, median, 90th percentile, max), and
 * how often the two greedy tokens agree (argmax equal).
 
-    python -m specviz.hardware.fidelity [--exec int8] [--tokens 48] [--out assets/hardware/fidelity-int8.json]
+    python -m specviz.cli.fidelity [--exec int8] [--tokens 48] [--out assets/hardware/fidelity-int8.json]
 
 The page shows the summary where it names the target's execution.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -69,32 +68,3 @@ def load(execution: str) -> dict | None:
         return json.loads((FIDELITY_DIR / f"fidelity-{execution}.json").read_text())
     except (OSError, ValueError):
         return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..cli.bench import DEFAULT_PROMPTS, read_prompts
-    from ..hardware.machine import this_machine
-    from ..models import DEFAULT_PRESET, load_pair
-
-    ap = argparse.ArgumentParser(prog="python -m specviz.hardware.fidelity", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--exec", dest="execution", default="int8")
-    ap.add_argument("--tokens", type=int, default=48)
-    ap.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS)
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args(argv)
-    rows = read_prompts(args.prompts)
-    reference = load_pair(DEFAULT_PRESET, target_exec="bf16")
-    other = load_pair(DEFAULT_PRESET, target_exec=args.execution)
-    doc = {"exec": args.execution, "reference": "bf16", "tokens": args.tokens,
-           "machine": this_machine("cpu").describe(), "target": reference.target_name,
-           **compare(reference, other, [(r["prompt"], bool(r.get("chat", True))) for r in rows], args.tokens)}
-    print(summary_line(doc))
-    print(json.dumps(doc, indent=1, ensure_ascii=False))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=1, ensure_ascii=False))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
