@@ -24,7 +24,7 @@ from specviz.models import PRESETS
 from specviz.serving import hosting, replay
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
-from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, shootout_ui, tabs, tree_ui
+from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, present, shootout_ui, tabs, tree_ui
 from specviz.ui.form import FORM_FROM_TRACE, RULE_HELP, RunForm, form_duration, form_values, form_sweep_duration
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -103,13 +103,24 @@ def build() -> gr.Blocks:
         # The page's state is a handle (ui.store.Shown); the traces live in one bounded store.
         state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=STORE.drop)
         tree_runs = gr.State([])  # the last i.i.d. tree runs' first-position rejections (Theory tab)
-        gr.HTML('<div class="sv-header"><h1>specviz</h1><p>Speculative decoding, live: a small <b>draft</b> model '
-                'guesses γ tokens, the big <b>target</b> model checks them all in one pass. Every round, every '
-                'accept and reject, real models, real timings.</p></div>')
-        with gr.Tabs() as page_tabs:
+        with gr.Row(elem_id="sv-top", equal_height=True):
+            gr.HTML('<div class="sv-header"><h1>specviz</h1><p>Speculative decoding, live: a small <b>draft</b> model '
+                    'guesses γ tokens, the big <b>target</b> model checks them all in one pass. Every round, every '
+                    'accept and reject, real models, real timings.</p></div>', elem_id="sv-header")
+            with gr.Column(scale=0, min_width=190, elem_id="sv-present-box"):  # presenter mode: ui.present
+                present_box = gr.Checkbox(False, label="Presenter mode", elem_id="sv-present-toggle",
+                                          info="large text; ← → space Home End step the rounds")
+                drawer_btn = gr.Button("⚙ Settings", size="sm", elem_id="sv-drawer-btn")
+        with gr.Tabs(overflow_behavior="wrap") as page_tabs:  # every tab's name in view, also on a phone
             with gr.Tab("Live", id="live"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=340, elem_id="sv-controls"):
+                        gr.HTML('<p class="sv-hint">Press <b>Run</b> to race speculative against standard '
+                                'decoding on the prompt below, live.</p>', elem_id="sv-hint")
+                        with gr.Row(elem_id="sv-run-row"):
+                            run_btn = gr.Button("Run", variant="primary", elem_id="sv-run")
+                            stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+                        status = gr.HTML(status_html("Pick a prompt and press Run."), elem_id="sv-status")
                         preset = gr.Dropdown(presets, value=default_preset(), label="Model pair (draft → target)",
                                              info=PRESETS[default_preset()].description, elem_id="sv-preset")
                         with gr.Row(visible=False) as custom_row:
@@ -160,10 +171,6 @@ def build() -> gr.Blocks:
                                              elem_id="sv-seed")
                         with gr.Accordion("How the target runs", open=False, elem_id="sv-exec-box"):
                             target_exec = gr.Dropdown(**machine_ui.exec_setting(), elem_id="sv-target-exec")
-                        with gr.Row():
-                            run_btn = gr.Button("Run", variant="primary", elem_id="sv-run")
-                            stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
-                        status = gr.HTML(status_html("Pick a prompt and press Run."), elem_id="sv-status")
                         with gr.Accordion("Save or load a run", open=False, elem_id="sv-files"):
                             export = gr.DownloadButton("Export trace (JSON)", value=None, elem_id="sv-export")
                             page_btn = gr.Button("Download as a page (HTML)", elem_id="sv-export-page")
@@ -188,9 +195,12 @@ def build() -> gr.Blocks:
                 with gr.Column(elem_id="sv-stepper"):
                     gr.Markdown("### Step through the rounds")
                     with gr.Row(equal_height=True, elem_classes="sv-step-row"):
+                        first_round_btn = gr.Button("⇤ First", size="sm", scale=0, min_width=90, elem_id="sv-first")
                         prev_btn = gr.Button("◀ Previous", size="sm", scale=0, min_width=130, elem_id="sv-prev")
                         step = gr.Slider(1, 2, value=1, step=1, label="Round", interactive=False, elem_id="sv-step")
                         next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=130, elem_id="sv-next")
+                        play_btn = gr.Button("▶ Play", size="sm", scale=0, min_width=90, elem_id="sv-play")
+                        last_round_btn = gr.Button("Last ⇥", size="sm", scale=0, min_width=90, elem_id="sv-last")
                     with gr.Row(elem_classes="sv-link-row"):
                         copy_btn = gr.Button("Copy a link to this round", size="sm", scale=0, min_width=240,
                                              elem_id="sv-copy-link")
@@ -360,13 +370,20 @@ def build() -> gr.Blocks:
         step.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
         pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], api_visibility="private")
         state.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
-        copy_btn.click(lambda st, i: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,
-                                                      recordings=RECORDINGS), [state, step], [link_box],
+        copy_btn.click(lambda st, i, pr: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,
+                                                          recordings=RECORDINGS, present=pr),
+                       [state, step, present_box], [link_box],
                        api_visibility="private").then(
             None, [link_box], [link_box], api_visibility="private",
             js="(q) => { const u = new URL(window.location.href); u.search = q; const s = u.toString(); "
                "try { navigator.clipboard.writeText(s); } catch (e) {} return s; }")
         prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
+        # Presenter mode (specviz.ui.present, assets/present.js): the toggle, the settings drawer, the keys' buttons.
+        present_box.change(None, [present_box], None, js=present.TOGGLE_JS, api_visibility="private")
+        drawer_btn.click(None, None, None, js=present.DRAWER_JS, api_visibility="private")
+        play_btn.click(None, None, None, js=present.PLAY_JS, api_visibility="private")
+        first_round_btn.click(present.first_round, None, [step], api_visibility="private")
+        last_round_btn.click(present.last_round, [state], [step], api_visibility="private")
         # "Download as a page": what the Live tab shows, as one HTML file (an older page hides when it changes).
         page_btn.click(export_ui.download_page, [state], [page_file, status], api_visibility="private")
         state.change(export_ui.hidden_page, None, [page_file], api_visibility="private")
@@ -396,8 +413,9 @@ def build() -> gr.Blocks:
                 link = links.parse_link(params, examples=EXAMPLES, recordings=RECORDINGS)
                 out = views.write(links.open_link(link, RECORDINGS))
                 out[example] = link.example["label"] if link.example else gr.skip()
+                out[present_box] = True if link.present else gr.skip()
                 return out
-            demo.load(on_start, None, [*views.outputs, example], api_visibility="private").success(
+            demo.load(on_start, None, [*views.outputs, example, present_box], api_visibility="private").success(
                 fill_form, [state], form_fill, api_visibility="private")
 
         # This machine: the probe of the pair the preset names (loaded or cached; nothing is loaded for it).
@@ -488,7 +506,7 @@ def main() -> None:
     host, port = hosting.server_address()
     demo.launch(server_name=host, server_port=port, max_file_size=MAX_UPLOAD, max_threads=MAX_THREADS,
                 state_session_capacity=SESSIONS,
-                css=V.load_css(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
+                css=V.load_css(), head=present.head(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
 
 
 if __name__ == "__main__":

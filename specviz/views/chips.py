@@ -305,6 +305,17 @@ def rounds_html(
 # ---- legend ------------------------------------------------------------------------
 
 
+# How the race's text marks where each token came from, by colour and by a second cue (the underline):
+# the spans are styled in assets/style.css (.sv-tk.sv-<origin>).
+TEXT_KEY = (
+    '<p class="sv-legend-textkey">In the race\'s text: '
+    '<span class="sv-tk sv-accepted">tinted green</span> = an accepted draft · '
+    '<span class="sv-tk sv-correction">wavy underline</span> = a correction · '
+    '<span class="sv-tk sv-bonus">double underline</span> = a bonus · '
+    '<span class="sv-tk sv-target">plain</span> = standard decoding\'s own tokens.</p>'
+)
+
+
 def legend_html(trace: Trace | None = None, *, include_target: bool = True, include_pending: bool = True) -> str:
     """The colour legend: a sample chip and a one-line meaning per status.
 
@@ -316,7 +327,7 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         order.append("pending")
     if include_target:
         order.append("target")
-    items = []
+    items, chips = [], []
     for status in order:
         meaning = pending_meaning(trace) if status == "pending" else MEANINGS[status]  # who drafted
         items.append(
@@ -324,6 +335,8 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
             f'<span class="sv-chip sv-{status} sv-chip--mini"><span class="sv-tok">{esc(status)}</span></span>'
             f'<span class="sv-legend-text">{esc(meaning)}</span></div>'
         )
+        chips.append(f'<span class="sv-chip sv-{status} sv-chip--mini" title="{esc(meaning)}">'
+                     f'<span class="sv-tok">{esc(status)}</span></span>')
     if trace is not None and trace.kind == "speculative" and epsilon_of(trace.settings) > 0:
         items.append(
             '<div class="sv-legend-item" data-status="epsilon">'
@@ -339,4 +352,8 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         ).format(d=esc(trace.settings.drafter), p=esc(trace.settings.policy), dn=esc(drafter_name(trace)),
                  pt=esc(policy_text(trace.settings)),
                  ex=f' · <span class="sv-legend-exec">{esc(execution)}</span>' if execution else "")
-    return f'<div class="sv-legend">{run}{"".join(items)}</div>'
+    # One row of chips; what each means opens on request (the full legend pushed Run below the first view).
+    key = (f'<details class="sv-legend-key"><summary><span class="sv-legend-chips">{"".join(chips)}</span>'
+           '<span class="sv-legend-open">what the colours mean</span></summary>'
+           f'<div class="sv-legend-items">{"".join(items)}</div>{TEXT_KEY}</details>')
+    return f'<div class="sv-legend">{run}{key}</div>'

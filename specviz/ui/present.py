@@ -1,0 +1,47 @@
+"""Presenter mode (issue 22, part 3): the page on a projector, driven from the keyboard.
+
+The toggle ("Presenter mode" in the page's header, or ``?present=1`` in the URL, read by
+specviz.ui.links) puts the class ``sv-present`` on the page's <body>: the style sheet
+(``assets/style.css``, "presenter mode") enlarges the round view, the race and the narration, puts
+the plots two to a row, and hides the settings column behind a "Settings" drawer; the script in
+``assets/present.js`` (loaded in the page's <head>) scales the plots' text and lets keys drive step mode:
+
+    ← / →        previous / next round
+    space        play / pause (the next round every 1.8 s, up to the last)
+    Home / End   first / last round
+    Escape       close the settings drawer
+
+Keys are ignored while focus is in a text field.  They click the step-mode buttons, so a key does
+what its button does.  The same script keeps tooltips inside the viewport (placed when shown).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SCRIPT_PATH = Path(__file__).resolve().parents[2] / "assets" / "present.js"
+KEYS = {"ArrowLeft": "#sv-prev", "ArrowRight": "#sv-next", "Home": "#sv-first", "End": "#sv-last", " ": "play/pause"}
+TOGGLE_JS = "(on) => { window.svPresent && window.svPresent.set(on); }"
+DRAWER_JS = "() => { window.svPresent && window.svPresent.drawer(); }"
+PLAY_JS = "() => { window.svPresent && window.svPresent.togglePlay(); }"
+
+
+def head() -> str:
+    """The <script> the page's <head> carries (empty if the file is missing)."""
+    try:
+        js = SCRIPT_PATH.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    safe = js.replace("</script", "<\\/script")  # the script cannot end its own tag
+    return f"<script>{safe}</script>"
+
+
+def first_round() -> int:
+    return 1
+
+
+def last_round(state: Any) -> int:
+    """The last round of what is shown (1 when nothing is)."""
+    spec = (state or {}).get("spec") if state is not None else None
+    return max(len(getattr(spec, "rounds", None) or []), 1)
