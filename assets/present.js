@@ -10,6 +10,8 @@
  *   play / pause (Next every PLAY_MS until the last round), Home / End first / last round, Escape
  *   closes the settings drawer.  They click the step-mode buttons (#sv-prev, #sv-next, #sv-first,
  *   #sv-last), so they do exactly what the buttons do.
+ * - Any figure (presenter mode or not) whose title, subtitle or x-axis title is wider than the figure
+ *   (a phone, or presenter mode's larger text) gets that text's font reduced until it fits.
  * - Tooltips (.sv-tip inside a chip) are placed in the viewport (position: fixed) when shown, above
  *   the chip when there is no room below, so a scrolling panel's edge never cuts them off.
  */
@@ -158,7 +160,37 @@
       window.Plotly.relayout(el, { width: box }).finally(() => { el.__svSizing = false; });
     }
   }
-  function syncPlots() { document.querySelectorAll(".js-plotly-plot").forEach(syncPlot); }
+  // Text that would run past the figure's edge: its font is reduced to fit (never below 9 px).
+  const FIT = { "gtitle": "title.font.size", "gtitle-subtitle": "title.subtitle.font.size", "xtitle": "xaxis.title.font.size" };
+  function fitPlot(el) {
+    if (!window.Plotly || !el._fullLayout || el.offsetWidth === 0 || el.__svFitting) return;
+    const svg = el.querySelector("svg.main-svg");
+    if (!svg) return;
+    const box = svg.getBoundingClientRect();
+    const F = el._fullLayout, upd = {};
+    el.querySelectorAll(".infolayer text").forEach((t) => {
+      const key = FIT[t.getAttribute("class")];
+      if (!key || key in upd) return;
+      const r = t.getBoundingClientRect();
+      if (!r.width) return;
+      const over = Math.max(box.left + 2 - r.left, r.right - (box.right - 2), 0);
+      if (over <= 0) return;
+      const path = key.split(".");
+      let size = F;
+      for (const p of path) size = size && size[p];
+      size = size || (F.font && F.font.size) || 12;
+      const ratio = Math.max(0.3, (r.width - 2 * over - 4) / r.width);
+      const next = Math.max(9, Math.floor(size * ratio));
+      if (next < size) upd[key] = next;
+    });
+    if (Object.keys(upd).length) {
+      el.__svFitting = true;
+      window.Plotly.relayout(el, upd).finally(() => { el.__svFitting = false; });
+    }
+  }
+  function syncPlots() {
+    document.querySelectorAll(".js-plotly-plot").forEach((el) => { syncPlot(el); fitPlot(el); });
+  }
   setInterval(syncPlots, 700);  // cheap: a dozen figures; catches figures the server redraws
 
   // ---- tooltips: inside the viewport, never cut off by a scrolling panel ----------------------------

@@ -42,6 +42,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "test_hardening.py": ("server",),
     "test_browser.py": ("browser", "server"),
     "test_shootout_browser.py": ("browser", "server"),
+    "test_present_browser.py": ("browser", "server"),
     "test_challenges_browser.py": ("browser", "server"),
     "test_export_browser.py": ("browser",),
 }

@@ -8,6 +8,7 @@ transparent and text is mid-grey so the figures read in light and dark mode.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
@@ -63,14 +64,17 @@ def style_figure(
     return fig
 
 
+EMPTY_WRAP = 38  # characters a line of an empty figure's message: a plot on a phone is ~330 px wide
+
+
 def empty_figure(title: str, message: str = "No data yet") -> go.Figure:
-    """A blank figure that says why it is blank."""
+    """A blank figure that says why it is blank (the message broken into lines that fit a narrow plot)."""
     fig = go.Figure()
     style_figure(fig, title, legend=False)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     fig.add_annotation(
-        text=message,
+        text="<br>".join(textwrap.wrap(message, EMPTY_WRAP)) or message,
         x=0.5,
         y=0.5,
         xref="paper",
@@ -146,9 +150,9 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
     style_figure(
         fig,
         title,
-        "draft position i (1 = first drafted token)",
+        "draft position i (1 = first drafted)",
         "acceptance rate",
-        subtitle="share of verified drafts at position i that the target accepted",
+        subtitle="share of verified drafts at position i<br>that the target accepted",
     )
     fig.update_xaxes(tickmode="linear", dtick=1, range=[0.4, gamma + 0.6])
     fig.update_yaxes(range=[0, 1.12], tickformat=".0%")
@@ -213,7 +217,7 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
     style_figure(
         fig,
         title,
-        f"tokens in the round ({gamma + 1} = all drafts + bonus)",
+        f"tokens per round ({gamma + 1} = all + bonus)",
         "rounds",
         subtitle=f"{rule_name(trace)}<br>orange: ended by a correction · blue: by a bonus",
     )
@@ -232,7 +236,7 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
 
     Shows what the draft-length policy did: how long it let the drafter run and how
     much of that the target kept.  The hover says why each round stopped drafting."""
-    title = "Draft length per round: drafted vs accepted"
+    title = "Draft length per round"
     if trace is None or trace.kind != "speculative":
         return empty_figure(title, "No data yet: run speculative decoding")
     rounds = trace.rounds
@@ -373,7 +377,7 @@ def tokens_vs_time(spec: Trace | None, std: Trace | None) -> go.Figure:
                 hovertemplate=f"{name} finished: %{{y}} tokens at %{{x:.2f}} s<extra></extra>",
             )
         )
-    style_figure(fig, title, "seconds since start", "tokens", subtitle="steeper is faster; each step is one round (one target pass)")
+    style_figure(fig, title, "seconds since start", "tokens", subtitle="steeper is faster<br>each step is one round (one target pass)")
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -423,26 +427,19 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
             showlegend=False,
         )
     )
-    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash", width=1.5))
-    fig.add_trace(  # legend entry for the 1× line
-        go.Scatter(
-            name="1× = no speedup",
-            x=[None],
-            y=[None],
-            mode="lines",
-            line=dict(color=COLORS["rejected"], dash="dash", width=1.5),
-            hoverinfo="skip",
-        )
-    )
-    parts = [f"α = {alpha:.2f}" if alpha is not None else "α = n/a", f"γ = {gamma}"]
+    # The 1× line is named where it is drawn (a legend under the bars collides with their labels when narrow).
+    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash", width=1.5),
+                  annotation_text="1× = no speedup", annotation_position="top left",
+                  annotation_font=dict(size=11, color=COLORS["rejected"]))
+    parts = [f"α = {alpha:.2f}" if alpha is not None else "α = n/a", f"γ = {gamma}",
+             f"verify = {steps(v)} steps" if v is not None else "verify cost unknown"]
     if rc.c is not None:
-        parts.append(f"c = {rc.c:.3f} (draft token ÷ standard step)")
+        c_text = f"c = {rc.c:.3f} (draft token ÷ standard step)"
     elif c is not None:
-        parts.append(f"c = {c:.3f} (draft token ÷ verify pass)")
+        c_text = f"c = {c:.3f} (draft token ÷ verify pass)"
     else:
-        parts.append("c = n/a")
-    last = f"verify pass = {steps(v)} standard steps" if v is not None else "verify cost unknown: no standard run"
-    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + last)
+        c_text = "c = n/a"
+    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + c_text, legend=False)
     top = max([x for x in vals if x is not None] + [1.0])
     fig.update_yaxes(range=[0, top * 1.22])
     fig.update_layout(meta={"measured": measured, "theoretical": theory, "with_verify": with_v, "v": v, "c": c,
