@@ -118,6 +118,8 @@
       "margin.b": (F.margin && F.margin.b) || 80,
       "height": (el.layout && el.layout.height) || null,
     };
+    // a legend under the plot moves down with the larger tick labels and axis title
+    if (F.showlegend && F.legend && F.legend.y < 0) o["legend.y"] = F.legend.y;
     if (F.title && F.title.subtitle && F.title.subtitle.font) o["title.subtitle.font.size"] = F.title.subtitle.font.size;
     ((el.layout && el.layout.annotations) || []).forEach((a, i) => {
       const full = F.annotations && F.annotations[i];
@@ -125,11 +127,13 @@
     });
     return o;
   }
+  const GROW = { "height": 1.35, "margin.b": 1.6, "legend.y": 1.55 };  // beyond the text's own scale
   function scaled(o, k) {
     const out = {};
     for (const [key, v] of Object.entries(o)) {
       if (v === null || v === undefined) { out[key] = null; continue; }
-      out[key] = key === "height" ? Math.round(v * (k === 1 ? 1 : 1.18)) : Math.round(v * k);
+      const f = k === 1 ? 1 : (GROW[key] || k);
+      out[key] = key === "legend.y" ? v * f : Math.round(v * f);
     }
     return out;
   }
@@ -163,7 +167,9 @@
   // Text that would run past the figure's edge: its font is reduced to fit (never below 9 px).
   const FIT = { "gtitle": "title.font.size", "gtitle-subtitle": "title.subtitle.font.size", "xtitle": "xaxis.title.font.size" };
   function fitPlot(el) {
-    if (!window.Plotly || !el._fullLayout || el.offsetWidth === 0 || el.__svFitting) return;
+    if (!window.Plotly || !el._fullLayout || el.offsetWidth === 0 || el.__svFitting || el.__svSizing) return;
+    if (on() !== (el.__svLayout === el.layout)) return;  // presenter scaling not applied (or undone) yet
+    if (el.parentElement && Math.abs(el.parentElement.clientWidth - el._fullLayout.width) > 4) return;  // not resized yet
     const svg = el.querySelector("svg.main-svg");
     if (!svg) return;
     const box = svg.getBoundingClientRect();

@@ -174,6 +174,9 @@ def test_presenter_mode_enlarges_hides_the_settings_and_takes_keys(viewport_page
     page.click("#sv-drawer-btn")
     page.wait_for_function("(sel) => document.querySelector(sel).getBoundingClientRect().width > 0", arg="#sv-controls")
     assert page.evaluate(IN_VIEW, "#sv-run")
+    columns = page.eval_on_selector("#sv-controls", "c => new Set([...c.children].filter(e => e.offsetWidth)"
+                                    ".map(e => Math.round(e.getBoundingClientRect().left))).size")
+    assert columns == 1, "the drawer's controls spill into more than one column"
     page.screenshot(path=str(shots / f"presenter-{theme}-drawer.png"))
     # keys typed in the prompt are the prompt's
     page.click("#sv-prompt textarea")

@@ -401,17 +401,18 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
     if alpha is not None:
         free = float(gamma + 1) if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
-    names = ["measured", "Thm 3.8, textbook<br>(verify = 1 step)",
-             f"Thm 3.8, measured<br>verify = {steps(v)} steps" if v is not None else "Thm 3.8, measured<br>verify cost",
-             "free draft<br>(c = 0, verify = 1 step)"]
+    # Short, two-line labels: four of them fit a third of a row without turning on their side.
+    names = ["measured", "Thm 3.8<br>textbook",
+             f"Thm 3.8<br>v = {steps(v)}" if v is not None else "Thm 3.8<br>v unknown",
+             "free<br>draft"]
     vals = [measured, theory, with_v, free]
     colors = [COLORS["speculative"], "rgba(100, 116, 139, 0.75)", COLORS["theory"], "rgba(100, 116, 139, 0.35)"]
     hovers = [
         "speculative tok/s ÷ standard tok/s" if measured is not None else "run standard decoding to measure",
-        "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et al. 2023: a verify pass costs one standard step",
+        "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et al. 2023: a verify pass costs one standard step (v = 1)",
         "(1 − α^(γ+1)) / ((1 − α)(γc + v)), v = verify pass ÷ standard step, measured in this race"
         if v is not None else "needs a standard run to measure a step",
-        "(1 − α^(γ+1)) / (1 − α): expected tokens per target pass",
+        "(1 − α^(γ+1)) / (1 − α): expected tokens per target pass (a free draft: c = 0, v = 1)",
     ]
     fig = go.Figure()
     fig.add_trace(
@@ -427,10 +428,17 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
             showlegend=False,
         )
     )
-    # The 1× line is named where it is drawn (a legend under the bars collides with their labels when narrow).
-    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash", width=1.5),
-                  annotation_text="1× = no speedup", annotation_position="top left",
-                  annotation_font=dict(size=11, color=COLORS["rejected"]))
+    fig.add_hline(y=1.0, line=dict(color=COLORS["rejected"], dash="dash", width=1.5))
+    fig.add_trace(  # legend entry for the 1× line
+        go.Scatter(
+            name="1× = no speedup",
+            x=[None],
+            y=[None],
+            mode="lines",
+            line=dict(color=COLORS["rejected"], dash="dash", width=1.5),
+            hoverinfo="skip",
+        )
+    )
     parts = [f"α = {alpha:.2f}" if alpha is not None else "α = n/a", f"γ = {gamma}",
              f"verify = {steps(v)} steps" if v is not None else "verify cost unknown"]
     if rc.c is not None:
@@ -439,7 +447,8 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
         c_text = f"c = {c:.3f} (draft token ÷ verify pass)"
     else:
         c_text = "c = n/a"
-    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + c_text, legend=False)
+    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + c_text)
+    fig.update_xaxes(tickangle=0)
     top = max([x for x in vals if x is not None] + [1.0])
     fig.update_yaxes(range=[0, top * 1.22])
     fig.update_layout(meta={"measured": measured, "theoretical": theory, "with_verify": with_v, "v": v, "c": c,
