@@ -32,6 +32,7 @@ from specviz.ui.store import STORE
 from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_info, theory_views, use_last_run
 from specviz.views import html as V
 from specviz.views import plots as P
+from specviz.views import race_plots as RP
 from specviz.views import tree_plots as TRP
 from specviz.views.heads import section as draft_heads_section
 
@@ -219,8 +220,8 @@ def build() -> gr.Blocks:
                     plot_draft = gr.Plot(show_label=False, value=P.draft_lengths(None), elem_id="sv-draft-lengths")
                 with gr.Row(elem_classes="sv-plots"):
                     plot_time = gr.Plot(show_label=False, value=P.round_times(None))
-                    plot_curve = gr.Plot(show_label=False, value=P.tokens_vs_time(None, None))
-                    plot_speed = gr.Plot(show_label=False, value=P.speedup_bars(None, None))
+                    plot_curve = gr.Plot(show_label=False, value=RP.tokens_vs_time(None, None))
+                    plot_speed = gr.Plot(show_label=False, value=RP.speedup_bars(None, None))
                 with gr.Row(visible=False, elem_classes="sv-plots", elem_id="sv-tree-plots") as tree_plots:  # tree runs only
                     plot_tree_size = gr.Plot(show_label=False, elem_id="sv-tree-sizes")
                     plot_tree_verify = gr.Plot(show_label=False, elem_id="sv-tree-verify")

@@ -14,7 +14,7 @@ from specviz import theory as th
 from specviz.core.settings import DecodeSettings
 from specviz.experiments import shootout, sweeps
 from specviz.theory.costs import COMPUTE_BOUND_V, loss_cause, race_costs
-from specviz.views import plots
+from specviz.views import race_plots
 from specviz.views.metrics import metrics_html
 from specviz.views.race import race_html
 from tests.synthetic import make_std_trace, make_trace
@@ -139,12 +139,12 @@ def test_metrics_show_the_verify_factor_and_both_theorems():
 def test_speedup_bars_show_the_textbook_and_the_measured_verify():
     spec, std = make_trace(**VERIFY_BOUND), make_std_trace(step=STEP)
     rc = race_costs(spec, std)
-    fig = plots.speedup_bars(spec, std)
+    fig = race_plots.speedup_bars(spec, std)
     (bar,) = [t for t in fig.data if t.type == "bar"]
     assert list(bar.y[:3]) == pytest.approx([rc.measured, rc.textbook, rc.with_verify])
     assert bar.x[2] == "Thm 3.8<br>v = 2.6"  # short labels: the chart is a third of a row
     assert "verify = 2.6 steps" in fig.layout.title.subtitle.text
-    (only,) = [t for t in plots.speedup_bars(spec, None).data if t.type == "bar"]
+    (only,) = [t for t in race_plots.speedup_bars(spec, None).data if t.type == "bar"]
     assert only.text[0] == "n/a" and only.text[2] == "n/a"
 
 

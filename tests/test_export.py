@@ -21,6 +21,7 @@ from specviz.theory.costs import race_costs
 from specviz.trace import Trace, load_recording, recording_to_json
 from specviz.views import html as V
 from specviz.views import plots as P
+from specviz.views import race_plots as RP
 from specviz.views.export_frames import FramePool, delta, race_frames, replay_speed, round_frames, undelta
 from specviz.views.export_page import export_page, plotly_js
 from specviz.views.tree_live import is_tree_run, live_tree, walk_steps
@@ -124,8 +125,8 @@ def check_page(page: str, spec: Trace | None, std: Trace | None) -> dict:
     figs = {p["id"]: p["fig"] for p in data["plots"]}
     assert len(figs) == (9 if is_tree_run(spec) else 6)
     assert figs["sv-x-plot-acceptance"] == json.loads(P.acceptance_by_position(spec).to_json())
-    assert figs["sv-x-plot-tokens-vs-time"] == json.loads(P.tokens_vs_time(spec, std).to_json())
-    assert figs["sv-x-plot-speedup"] == json.loads(P.speedup_bars(spec, std).to_json())
+    assert figs["sv-x-plot-tokens-vs-time"] == json.loads(RP.tokens_vs_time(spec, std).to_json())
+    assert figs["sv-x-plot-speedup"] == json.loads(RP.speedup_bars(spec, std).to_json())
     for p in data["plots"]:
         assert f'id="{p["id"]}"' in page
     return data

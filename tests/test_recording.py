@@ -12,6 +12,7 @@ from specviz.models.tiny import build_tiny_pair
 from specviz.trace import TraceError, load_recording, recording_to_json
 from specviz.views import html as V
 from specviz.views import plots as P
+from specviz.views import race_plots as RP
 from specviz.views import theory_plots as TP
 
 
@@ -39,7 +40,7 @@ def test_round_trip_gives_identical_animation_and_numbers(race):
     assert V.metrics_html(spec2.summary(), gamma=4) == V.metrics_html(spec.summary(), gamma=4)
     for make in (P.acceptance_by_position, P.tokens_per_round_hist, P.round_times, TP.theorem1_plot):
         assert make(spec2).to_json() == make(spec).to_json()
-    for make in (P.tokens_vs_time, P.speedup_bars):
+    for make in (RP.tokens_vs_time, RP.speedup_bars):
         assert make(spec2, std2).to_json() == make(spec, std).to_json()
     # A second export is byte-identical to the first.
     assert recording_to_json(spec2, std2) == text

@@ -1,4 +1,4 @@
-"""Tests for specviz.theory (formulas, simulate, batch) and specviz.views.theory_plots.
+"""Tests for specviz.theory (formulas, simulate, batch), specviz.views.theory_plots and sweep_plots.
 
 Each formula is checked against an independent computation: a Monte Carlo of
 the process it describes, a brute-force search, or the same quantity written
@@ -21,6 +21,7 @@ from scipy.stats import chisquare
 from specviz import theory as th
 from specviz.core.settings import DecodeSettings
 from specviz.trace import Position, Round, Token, Trace, theoretical_speedup
+from specviz.views import sweep_plots as sp
 from specviz.views import theory_plots as tp
 
 PAPER_EXAMPLES = [  # Leviathan et al. §3.5: (c, α) -> (γ*, speedup)
@@ -458,17 +459,17 @@ def test_batch_plot():
 
 def test_gamma_sweep_plot():
     results = [{"gamma": g, "speedup": 1.0 + 0.1 * g, "alpha": 0.7, "c": 0.1} for g in (4, 1, 2, 8)]
-    fig = tp.gamma_sweep_plot(results, None, None)
+    fig = sp.gamma_sweep_plot(results, None, None)
     meas = by_name(fig, "measured (spec ÷ standard tok/s)")
     assert list(meas.x) == [1, 2, 4, 8]
     assert by_name(fig, "optimal γ").x[0] == th.optimal_gamma(0.7, 0.1, 8)[0]
     assert by_name(fig, "Thm 3.8, textbook: verify = 1 step (α=0.70, c=0.10)")
     assert "verify cost not measured" in fig.layout.title.subtitle.text
-    assert is_message(tp.gamma_sweep_plot(None, 0.7, 0.1))
-    assert is_message(tp.gamma_sweep_plot([], None, None))
-    assert is_message(tp.gamma_sweep_plot([{"gamma": None}], None, None))
+    assert is_message(sp.gamma_sweep_plot(None, 0.7, 0.1))
+    assert is_message(sp.gamma_sweep_plot([], None, None))
+    assert is_message(sp.gamma_sweep_plot([{"gamma": None}], None, None))
     # No α / c: measured points only.
-    fig = tp.gamma_sweep_plot([{"gamma": 2, "speedup": 1.3}], None, None)
+    fig = sp.gamma_sweep_plot([{"gamma": 2, "speedup": 1.3}], None, None)
     assert [t.name for t in fig.data] == ["measured (spec ÷ standard tok/s)"]
 
 
@@ -477,7 +478,7 @@ def test_gamma_sweep_plot_draws_theory_with_the_verify_cost_measured_at_each_gam
     is Thm 3.8 with that γ's verify factor, and the textbook curve stays, dashed, beside it."""
     vs = {1: 1.05, 2: 1.1, 4: 1.3, 8: 2.0}
     results = [{"gamma": g, "speedup": 1.0 + 0.1 * g, "alpha": 0.9, "c": 0.2, "v": v} for g, v in vs.items()]
-    fig = tp.gamma_sweep_plot(results, None, None)
+    fig = sp.gamma_sweep_plot(results, None, None)
     curve = by_name(fig, "Thm 3.8 with the verify cost measured at each γ")
     assert list(curve.x) == [1, 2, 4, 8]
     assert list(curve.y) == pytest.approx([th.expected_speedup(0.9, g, 0.2, v) for g, v in vs.items()])
@@ -506,11 +507,11 @@ def test_epsilon_sweep_plot():
         {"epsilon": e, "alpha": 0.5 + e, "speedup": 1.5 + e, "mean_bias": e / 2, "first_divergence": 10, "edit_distance": 3}
         for e in (0.1, 0.0, 0.2)
     ]
-    fig = tp.epsilon_sweep_plot(results)
+    fig = sp.epsilon_sweep_plot(results)
     assert list(by_name(fig, "alpha (OPT)").x) == [0.0, 0.1, 0.2]
     assert list(by_name(fig, "mean_bias (OPT)").y) == [0.0, 0.05, 0.1]
     assert "edit distance: 3" in by_name(fig, "speedup (OPT)").text[0]
     results.append({"epsilon": 0.0, "alpha": 0.4, "speedup": 1.2, "mean_bias": 0.1, "variant": "uno"})
-    assert by_name(tp.epsilon_sweep_plot(results), "alpha (UNO)")
-    assert is_message(tp.epsilon_sweep_plot(None)) and is_message(tp.epsilon_sweep_plot([]))
-    assert is_message(tp.epsilon_sweep_plot([{"alpha": 0.3}]))
+    assert by_name(sp.epsilon_sweep_plot(results), "alpha (UNO)")
+    assert is_message(sp.epsilon_sweep_plot(None)) and is_message(sp.epsilon_sweep_plot([]))
+    assert is_message(sp.epsilon_sweep_plot([{"alpha": 0.3}]))

@@ -9,7 +9,7 @@ import pytest
 
 from specviz.theory.costs import race_costs
 from specviz.trace import Round, Token, theoretical_speedup, trace_from_json
-from specviz.views import plots
+from specviz.views import plots, race_plots
 from specviz.views.html import (
     legend_html,
     metrics_html,
@@ -439,20 +439,20 @@ def test_round_times_stack():
 
 def test_tokens_vs_time_curves():
     spec, std = make_trace(), make_std_trace()
-    fig = plots.tokens_vs_time(spec, std)
+    fig = race_plots.tokens_vs_time(spec, std)
     lines = [t for t in fig.data if t.mode == "lines"]
     assert len(lines) == 2
     assert lines[0].line.shape == "hv"
     assert lines[0].y[-1] == spec.n_tokens and lines[1].y[-1] == std.n_tokens
     assert lines[0].x[-1] == pytest.approx(spec.rounds[-1].t_end)
     assert lines[0].x[0] == 0 and lines[0].y[0] == 0
-    one = plots.tokens_vs_time(spec, None)
+    one = race_plots.tokens_vs_time(spec, None)
     assert len([t for t in one.data if t.mode == "lines"]) == 1
 
 
 def test_speedup_bars_numbers():
     spec, std = make_trace(), make_std_trace()
-    fig = plots.speedup_bars(spec, std)
+    fig = race_plots.speedup_bars(spec, std)
     bar = _bar(fig)
     s = spec.summary()
     measured = s.tokens_per_s / std.summary().tokens_per_s
@@ -462,13 +462,13 @@ def test_speedup_bars_numbers():
     assert bar.y[1] == pytest.approx(theoretical_speedup(s.alpha, spec.gamma, c))
     assert bar.y[2] == pytest.approx(theoretical_speedup(s.alpha, spec.gamma, c, v))
     assert f"c = {c:.3f} (draft token ÷ standard step)" in fig.layout.title.subtitle.text
-    only = plots.speedup_bars(spec, None)  # no standard run: textbook from c per verify pass, v unknown
+    only = race_plots.speedup_bars(spec, None)  # no standard run: textbook from c per verify pass, v unknown
     assert _bar(only).text[0] == "n/a" and _bar(only).y[1] == pytest.approx(s.theoretical_speedup)
     assert f"c = {s.c:.3f} (draft token ÷ verify pass" in only.layout.title.subtitle.text
 
 
 ALL_PLOTS_1 = [plots.acceptance_by_position, plots.tokens_per_round_hist, plots.round_times]
-ALL_PLOTS_2 = [plots.tokens_vs_time, plots.speedup_bars]
+ALL_PLOTS_2 = [race_plots.tokens_vs_time, race_plots.speedup_bars]
 
 
 @pytest.mark.parametrize("fn", ALL_PLOTS_1)

@@ -31,6 +31,7 @@ from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_rec
 from ..views import html as V
 from ..views.rules import rules_html
 from ..views import plots as P
+from ..views import race_plots as RP
 from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
@@ -85,8 +86,8 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
         state=STORE.put(spec, std, nbytes),
         metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
-        plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=P.tokens_vs_time(spec, std),
-        plot_speed=P.speedup_bars(spec, std),
+        plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),
+        plot_speed=RP.speedup_bars(spec, std),
         step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 0,
                        label=f"Round (1–{n})" if n else "Round"),
         narration=narration, step_round=step_round, export=export_file(spec, std),

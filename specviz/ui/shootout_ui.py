@@ -18,6 +18,7 @@ import gradio as gr
 from ..experiments import recorded, shootout as SO
 from ..serving.sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
+from ..views import sweep_plots as SP
 from ..views import theory_plots as TP
 from ..views._fmt import ranges_text
 from .form import RunForm
@@ -93,7 +94,7 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
     except recorded.RecordedError as exc:
         return SweepFrame(status=f"*No recorded sweeps to show ({Path(path).name}: {exc}). A sweep takes several "
                                  "minutes on a CPU; lower max new tokens on the Live tab to go faster.*",
-                          gamma_plot=TP.gamma_sweep_plot(None), eps_plot=TP.epsilon_sweep_plot(None),
+                          gamma_plot=SP.gamma_sweep_plot(None), eps_plot=SP.epsilon_sweep_plot(None),
                           pareto=TP.pareto_plot(None, None), shootout_table=SV.table_html(None), shootout_plot=SV.chart(None))
     when = rec.when()
     s = rec.settings

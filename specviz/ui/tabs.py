@@ -20,6 +20,7 @@ from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected
 from ..theory.simulate import synthetic_pair
 from ..views.rules import run_rule_expectations
 from ..views import html as V
+from ..views import sweep_plots as SP
 from ..views import theory_plots as TP
 from ..views import tree_plots as TRP
 from ..views._fmt import mean_draft_length, ranges_text
@@ -254,13 +255,13 @@ def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
         cs = [r["c"] for r in runs if r.get("c") is not None]
         c = sum(cs) / len(cs) if cs else None
         at = f" · measured at γ = {ranges_text(r['gamma'] for r in runs)}" if runs else ""  # as the data has them
-        return SweepFrame(status=f"γ sweep: {msg}{at}", gamma_plot=TP.gamma_sweep_plot(runs, alpha, c))
+        return SweepFrame(status=f"γ sweep: {msg}{at}", gamma_plot=SP.gamma_sweep_plot(runs, alpha, c))
     opt = [r for r in results if r["variant"] == "opt"]
     tvs = [r["mean_tv"] for r in opt if r.get("mean_tv") is not None]
     points = [{"label": f"ε={r['epsilon']:g}", "epsilon": r["epsilon"], "variant": r["variant"],
                "reject_prob": r["reject_prob"], "bias": r["mean_bias"]} for r in results if r.get("reject_prob") is not None]
     tv = sum(tvs) / len(tvs) if tvs else None
-    return SweepFrame(status=f"ε sweep: {msg}", eps_plot=TP.epsilon_sweep_plot(opt), pareto=TP.pareto_plot(tv, points))
+    return SweepFrame(status=f"ε sweep: {msg}", eps_plot=SP.epsilon_sweep_plot(opt), pareto=TP.pareto_plot(tv, points))
 
 
 def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Iterator[SweepFrame]:

@@ -20,6 +20,7 @@ from ..theory.costs import race_costs
 from ..trace import Trace
 from . import html as V
 from . import plots as P
+from . import race_plots as RP
 from . import tree_plots as TRP
 from ._fmt import esc
 from .export_frames import RACE_STEP_S, FramePool, RaceFrames, RoundFrame, deltas, race_frames, round_frames
@@ -75,7 +76,7 @@ def run_figures(spec: Trace | None, std: Trace | None) -> list[tuple[str, go.Fig
     figs = [
         ("acceptance", P.acceptance_by_position(spec)), ("tokens-per-round", P.tokens_per_round_hist(spec)),
         ("draft-lengths", P.draft_lengths(spec)), ("round-times", P.round_times(spec)),
-        ("tokens-vs-time", P.tokens_vs_time(spec, std)), ("speedup", P.speedup_bars(spec, std)),
+        ("tokens-vs-time", RP.tokens_vs_time(spec, std)), ("speedup", RP.speedup_bars(spec, std)),
     ]
     if is_tree_run(spec):
         figs += [("tree-sizes", TRP.tree_sizes(spec)), ("tree-verify", TRP.tree_verify_scatter(spec)),
