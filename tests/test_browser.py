@@ -118,8 +118,10 @@ def tiny_recording(tmp_path_factory) -> Path:
 
 def open_app(page, server, query: str = "") -> None:
     page.goto(server.url + query)
-    page.wait_for_selector("#sv-status .sv-status", timeout=60_000)
-    page.wait_for_selector("#sv-run", timeout=60_000)
+    # attached, not visible: in presenter mode (?present=1) the controls column, Run and the status line with
+    # it, sits in a closed drawer, and whether it is hidden before or after this wait is a race
+    page.wait_for_selector("#sv-status .sv-status", state="attached", timeout=60_000)
+    page.wait_for_selector("#sv-run", state="attached", timeout=60_000)
     if RECORDINGS:  # the page shows the first shipped recording once it has loaded; let that land first
         page.wait_for_function(
             "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Recorded example')",
