@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.rules import draft_odds, expected_kept
+from ..hardware.curves import interpolate
 from ..theory.costs import loss_cause, race_costs
 from ..trace import Picture, Round
-from .challenge_runs import (CLEAN_ENDS, MIN_ROUNDS, Given, Run, Verdict, curve_at, describe, is_chain, none_yet,
+from .challenge_runs import (CLEAN_ENDS, MIN_ROUNDS, Given, Run, Verdict, describe, is_chain, none_yet,
                              raced, speculative, speedup, tokens_text)
 
 BIAS_VISIBLE = 0.05  # mean TV(A, p) per verified position from which the ε challenge calls the bias visible
@@ -99,7 +100,7 @@ def probe_factor(run: Run, given: Given, fed: float) -> float | None:
     curve = given.probe_curves.get((run.spec.models.get("preset", ""), run.spec.models.get("target_exec", "")))
     if not curve or not curve.get(1):
         return None
-    return curve_at(curve, fed) / curve[1]
+    return interpolate(curve, fed, beyond="flat") / curve[1]
 
 
 BOUND_WORDS = {"flat": "memory-bound", "middle": "partly compute-bound", "steep": "compute-bound"}

@@ -84,22 +84,10 @@ def none_yet(what: str) -> Verdict:
     return Verdict(passed=False, message=f"None of your runs {what} yet.")
 
 
-def curve_at(curve: Mapping[int, float], k: float) -> float:
-    """T(k) on a probed verify-cost curve: linear between measured points, flat beyond them (as
-    specviz.hardware.probe.interpolate within its points; this module imports no torch)."""
-    ks = sorted(curve)
-    if k <= ks[0]:
-        return curve[ks[0]]
-    for a, b in zip(ks, ks[1:]):
-        if k <= b:
-            return curve[a] + (curve[b] - curve[a]) * (k - a) / (b - a)
-    return curve[ks[-1]]
-
-
 def tokens_text(x: float) -> str:
     """Tokens fed, as the messages write them: 6, 5.3."""
     return f"{x:.1f}".removesuffix(".0")
 
 
-__all__ = ["CLEAN_ENDS", "DRAFTER_WORDS", "MIN_ROUNDS", "Given", "Run", "Verdict", "curve_at", "describe", "is_chain",
+__all__ = ["CLEAN_ENDS", "DRAFTER_WORDS", "MIN_ROUNDS", "Given", "Run", "Verdict", "describe", "is_chain",
            "none_yet", "raced", "speculative", "speedup", "tokens_text"]

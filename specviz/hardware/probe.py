@@ -30,6 +30,7 @@ from typing import Callable
 
 import torch
 
+from .curves import interpolate
 from .machine import Machine, this_machine
 
 log = logging.getLogger("specviz.models")
@@ -74,19 +75,6 @@ class Probe:
         """T(k) / T(1): what a k-token verify pass costs in one-token steps."""
         c = self.curves.get(execution)
         return None if not c or 1 not in c else interpolate(c, k) / c[1]
-
-
-def interpolate(curve: dict[int, float], k: float) -> float:
-    """T(k) from measured points: linear between them, the last slope beyond the last one."""
-    ks = sorted(curve)
-    if k <= ks[0]:
-        return curve[ks[0]]
-    for a, b in zip(ks, ks[1:]):
-        if k <= b:
-            return curve[a] + (curve[b] - curve[a]) * (k - a) / (b - a)
-    a, b = ks[-2:] if len(ks) > 1 else (ks[0], ks[0])
-    slope = (curve[b] - curve[a]) / (b - a) if b != a else 0.0
-    return curve[b] + slope * (k - b)
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

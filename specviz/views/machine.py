@@ -22,7 +22,8 @@ from typing import Iterable, Sequence
 
 import plotly.graph_objects as go
 
-from ..hardware.probe import PREFIX, Probe, interpolate
+from ..hardware.curves import interpolate
+from ..hardware.probe import PREFIX, Probe
 from ._fmt import COLORS
 from .execution import exec_words, short_machine
 from .plots import FONT_COLOR, style_figure, empty_figure
