@@ -9,17 +9,14 @@ file:// one is aborted and recorded: the page must need none.  Each test leaves 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from playwright import sync_api
 
 from specviz.cli.export import export_file
+from tests.test_browser import browser, shots  # noqa: F401  (one Chromium launch and screenshot folder for all)
 from tests.test_export import tiny_recording
 
-CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 ROOT = Path(__file__).resolve().parents[1]
 UI_MS = 30_000
 
@@ -32,27 +29,6 @@ def default_recording() -> Path:
         if spec.get("prompt") == first["prompt"]:
             return path
     raise AssertionError("no shipped recording for the first example")
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    d = Path(os.environ["SPECVIZ_SCREENSHOTS"]) if os.environ.get("SPECVIZ_SCREENSHOTS") else \
-        tmp_path_factory.mktemp("screenshots")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install chromium`) or set "
-                    "SPECVIZ_CHROMIUM; never `playwright install`", pytrace=False)
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture

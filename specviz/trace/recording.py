@@ -75,7 +75,13 @@ def save_recording(spec: Trace | None, std: Trace | None, directory: str | os.Pa
     The bytes are ready before the file is created, so a failure never leaves an empty file behind;
     a lone surrogate built in memory (loading already replaces them) is written as U+FFFD."""
     data = re.sub("[\ud800-\udfff]", "\ufffd", recording_to_json(spec, std, indent=1)).encode("utf-8")
-    fd, path = tempfile.mkstemp(prefix="specviz-", suffix=".json", dir=directory)
+    return write_new_file(data, directory=directory, prefix="specviz-", suffix=".json")
+
+
+def write_new_file(data: bytes, *, directory: str | os.PathLike | None, prefix: str, suffix: str) -> str:
+    """Write ``data`` to a new file (a unique name in ``directory``) and return its path; on failure
+    the half-written file is removed."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -8,15 +8,14 @@ built, the status line says so (never a traceback).
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from ..trace.recording import write_new_file
 from ..views.export_page import export_page
-from .live import export_dir, status_html
+from .live import export_dir, prune, status_html
 
 log = logging.getLogger("specviz.app")
 PAGES_KEEP = 16  # exported pages kept on disk (the newest; ~5 MB each)
@@ -29,26 +28,9 @@ def write_page(spec: Any, std: Any, folder: Path | None = None) -> Path:
     folder = folder or export_dir()
     folder.mkdir(parents=True, exist_ok=True)
     data = export_page(spec, std, source="exported from the specviz app").encode("utf-8")
-    fd, name = tempfile.mkstemp(prefix="specviz-page-", suffix=".html", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        os.unlink(name)
-        raise
-    _prune(folder, PAGES_KEEP)
+    name = write_new_file(data, directory=folder, prefix="specviz-page-", suffix=".html")
+    prune(folder, "specviz-page-*.html", PAGES_KEEP)
     return Path(name)
-
-
-def _prune(folder: Path, keep: int) -> None:
-    pages = []
-    for p in folder.glob("specviz-page-*.html"):
-        try:
-            pages.append((p.stat().st_mtime, p))
-        except OSError:  # removed by another thread meanwhile
-            pass
-    for _, p in sorted(pages, reverse=True)[keep:]:
-        p.unlink(missing_ok=True)
 
 
 def download_page(state: Any) -> tuple[Any, Any]:

@@ -108,13 +108,14 @@ def export_file(spec: Trace | None, std: Trace | None) -> str | None:
     folder = export_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = save_recording(spec, std, folder)
-    _prune(folder, EXPORT_KEEP)
+    prune(folder, "specviz-*.json", EXPORT_KEEP)
     return path
 
 
-def _prune(folder: Path, keep: int) -> None:
+def prune(folder: Path, pattern: str, keep: int) -> None:
+    """Keep the ``keep`` newest files of ``folder`` matching ``pattern``; delete the rest."""
     files = []
-    for p in folder.glob("specviz-*.json"):
+    for p in folder.glob(pattern):
         try:
             files.append((p.stat().st_mtime, p))
         except OSError:  # removed by another thread meanwhile
