@@ -210,14 +210,12 @@ class LeanSteps:
         try:
             holder = _Holder(self)
             self._reserve(max(feeds))
-            saved = self.length
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for t in feeds:
                     args = (torch.zeros(t, dtype=torch.long), torch.arange(t), self._cos, self._sin, *self.keys,
                             *self.values)
                     self.traced[t] = torch.jit.trace(holder, args, check_trace=False)
-            self.length = saved
         except Exception as exc:  # noqa: BLE001 -- tracing is an optimisation; the eager path is correct
             self.traced = {}
             log.warning("Tracing the draft's step failed (%s); it runs eagerly", exc)
