@@ -82,6 +82,6 @@ def test_a_loaded_recording_puts_its_prompt_and_settings_back_in_the_form():
     assert values["gamma"] == 4 and values["temperature"] == 0.7 and values["prompt"].startswith("Translate")
     assert set(values) == set(FORM_FROM_TRACE) and set(FORM_FROM_TRACE) <= set(RunForm.__dataclass_fields__)
     # the form, filled so, asks for exactly the recorded run
-    _, settings = RunForm(**values).check()
+    settings = RunForm(**values).check().settings
     assert settings == DecodeSettings.from_dict(spec.settings.as_dict())
     assert form_values(None) == {}

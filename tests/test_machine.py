@@ -118,7 +118,7 @@ def test_the_api_refuses_an_unknown_execution_without_a_traceback():
 def test_the_execution_is_part_of_a_replayed_request():
     from specviz.serving.replay import run_key
 
-    _, settings = RunForm(prompt="hi").check()
+    settings = RunForm(prompt="hi").check().settings
     assert run_key(TINY_PRESET, "hi", settings) == run_key(TINY_PRESET, "hi", settings, target_exec="auto")
     assert run_key(TINY_PRESET, "hi", settings, target_exec="int8") != run_key(TINY_PRESET, "hi", settings)
 

@@ -26,7 +26,7 @@ def frames():
     # Draw every event: the test needs the frames drawn while the tree is still being drafted.
     mp = pytest.MonkeyPatch()
     mp.setattr(live, "UI_THROTTLE_S", 0.0)
-    mp.setattr(live, "WALK_STEP_S", 0.01)  # the walk's frames, without its pace
+    mp.setattr(tree_ui, "WALK_STEP_S", 0.01)  # the walk's frames, without its pace
     try:
         yield list(live.run(RunForm(**TREE, tree_mode="iid")))
     finally:
@@ -34,7 +34,7 @@ def frames():
 
 
 def test_the_form_carries_the_tree_settings_and_refuses_chain_only_ones():
-    _, s = RunForm(**TREE, tree_mode="iid").check()
+    s = RunForm(**TREE, tree_mode="iid").check().settings
     assert (s.drafter, s.branches, s.tree_nodes, s.tree_mode, s.gamma) == ("tree", 3, 9, "iid", 3)
     with pytest.raises(InputError, match="ε"):
         RunForm(**TREE, epsilon=0.2).check()
@@ -106,32 +106,33 @@ class FakeTime:
         return getattr(time, name)
 
 
-def test_the_walk_is_not_counted_by_the_decoding_clock(monkeypatch):
+def test_walks_play_outside_the_model_gate_and_off_the_decoding_clock(monkeypatch):
     from specviz.core import engine
+    from specviz.serving.service import MODEL_LOCK
 
     clock = FakeTime()
-    monkeypatch.setattr(engine, "time", clock)
-    monkeypatch.setattr(live, "time", clock)
+    for mod in (engine, live, tree_ui):
+        monkeypatch.setattr(mod, "time", clock)
     monkeypatch.setattr(live, "UI_THROTTLE_S", 0.0)
-    monkeypatch.setattr(live, "WALK_STEP_S", 0.15)
-    played = []  # seconds of each round's walk on the shared clock, in round order
-    real = live._play_walk
-
-    def timed(*args):
-        t0 = clock.now
-        yield from real(*args)
-        played.append(clock.now - t0)
-
-    monkeypatch.setattr(live, "_play_walk", timed)
-    spec = list(live.run(RunForm(**{**TREE, "max_new_tokens": 8}, tree_mode="unique")))[-1].state["spec"]
+    monkeypatch.setattr(tree_ui, "WALK_STEP_S", 0.15)
+    slept = []  # (seconds, whether the models were held) of every pause between walk steps
+    real_sleep = clock.sleep
+    monkeypatch.setattr(clock, "sleep", lambda s: (slept.append((s, MODEL_LOCK.locked())), real_sleep(s)))
+    frames = list(live.run(RunForm(**{**TREE, "max_new_tokens": 8}, tree_mode="unique")))
+    spec = frames[-1].state["spec"]
     walked = [r for r in spec.rounds if r.tree is not None and r.tree.visits]
-    assert len(played) == len(walked) >= 2 and min(played) >= 0.15  # each walk slept at least a step
-    # The engine waited through each walk (Clock.hold): the recorded time from one round's end to
-    # the next one's start holds none of it (a few clock readings, against ≥ 0.15 s had it counted).
+    steps = [k for r in walked for k in tree_ui.walk_steps(r)]
+    shown = [int(m.group(1)) for f in frames if f.tree is not SKIP and f.tree and (m := WALK.search(f.tree))]
+    assert len(walked) >= 2 and shown == steps  # every step of every walk, in order
+    # The engine never waited for a walk: the clock moves only when slept on, so every step after the
+    # first waited until decoding was over -- and those pauses were taken with the models released.
+    assert slept and not any(held for _, held in slept)
+    assert sum(s for s, _ in slept) >= 0.15 * (len(steps) - 1) - 0.01  # less the clock readings between steps
+    # Nor is any of it on the run's recorded clock: rounds follow each other within a few readings.
     for k, r in enumerate(spec.rounds[:-1]):
         gap = spec.rounds[k + 1].t_start - r.t_end
-        assert 0 <= gap < 0.01, (k, gap, played)
-    assert spec.t_total < sum(r.t_end - r.t_start for r in spec.rounds) + spec.t_prefill + 0.01 * len(spec.rounds)
+        assert 0 <= gap < 0.01, (k, gap)
+    assert spec.t_total < 0.15
 
 
 def test_tree_plots_come_from_the_tree_rounds(frames):

@@ -50,9 +50,10 @@ def test_slots_refuse_a_wiring_mistake():
 
 
 def test_run_form_validates_into_prompt_and_settings():
-    prompt, s = RunForm(prompt="  hi\r\n", gamma=24, policy="adaptive", drafter="prompt-lookup", tau="0.3",
-                        variant=list(VARIANTS)[1], max_new_tokens=8.0).check()
-    assert prompt == "  hi\n"
+    job = RunForm(prompt="  hi\r\n", gamma=24, policy="adaptive", drafter="prompt-lookup", tau="0.3",
+                  variant=list(VARIANTS)[1], max_new_tokens=8.0).check()
+    prompt, s = job.prompt, job.settings
+    assert prompt == "  hi\n" and job.standard is True
     assert (s.gamma, s.policy, s.drafter, s.tau, s.variant, s.max_new_tokens) == (24, "adaptive", "prompt-lookup",
                                                                                  0.3, "uno", 8)
     with pytest.raises(InputError, match="between 1 and 16"):

@@ -265,21 +265,26 @@ def check_request(prompt: Any, **settings: Any) -> tuple[str, DecodeSettings]:
 
 
 def prepare(pair: ModelPair, prompt: Any, chat: bool = True, **settings: Any) -> Request:
-    """Validate the prompt and settings against the loaded pair.
+    """Validate the prompt and settings, then check them against the loaded pair (`tokenize`)."""
+    text, s = check_request(prompt, **settings)
+    return tokenize(pair, text, s, chat=chat)
+
+
+def tokenize(pair: ModelPair, text: str, settings: DecodeSettings, chat: bool = True) -> Request:
+    """The checks a validated request still needs, against the loaded pair: the prompt's length in tokens.
 
     Needs the tokenizer only, never the model lock: callers run it before taking MODEL_LOCK, so a
     prompt over the token limit is refused at once, even while another job is decoding."""
-    text, s = check_request(prompt, **settings)
     ids = encode_prompt(pair, text, chat=chat)
     limit = max_prompt_tokens()
     if len(ids) > limit:
         raise InputError(f"The prompt is {len(ids):,} tokens; the limit is {limit:,}. Shorten the prompt.")
-    if len(ids) + s.max_new_tokens > pair.context_length:
+    if len(ids) + settings.max_new_tokens > pair.context_length:
         raise InputError(
-            f"The prompt is {len(ids):,} tokens; with {s.max_new_tokens} new tokens that exceeds the models' "
+            f"The prompt is {len(ids):,} tokens; with {settings.max_new_tokens} new tokens that exceeds the models' "
             f"context of {pair.context_length:,} tokens. Shorten the prompt or lower max new tokens."
         )
-    return Request(pair, text, ids, s)
+    return Request(pair, text, ids, settings)
 
 
 @dataclass

@@ -5,19 +5,17 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import logging
 import time
 from typing import Any, Iterator
 
 import gradio as gr
 
 from ..models import ModelError
-from ..serving.replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay, replay_json, run_key, snapshot
-from ..serving.service import InputError, describe_error, race
+from ..serving.jobs import Decoding, Finished, JobEvent, Replaying, RunFailed, RunForm, Stalled, run_job
+from ..serving.replay import Busy, Snapshot, replay_json
+from ..serving.service import InputError
 from ..trace import recording_to_json
-from .form import RunForm
 
-log = logging.getLogger("specviz.app")
 API_STREAM_S = 0.5  # the API sends the recording so far at most twice a second
 
 
@@ -57,77 +55,31 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
                    max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau,
                    branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode, target_exec=target_exec, rule=rule)
     try:
-        text, settings = form.check()  # before loading any model
-        execution = form.execution()
-        if not isinstance(standard, bool):
-            raise InputError(f"standard must be true or false, not a {type(standard).__name__}.")
-    except InputError as exc:
-        raise gr.Error(describe_error(exc), print_exception=False)
-    key = run_key(preset, text, settings, standard, execution)
-    for _ in range(3):  # a followed run that stops leaves this request to claim again
-        how, entry = CACHE.claim(key)
-        try:
-            if how in ("lead", "live"):
-                yield from _live(form, standard, entry)
-            else:
-                yield from _replayed(entry, how)
-            return
-        except Abandoned:
-            continue
-    raise gr.Error("The identical runs in progress kept stopping; try again.", print_exception=False)
+        job = form.check(standard=standard)  # before loading any model
+        with contextlib.closing(run_job(job)) as events:  # a cancelled job ends the run at once
+            yield from _stream(events)
+    except (InputError, ModelError, Busy, RunFailed, Stalled) as exc:
+        raise gr.Error(str(exc), print_exception=False)
 
 
-def _replayed(entry: Entry, how: str) -> Iterator[dict]:
+def _stream(events: Iterator[JobEvent]) -> Iterator[dict]:
+    """The recording so far, at most every API_STREAM_S, then the finished one."""
     last = time.perf_counter()
-    for snap in (replay(entry) if how == "replay" else follow(entry)):
+    for ev in events:
         now = time.perf_counter()
-        if snap is not None and (snap.phase == "done" or now - last >= API_STREAM_S):
+        if isinstance(ev, Finished):
+            if ev.replayed is not None:
+                yield replay_json(Snapshot(ev.spec, ev.std, "done"), ev.replayed)
+            else:
+                yield json.loads(recording_to_json(ev.spec, ev.std))
+        elif now - last < API_STREAM_S:
+            continue
+        elif isinstance(ev, Decoding):
             last = now
-            yield replay_json(snap, entry)
-
-
-def _live(form: RunForm, standard: bool, entry: Entry | None) -> Iterator[dict]:
-    try:
-        try:
-            req = form.request()
-            for _ in GATE.enter():
-                pass
-        except Exception as exc:
-            if not isinstance(exc, (InputError, ModelError, Busy)):
-                log.exception("api run failed")
-            raise gr.Error(describe_error(exc) if not isinstance(exc, Busy) else str(exc), print_exception=False)
-        try:
-            spec, std = yield from _decode(req, standard, entry)
-        finally:
-            GATE.leave()
-        if entry is not None:
-            entry.machine = spec.device
-            CACHE.finish(entry, spec, std)
-        yield json.loads(recording_to_json(spec, std))
-    finally:
-        if entry is not None and not entry.done:
-            CACHE.abandon(entry)
-
-
-def _decode(req, standard: bool, entry: Entry | None):
-    spec = std = None
-    last = time.perf_counter()
-    try:
-        # A cancelled job closes this generator at a yield: closing `updates` ends the
-        # engine's loop (its `finally` frees the KV caches), then the lock is released.
-        with contextlib.closing(race(req, standard=standard)) as updates:
-            for up in updates:
-                spec, std = up.spec, up.std
-                if entry is not None and up.phase != "done":
-                    CACHE.update(entry, snapshot(spec), snapshot(std))
-                now = time.perf_counter()
-                if up.phase != "done" and now - last >= API_STREAM_S:
-                    last = now
-                    yield {**json.loads(recording_to_json(spec, std)), "partial": True}
-    except Exception as exc:  # out of memory, a broken model…: a clean error, the server carries on
-        log.exception("api run failed")
-        raise gr.Error(describe_error(exc), print_exception=False)
-    return spec, std
+            yield {**json.loads(recording_to_json(ev.update.spec, ev.update.std)), "partial": True}
+        elif isinstance(ev, Replaying) and ev.snapshot is not None:
+            last = now
+            yield replay_json(ev.snapshot, ev.entry)
 
 
 class ApiBlocks(gr.Blocks):

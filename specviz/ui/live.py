@@ -23,9 +23,9 @@ import gradio as gr
 
 from ..core.settings import round_kind
 from ..models import ModelError
-from ..serving.replay import CACHE, GATE, Abandoned, Busy, Entry, follow, replay_speed, run_key, snapshot
-from ..serving.replay import replay as replay_run
-from ..serving.service import InputError, describe_error, race, release_memory
+from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFailed, Stalled, Waiting, run_job
+from ..serving.replay import Busy, Entry, replay_speed
+from ..serving.service import InputError, Update, describe_error, release_memory
 from ..theory.costs import race_costs
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
 from ..views import html as V
@@ -37,18 +37,10 @@ from ..views.execution import trace_exec_line
 from .form import RunForm
 from .frames import LiveFrame
 from .store import STORE
-from .tree_ui import live_tree, mask_for, step_tree, tree_figures, walk_steps
+from .tree_ui import Walks, live_tree, mask_for, step_tree, tree_figures
 
 log = logging.getLogger("specviz.app")
 UI_THROTTLE_S = 0.06  # at most ~16 UI updates a second while decoding
-# A tree round's verification walk is played step by step after its verify pass: each child tried,
-# then the correction or bonus.  The engine is paused meanwhile (Clock.hold keeps the page's time off
-# the recorded timings), so the pace only costs wall time: a step every WALK_STEP_S, at most
-# WALK_ROUND_MAX_S per round (faster steps for a long walk), and no more walks once a run has spent
-# WALK_RUN_MAX_S on them (its later rounds show their verdict at once), so a long run is not slowed much.
-WALK_STEP_S = 0.3
-WALK_ROUND_MAX_S = 1.5
-WALK_RUN_MAX_S = 30.0
 EXPORT_KEEP = 32  # exported recordings kept on disk (the newest); a download takes the file at once
 # The largest recording the page draws: a real 1024-token run is ~1-5 MB; a bigger file would
 # take hundreds of MB of plots and HTML per visitor.
@@ -134,114 +126,114 @@ def run(form: RunForm, session: str | None = None,
     Every drafted token is drawn (dashed, pending) while the next one is drafted,
     at most every UI_THROTTLE_S seconds.  A request identical to a finished run is
     replayed from the recording cache (marked as such, no model lock taken); one
-    identical to a run in progress follows that run."""
+    identical to a run in progress follows that run (specviz.serving.jobs)."""
     try:
-        text, settings = form.check()
+        job = form.check()
     except InputError as exc:
         yield LiveFrame(status=status_html(str(exc), "error"))
         raise gr.Error(str(exc), print_exception=False)
-    key = run_key(form.preset, text, settings, standard=True, target_exec=form.execution())
-    for _ in range(3):  # a followed run that stops leaves this request to claim again
-        how, entry = CACHE.claim(key)
-        try:
-            if how == "lead" or how == "live":
-                yield from _run_live(form, entry, session, progress)
-            else:
-                yield from _run_replayed(entry, how, session)
-            return
-        except Abandoned:
-            continue
-    yield LiveFrame(status=status_html("The identical runs in progress kept stopping; press Run again.", "warn"))
-
-
-def _run_live(form: RunForm, entry: Entry | None, session: str | None,
-              progress: Callable[..., Any] | None) -> Iterator[LiveFrame]:
+    show = _Shown(job)
     try:
-        try:
-            yield LiveFrame(status=status_html("Loading models…"))
-            req = form.request(progress=(lambda f, m: progress(f, desc=m)) if progress else None)
-            for ahead in GATE.enter():
-                yield LiveFrame(status=status_html(f"Waiting for the models: {ahead} run"
-                                                   f"{'s' if ahead != 1 else ''} waiting (this one included)…"))
-        except (InputError, ModelError, Busy) as exc:
-            yield LiveFrame(status=status_html(str(exc), "error"))
-            raise gr.Error(str(exc), print_exception=False)
-        try:
-            yield from _decode(req, entry, session)
-        finally:
-            GATE.leave()
-    finally:  # a finished run was already handed to the cache; anything else leaves it
-        if entry is not None and not entry.done:
-            CACHE.abandon(entry)
-
-
-def _decode(req, entry: Entry | None, session: str | None) -> Iterator[LiveFrame]:
-    last = 0.0
-    spec = std = None
-    legend_drawn = False
-    walked = 0.0  # seconds this run has spent playing tree walks
-    try:
-        with contextlib.closing(race(req)) as updates:
-            for up in updates:
-                spec, std = up.spec, up.std
-                ev = up.event
-                _live_put(session, spec, std, _side(ev, std))
-                if entry is not None and up.phase != "done":
-                    CACHE.update(entry, snapshot(spec), snapshot(std))
-                now = time.perf_counter()
-                final = up.phase == "done" or (ev and ev.kind == "done")
-                # A tree round's verdict is never throttled away: its walk is played.
-                walk = walk_steps(ev.round) if (up.phase == "speculative" and ev.kind == "round"
-                                                and round_kind(req.settings.drafter) == "tree" and walked < WALK_RUN_MAX_S) else []
-                if not final and not walk and now - last < UI_THROTTLE_S:
-                    continue
-                last = now
-                if up.phase == "speculative":
-                    pending = ev.round if ev.kind == "draft" else None
-                    n = len(spec.rounds)
-                    msg = f"Speculative decoding · round {n + (1 if pending else 0)} · {spec.n_tokens} tokens"
-                    frame = LiveFrame(status=status_html(msg), rounds=V.rounds_html(spec, pending_round=pending),
-                                      race=V.race_html(spec, None, spec_running=ev.kind != "done"))
-                    if not legend_drawn:  # say which drafter and policy are running, once
-                        frame.legend, legend_drawn = V.legend_html(spec), True
-                        trees = round_kind(req.settings.drafter) == "tree"  # the tree-only parts, for tree runs
-                        frame.tree_mask_box = frame.tree_plots = gr.update(visible=trees)
-                    if walk:
-                        t0 = time.perf_counter()
-                        yield from _play_walk(frame, spec, walk, msg)
-                        walked += time.perf_counter() - t0
-                        last = time.perf_counter()
-                        continue
-                    if round_kind(req.settings.drafter) == "tree":
-                        frame.tree = live_tree(spec, pending)
-                    yield frame
-                elif up.phase == "standard":
-                    msg = f"Standard decoding (the baseline) · {std.n_tokens} tokens"
-                    yield LiveFrame(status=status_html(msg), race=V.race_html(spec, std, std_running=ev.kind != "done"))
-    except Exception as exc:  # out of memory, a broken model…: end this run cleanly
+        # closing(): Stop or a closed page ends the job at once (its engine loop, the gate, the cache entry).
+        report = (lambda f, m: progress(f, desc=m)) if progress else None
+        with contextlib.closing(run_job(job, progress=report)) as events:
+            for ev in events:
+                if isinstance(ev, Loading):
+                    yield LiveFrame(status=status_html("Loading models…"))
+                elif isinstance(ev, Waiting):
+                    yield LiveFrame(status=status_html(f"Waiting for the models: {ev.ahead} run"
+                                                       f"{'s' if ev.ahead != 1 else ''} waiting (this one included)…"))
+                elif isinstance(ev, Decoding):
+                    _live_put(session, ev.update.spec, ev.update.std, _side(ev.update.event, ev.update.std))
+                    yield from show.decoding(ev.update)
+                elif isinstance(ev, Replaying):
+                    yield from show.replaying(ev, session)
+                elif isinstance(ev, Finished):
+                    _live_pop(session)
+                    yield from show.rest_of_walks(ev.spec)  # the models are free again: the pace costs no one
+                    label = f"{replay_label(ev.replayed)}. " if ev.replayed is not None else ""
+                    yield final_frame(ev.spec, ev.std, status_html(label + done_message(ev.spec, ev.std), "ok"))
+    except (InputError, ModelError, Busy, RunFailed) as exc:
+        _live_pop(session)
+        yield LiveFrame(status=status_html(str(exc), "error"))
+        raise gr.Error(str(exc), print_exception=False)
+    except Stalled:
+        yield LiveFrame(status=status_html("The identical runs in progress kept stopping; press Run again.", "warn"))
+    except Exception as exc:  # drawing a frame broke: end this run cleanly, never a traceback on the page
         log.exception("run failed")
         _live_pop(session)
         yield LiveFrame(status=status_html(describe_error(exc), "error"))
         raise gr.Error(describe_error(exc), print_exception=False)
 
-    _live_pop(session)
-    if entry is not None:
-        entry.machine = spec.device
-        CACHE.finish(entry, spec, std)
-    yield final_frame(spec, std, status_html(done_message(spec, std), "ok"))
 
+class _Shown:
+    """What one run has drawn so far: throttling, the legend (once), and its tree walks."""
 
-def _play_walk(first: LiveFrame, spec: Trace, steps: list[int], msg: str) -> Iterator[LiveFrame]:
-    """The last tree round's verification walk, one frame per step, `first` carrying the first.
+    def __init__(self, job: Job):
+        self.trees = round_kind(job.settings.drafter) == "tree"
+        self.last = 0.0
+        self.legend_drawn = False
+        self.walks = Walks()
 
-    Runs while the engine waits on its "round" event (Clock.hold), so none of it is timed."""
-    pace = min(WALK_STEP_S, WALK_ROUND_MAX_S / len(steps))
-    for i, step in enumerate(steps):
-        frame = first if i == 0 else LiveFrame()
-        frame.status = status_html(f"{msg} · the target's verdict, step {i + 1} of {len(steps)}")
-        frame.tree = live_tree(spec, walk=step)
-        yield frame
-        time.sleep(pace)
+    def decoding(self, up: Update) -> Iterator[LiveFrame]:
+        spec, std, ev = up.spec, up.std, up.event
+        if up.phase == "speculative" and ev.kind == "round" and self.trees:
+            self.walks.add(ev.round)  # a tree round's verdict is never throttled away: its walk is queued
+        step = self.walks.due() if up.phase == "speculative" else None
+        now = time.perf_counter()
+        if step is None and ev.kind != "done" and now - self.last < UI_THROTTLE_S:
+            return
+        self.last = now
+        if up.phase == "speculative":
+            pending = ev.round if ev.kind == "draft" else None
+            msg = f"Speculative decoding · round {len(spec.rounds) + (1 if pending else 0)} · {spec.n_tokens} tokens"
+            frame = LiveFrame(status=status_html(msg), rounds=V.rounds_html(spec, pending_round=pending),
+                              race=V.race_html(spec, None, spec_running=ev.kind != "done"))
+            if not self.legend_drawn:  # say which drafter and policy are running, once
+                frame.legend, self.legend_drawn = V.legend_html(spec), True
+                frame.tree_mask_box = frame.tree_plots = gr.update(visible=self.trees)  # the tree-only parts
+            if step is not None:
+                frame.status = status_html(f"{msg} · {Walks.status(step)}")
+                frame.tree = Walks.tree(spec, step)
+            elif self.trees and not self.walks.active:  # a walk on screen keeps the panel
+                frame.tree = live_tree(spec, pending)
+            yield frame
+        else:  # the standard baseline
+            if step is None:
+                step = self.walks.due()  # a walk still playing goes on beside the baseline
+            msg = f"Standard decoding (the baseline) · {std.n_tokens} tokens"
+            frame = LiveFrame(status=status_html(msg), race=V.race_html(spec, std, std_running=ev.kind != "done"))
+            if step is not None:
+                frame.status = status_html(f"{msg} · {Walks.status(step)}")
+                frame.tree = Walks.tree(spec, step)
+            yield frame
+
+    def rest_of_walks(self, spec: Trace | None) -> Iterator[LiveFrame]:
+        for step in self.walks.rest():
+            yield LiveFrame(status=status_html(f"Decoding done · {Walks.status(step)}"), tree=Walks.tree(spec, step))
+
+    def replaying(self, ev: Replaying, session: str | None) -> Iterator[LiveFrame]:
+        """A finished run replayed at its recorded times, or a run in progress followed as it goes."""
+        label = replay_label(ev.entry)
+        snap = ev.snapshot
+        if snap is None:
+            yield LiveFrame(status=status_html(f"{label} (still running): waiting for the models…"))
+            return
+        spec, std = snap.spec, snap.std
+        _live_put(session, spec, std, "std" if snap.phase == "standard" else "spec")
+        now = time.perf_counter()
+        if now - self.last < UI_THROTTLE_S:
+            return
+        self.last = now
+        if snap.phase == "speculative" and spec is not None:
+            frame = LiveFrame(status=status_html(f"{label} · round {len(spec.rounds)} · {spec.n_tokens} tokens"),
+                              rounds=V.rounds_html(spec), race=V.race_html(spec, None, spec_running=True))
+            if not self.legend_drawn:
+                frame.legend, self.legend_drawn = V.legend_html(spec), True
+            yield frame
+        elif std is not None:
+            yield LiveFrame(status=status_html(f"{label} · standard decoding · {std.n_tokens} tokens"),
+                            race=V.race_html(spec, std, std_running=True))
 
 
 def done_message(spec: Trace, std: Trace | None) -> str:
@@ -259,37 +251,6 @@ def replay_label(entry: Entry) -> str:
     if entry.recorded_at is None:
         return f"↻ Replay of an identical run ({entry.source}, made on {where})"
     return f"↻ Replay of an identical run made at {entry.recorded_at} on {where}"
-
-
-def _run_replayed(entry: Entry, how: str, session: str | None) -> Iterator[LiveFrame]:
-    """A finished run replayed at its recorded times, or a run in progress followed as it goes."""
-    label = replay_label(entry)
-    frames = replay_run(entry) if how == "replay" else follow(entry)
-    legend_drawn = False
-    last = 0.0
-    for snap in frames:
-        if snap is None:
-            yield LiveFrame(status=status_html(f"{label} (still running): waiting for the models…"))
-            continue
-        spec, std = snap.spec, snap.std
-        if snap.phase == "done":
-            _live_pop(session)
-            yield final_frame(spec, std, status_html(f"{label}. {done_message(spec, std)}", "ok"))
-            return
-        _live_put(session, spec, std, "std" if snap.phase == "standard" else "spec")
-        now = time.perf_counter()
-        if now - last < UI_THROTTLE_S:
-            continue
-        last = now
-        if snap.phase == "speculative" and spec is not None:
-            frame = LiveFrame(status=status_html(f"{label} · round {len(spec.rounds)} · {spec.n_tokens} tokens"),
-                              rounds=V.rounds_html(spec), race=V.race_html(spec, None, spec_running=True))
-            if not legend_drawn:
-                frame.legend, legend_drawn = V.legend_html(spec), True
-            yield frame
-        elif std is not None:
-            yield LiveFrame(status=status_html(f"{label} · standard decoding · {std.n_tokens} tokens"),
-                            race=V.race_html(spec, std, std_running=True))
 
 
 def _side(ev, std) -> str | None:

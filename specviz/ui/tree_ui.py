@@ -7,7 +7,10 @@ handlers there call these and put the results in the same typed frames.
 from __future__ import annotations
 
 import html
-from typing import Any
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import gradio as gr
 
@@ -20,6 +23,16 @@ from ..views import tree_plots as TRP
 from ..views.tree import tree_html, tree_mask_figure, tree_narration, tree_steps
 # The tree panel itself is a view (the standalone export draws it too); re-exported for the page.
 from ..views.tree_live import NO_TREE, WALK_STYLE, is_tree_run, last_tree_round, live_tree, walk_steps  # noqa: F401
+
+# A tree round's verification walk is played step by step after its verify pass: each child tried,
+# then the correction or bonus.  The engine does not wait for it: the walk plays between the engine's
+# next updates (the tree being drafted meanwhile is not drawn), and what is left of it once decoding
+# ends plays after the models are released.  A step every WALK_STEP_S, at most WALK_ROUND_MAX_S per
+# round (faster steps for a long walk), and no more walks once a run has queued WALK_RUN_MAX_S of
+# them (its later rounds show their verdict at once), so the page never lags far behind the run.
+WALK_STEP_S = 0.3
+WALK_ROUND_MAX_S = 1.5
+WALK_RUN_MAX_S = 30.0
 
 CHAIN_ONLY = "chain drafters only: the tree drafter's rule is exact (ε = 0) and corrects from the residual (OPT)"
 
@@ -104,3 +117,66 @@ def remember_batch(history: Any, state: Any) -> list[dict[str, Any]]:
     if point is not None:
         history = (history + [point])[-BATCH_HISTORY:]
     return history
+
+
+# ---- the walks of a live tree run ---------------------------------------------------------------
+
+
+@dataclass
+class WalkStep:
+    round: Round  # the finished tree round walked
+    step: int  # its animation step (views.tree)
+    i: int  # 1-based, of n
+    n: int
+    pace: float  # seconds this step stays up
+
+
+@dataclass
+class Walks:
+    """The verification walks of a live tree run, queued as their rounds finish and shown at their
+    pace.  `due` says whether a step should show now; the caller draws it between the engine's
+    updates (never sleeping: the engine goes on), and `rest` plays what is left once decoding ended."""
+
+    queue: deque[WalkStep] = field(default_factory=deque)
+    queued_s: float = 0.0  # seconds of walks queued this run (WALK_RUN_MAX_S)
+    next_at: float = 0.0  # perf_counter time the next step may show
+    shown: WalkStep | None = None  # the step on screen
+
+    def add(self, rnd: Round) -> None:
+        steps = walk_steps(rnd)
+        if not steps or self.queued_s >= WALK_RUN_MAX_S:
+            return
+        pace = min(WALK_STEP_S, WALK_ROUND_MAX_S / len(steps))
+        self.queued_s += pace * len(steps)
+        self.queue.extend(WalkStep(rnd, step, i, len(steps), pace) for i, step in enumerate(steps, 1))
+
+    @property
+    def active(self) -> bool:
+        """A walk owns the tree panel: steps wait, or the last one shown is still up."""
+        return bool(self.queue) or (self.shown is not None and time.perf_counter() < self.next_at)
+
+    def due(self) -> WalkStep | None:
+        """The next step, if its time has come (taken off the queue)."""
+        if self.queue and time.perf_counter() >= self.next_at:
+            self.shown = self.queue.popleft()
+            self.next_at = time.perf_counter() + self.shown.pace
+            return self.shown
+        return None
+
+    def rest(self) -> Iterator[WalkStep]:
+        """The steps still queued, each at its time (sleeping between them)."""
+        while self.queue:
+            wait = self.next_at - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            step = self.due()
+            if step is not None:
+                yield step
+
+    @staticmethod
+    def status(step: WalkStep) -> str:
+        return f"round {step.round.index + 1}: the target's verdict, step {step.i} of {step.n}"
+
+    @staticmethod
+    def tree(spec: Trace, step: WalkStep) -> str:
+        return live_tree(spec, walk=step.step, walk_round=step.round.index)

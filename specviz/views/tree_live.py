@@ -24,24 +24,28 @@ def is_tree_run(spec: Trace | None) -> bool:
     return bool(spec) and round_kind(spec.settings.drafter) == "tree"
 
 
-def live_tree(spec: Trace | None, pending: Round | None = None, walk: int | None = None) -> str:
+def live_tree(spec: Trace | None, pending: Round | None = None, walk: int | None = None,
+              walk_round: int | None = None) -> str:
     """The Live tab's tree panel while a tree run decodes: the round being drafted (its nodes
     so far, pending), else the last finished tree round with its verification walk.
 
-    ``walk``: the last tree round is drawn at that animation step (see views.tree), with the
-    step's narration under it, while the page plays its walk (live.WALK_STEP_S)."""
+    ``walk``: a finished tree round is drawn at that animation step (see views.tree), with the
+    step's narration under it, while the page plays its walk (ui.tree_ui.WALK_STEP_S): the round
+    with index ``walk_round``, or the last tree round.  The page plays a walk while the engine goes
+    on, so the round walked may not be the last one."""
     if not is_tree_run(spec):
         return NO_TREE
     # The last verdict stays up while the next tree grows below it, so a fast round's walk is seen.
     rounds = [r for r in spec.rounds if r.tree is not None]
     parts = []
     if walk is not None and rounds:
+        k = next((i for i, r in enumerate(rounds) if r.index == walk_round), len(rounds) - 1)
+        rnd = rounds[k]
         # The tree being walked stays where it was drafted: under the verdict before it.
-        rnd = rounds[-1]
-        parts += [tree_html(rounds[-2])] if len(rounds) > 1 else []
+        parts += [tree_html(rounds[k - 1])] if k > 0 else []
         parts.append(tree_html(rnd, step=walk))
-        parts.append(f'<div class="sv-tree-walk" aria-live="polite" data-step="{walk}" style="{WALK_STYLE}">'
-                     f'{html.escape(tree_narration(rnd, walk))}</div>')
+        parts.append(f'<div class="sv-tree-walk" aria-live="polite" data-step="{walk}" data-round="{rnd.index + 1}" '
+                     f'style="{WALK_STYLE}">{html.escape(tree_narration(rnd, walk))}</div>')
     else:
         parts += [tree_html(rounds[-1])] if rounds else []
         if pending is not None and pending.tree is not None:
