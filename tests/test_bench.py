@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from specviz.cli import bench, bench_hf
+from specviz.cli import bench, bench_hf, bench_report
 from specviz.core.settings import DRAFT_STOPS
 from specviz.core.settings import POLICIES
 
@@ -187,14 +187,14 @@ def test_assistant_settings_are_restored_even_when_generate_fails():
 
 
 def test_theory_and_divergence_helpers():
-    assert bench.thm38(0.0, 4, 0.1) == pytest.approx(1 / 1.4)  # nothing accepted: one token per round
-    assert bench.thm38(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
-    assert bench.thm38(0.5, 2.5, 0.2) == pytest.approx((1 - 0.5**3.5) / 0.5 / 1.5)  # a mean draft length
-    assert bench.thm38(0.5, 2, 0.2, verify=1.5) == pytest.approx(1.75 / 1.9)
-    assert bench.thm38(None, 3, 0.1) is None
-    assert bench.first_diff([1, 2, 3], [1, 2, 3]) is None
-    assert bench.first_diff([1, 2, 3], [1, 5, 3]) == 1
-    assert bench.first_diff([1, 2], [1, 2, 3]) == 2
+    assert bench_report.thm38(0.0, 4, 0.1) == pytest.approx(1 / 1.4)  # nothing accepted: one token per round
+    assert bench_report.thm38(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
+    assert bench_report.thm38(0.5, 2.5, 0.2) == pytest.approx((1 - 0.5**3.5) / 0.5 / 1.5)  # a mean draft length
+    assert bench_report.thm38(0.5, 2, 0.2, verify=1.5) == pytest.approx(1.75 / 1.9)
+    assert bench_report.thm38(None, 3, 0.1) is None
+    assert bench_report.first_diff([1, 2, 3], [1, 2, 3]) is None
+    assert bench_report.first_diff([1, 2, 3], [1, 5, 3]) == 1
+    assert bench_report.first_diff([1, 2], [1, 2, 3]) == 2
 
 
 def test_bench_tree_drafter_takes_the_unique_tree_mode(prompts_file, tmp_path, capsys):
