@@ -1,8 +1,13 @@
 """specviz: watch speculative decoding happen, round by round, with real models.
 
 Layout and wiring only.  The handlers are in specviz.ui (they return typed
-frames; `Slots` turns them into ``{component: value}`` here), decoding in
-specviz.core.engine, input checks in specviz.serving.service, drawing in specviz.views.
+frames; `Slots` turns them into ``{component: value}`` here), a run's path from
+a click to the engine in specviz.serving.jobs, decoding in specviz.core.engine,
+drawing in specviz.views.
+
+Why one file of ~500 lines: `build` is the page, top to bottom -- every component
+in the order it appears, then every event that connects them -- so that where a
+control sits and what it triggers are read in one place; nothing else lives here.
 """
 
 from __future__ import annotations
