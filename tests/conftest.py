@@ -69,3 +69,56 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, name))
         if item.path.name in TIERS or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+# --------------------------------------------------------------------------------------------------
+# One app server and one Chromium for the whole session.  Starting `python app.py` costs ~15-30 s on
+# a 2-core machine (torch, transformers and Gradio imported; the tiny pair built; the default pair
+# loaded on first use), so every module that needs the app as it ships shares this one; modules that
+# need other settings (test_fuzz: no custom pairs; test_hardening: a 64-token prompt limit; test_load's
+# queue and session limits) start their own.  Its environment: the tiny pair is offered in the page's
+# dropdown (browser tests run it), and Gradio keeps its copies of uploads in `server.uploads`.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    from tests.server import launch_app
+
+    tmp = tmp_path_factory.mktemp("app")
+    uploads = tmp / "gradio"
+    with launch_app(tmp, env={"SPECVIZ_SHOW_TINY": "1", "GRADIO_TEMP_DIR": str(uploads)}) as srv:
+        srv.uploads = uploads
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory):
+    """The folder of the browser tests' screenshots ($SPECVIZ_SCREENSHOTS, or a temporary one)."""
+    from pathlib import Path
+
+    d = Path(os.environ["SPECVIZ_SCREENSHOTS"]) if os.environ.get("SPECVIZ_SCREENSHOTS") else \
+        tmp_path_factory.mktemp("screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    yield d
+    print(f"\nbrowser screenshots: {d}")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium through Playwright (never `playwright install`)."""
+    from pathlib import Path
+
+    from playwright import sync_api
+
+    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install chromium`) or set "
+                    "SPECVIZ_CHROMIUM; never `playwright install`", pytrace=False)
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

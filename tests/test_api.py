@@ -15,15 +15,8 @@ from gradio_client.utils import Status
 
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
 from specviz.trace import SCHEMA_VERSION, Trace, load_recording, trace_from_dict
-from tests.server import launch_app
 
 PROMPT = "Write a Python function `square(x)` that returns x squared."
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with launch_app(tmp_path_factory.mktemp("api")) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

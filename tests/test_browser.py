@@ -1,8 +1,8 @@
 """The real app in a headless browser: a run on the default pair, escaping, errors, theory, loading, step mode.
 
 Drives Debian's Chromium (``/usr/bin/chromium``, or ``$SPECVIZ_CHROMIUM``) through Playwright's sync API;
-Playwright's own browser download is never used.  One app server (started by ``tests/server.py`` with
-the tiny pair shown in the dropdown) serves every test; each test opens its own page.
+Playwright's own browser download is never used.  One app server (conftest's session fixture, started by
+``tests/server.py`` with the tiny pair shown in the dropdown) serves every test; each test opens its own page.
 
 Every test leaves a full-page screenshot in ``$SPECVIZ_SCREENSHOTS`` (or a pytest temporary folder,
 printed at the end of the module), also when it fails.
@@ -26,7 +26,7 @@ from specviz.drafters import DRAFTERS
 from specviz.models import DEFAULT_PRESET, TINY_PRESET
 from specviz.trace import load_recording
 
-from playwright import sync_api  # noqa: E402  (requirements-test.txt; never skipped)
+from playwright import sync_api  # noqa: E402,F401  (requirements-test.txt: a missing Playwright fails collection, never skips)
 
 CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -45,32 +45,7 @@ TRACEBACK_MARKERS = ("Traceback (most recent call last)", 'File "/', "site-packa
 # ---- fixtures ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    d = Path(os.environ["SPECVIZ_SCREENSHOTS"]) if os.environ.get("SPECVIZ_SCREENSHOTS") else \
-        tmp_path_factory.mktemp("screenshots")
-    d.mkdir(parents=True, exist_ok=True)
-    yield d
-    print(f"\nbrowser screenshots: {d}")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with launch_app(tmp_path_factory.mktemp("app"), env={"SPECVIZ_SHOW_TINY": "1"}) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install chromium`) or set "
-                    "SPECVIZ_CHROMIUM; never `playwright install`", pytrace=False)
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+# `server` (the app, shared by every module), `browser` and `shots` are tests/conftest.py's session fixtures.
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import re
 
 from specviz.experiments.challenges import CHALLENGES
 from specviz.models import TINY_PRESET
-from tests.test_browser import (RECORDINGS, UI_S, assert_no_traceback, browser, open_accordion, open_app,  # noqa: F401
-                                page, pick, server, set_number, shots, wait_until)
+from tests.test_browser import (RECORDINGS, UI_S, assert_no_traceback, open_accordion, open_app,  # noqa: F401
+                                page, pick, set_number, wait_until)
 
 
 def check(page, server, expect: str) -> str:

@@ -20,7 +20,7 @@ from specviz.trace import Trace, load_recording, trace_from_dict
 from specviz.ui import api, live, tabs
 from specviz.ui.form import RunForm
 from specviz.ui.frames import SKIP
-from tests.server import ROOT, launch_app
+from tests.server import ROOT
 
 ARGS = ("a crowded room", TINY_PRESET, 3, 0.0, 0.0, 1.0, 12, 0, "opt", True)  # api_trace's positional order
 
@@ -258,13 +258,7 @@ def test_a_recording_too_large_to_draw_gets_a_message(tmp_path, monkeypatch):
 # ---- over HTTP: the API's defaults -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("crowd")
-    uploads = tmp / "gradio"  # Gradio's own copies of uploads: the refused upload must leave none
-    with launch_app(tmp, env={"GRADIO_TEMP_DIR": str(uploads)}) as srv:
-        srv.uploads = uploads
-        yield srv
+# `server`: the shared app (conftest); Gradio keeps its copies of uploads in server.uploads.
 
 
 def call_raw(url: str, data: list) -> tuple[str, dict]:

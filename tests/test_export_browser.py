@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from specviz.cli.export import export_file
-from tests.test_browser import browser, shots  # noqa: F401  (one Chromium launch and screenshot folder for all)
 from tests.test_export import tiny_recording
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from specviz.experiments import recorded
 from specviz.models import TINY_PRESET
-from tests.test_browser import (UI_S, assert_no_traceback, browser, open_accordion, open_app, page,  # noqa: F401
-                                pick, server, set_number, shots, status, wait_until)
+from tests.test_browser import (UI_S, assert_no_traceback, open_accordion, open_app, page,  # noqa: F401
+                                pick, set_number, status, wait_until)
 
 
 def test_sweeps_tab_shows_the_recording_then_a_fresh_shootout(page, server, shots):  # noqa: F811
