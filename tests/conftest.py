@@ -63,12 +63,29 @@ SLOW_TESTS = (
 )
 
 
+# Two xdist workers (pytest.ini: -n 2 --dist loadgroup) and 24 GiB: a test file runs whole on one worker,
+# except that the files sharing the session's app server run on one worker together (one server, whose
+# default pair takes ~5 GB), and the files loading the real pair in process on one worker together
+# (their two cached pairs, one in fp32, take ~12 GB): with one of each at a time, memory stays bounded.
+OWN_SERVER = ("test_fuzz.py", "test_hardening.py")  # start their own app, with other settings
+
+
+def xdist_group(filename: str) -> str:
+    tiers = TIERS.get(filename, ())
+    if "server" in tiers and filename not in OWN_SERVER:
+        return "app-server"
+    if "real_model" in tiers:
+        return "real-pair"
+    return filename
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in TIERS.get(item.path.name, ()):
             item.add_marker(getattr(pytest.mark, name))
         if item.path.name in TIERS or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.path.name)))
 
 
 # --------------------------------------------------------------------------------------------------

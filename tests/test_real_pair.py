@@ -13,7 +13,13 @@ from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair
 def pair_fp32():
     # fp32 target: batched verification and one-token decoding then agree to the last bit that
     # matters for argmax.  The draft's precision never affects exactness (int8 keeps it fast).
-    return load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
+    yield load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
+    # ~7 GB: given back once this module is done (another worker may be running the app meanwhile)
+    from specviz.models import clear_cache
+    from specviz.serving.service import release_memory
+
+    clear_cache()
+    release_memory()
 
 
 @pytest.mark.parametrize("pair_fixture, execution", [("pair_fp32", "fp32"), ("pair_int8", "int8")])
