@@ -6,6 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 
+import contextlib  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
@@ -63,39 +64,28 @@ SLOW_TESTS = (
 )
 
 
-# Two xdist workers (pytest.ini: -n 2 --dist loadgroup) and 24 GiB: a test file runs whole on one worker,
-# except that the files sharing the session's app server run on one worker together (one server, whose
-# default pair takes ~5 GB), and the files loading the real pair in process on one worker together
-# (their two cached pairs, one in fp32, take ~12 GB): with one of each at a time, memory stays bounded.
-OWN_SERVER = ("test_fuzz.py", "test_hardening.py")  # start their own app, with other settings
-
-
-def xdist_group(filename: str) -> str:
-    tiers = TIERS.get(filename, ())
-    if "server" in tiers and filename not in OWN_SERVER:
-        return "app-server"
-    if "real_model" in tiers:
-        return "real-pair"
-    return filename
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in TIERS.get(item.path.name, ()):
             item.add_marker(getattr(pytest.mark, name))
         if item.path.name in TIERS or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.path.name)))
+    items.sort(key=lambda item: item.path.name not in APP_MODULES)  # the app's modules first (stable: in order)
 
 
 # --------------------------------------------------------------------------------------------------
-# One app server and one Chromium for the whole session.  Starting `python app.py` costs ~15-30 s on
-# a 2-core machine (torch, transformers and Gradio imported; the tiny pair built; the default pair
-# loaded on first use), so every module that needs the app as it ships shares this one; modules that
-# need other settings (test_fuzz: no custom pairs; test_hardening: a 64-token prompt limit; test_load's
-# queue and session limits) start their own.  Its environment: the tiny pair is offered in the page's
-# dropdown (browser tests run it), and Gradio keeps its copies of uploads in `server.uploads`.
+# One app server and one Chromium for the modules that take the app as it ships.  Starting `python
+# app.py` costs ~15-30 s on a 2-core machine (torch, transformers and Gradio imported; the tiny pair
+# built; the default pair loaded on first use).  Modules that need other settings (test_fuzz: no custom
+# pairs; test_hardening: a 64-token prompt limit; two of test_load's tests) start their own.
+# These modules run first, and the server and Chromium stop after the last of them: the app's default
+# pair (~5 GB) must not sit beside the real pairs that later modules load in this process (~12 GB).
+# Its environment: the tiny pair is offered in the dropdown, Gradio's copies of uploads in `server.uploads`.
 # --------------------------------------------------------------------------------------------------
+
+APP_MODULES = ("test_api.py", "test_browser.py", "test_challenges_browser.py", "test_crowd.py",
+               "test_export_browser.py", "test_load.py", "test_present_browser.py", "test_shootout_browser.py")
+_SHARED = contextlib.ExitStack()  # the running server and browser, closed after the last APP_MODULES test
 
 
 @pytest.fixture(scope="session")
@@ -104,9 +94,9 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("app")
     uploads = tmp / "gradio"
-    with launch_app(tmp, env={"SPECVIZ_SHOW_TINY": "1", "GRADIO_TEMP_DIR": str(uploads)}) as srv:
-        srv.uploads = uploads
-        yield srv
+    srv = _SHARED.enter_context(launch_app(tmp, env={"SPECVIZ_SHOW_TINY": "1", "GRADIO_TEMP_DIR": str(uploads)}))
+    srv.uploads = uploads
+    return srv
 
 
 @pytest.fixture(scope="session")
@@ -133,9 +123,14 @@ def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install chromium`) or set "
                     "SPECVIZ_CHROMIUM; never `playwright install`", pytrace=False)
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    pw = _SHARED.enter_context(sync_api.sync_playwright())
+    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    _SHARED.callback(b.close)
+    return b
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures (its page, its context) are torn down
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of APP_MODULES: stop the shared server and Chromium."""
+    if nextitem is None or nextitem.path.name not in APP_MODULES:
+        _SHARED.close()
