@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from ..trace import Position, Round, Trace
 from ._fmt import COLORS
-from .plots import empty_figure
+from .figures import empty_figure
 from .rules import NAMES
 
 C_P, C_Q, C_RES, C_OVER = "#2563eb", "#f59e0b", "#dc2626", "rgba(16,185,129,0.28)"

@@ -26,7 +26,7 @@ from ..hardware.curves import interpolate
 from ..hardware.probe import PREFIX, Probe
 from ._fmt import COLORS
 from .execution import exec_words, short_machine
-from .plots import FONT_COLOR, style_figure, empty_figure
+from .figures import FONT_COLOR, compact_layout, empty_figure
 
 log = logging.getLogger("specviz.views")
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "hardware"
@@ -254,7 +254,7 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
         title, sub = f"{TITLE}: not measured on this machine", "recorded machines only"
     if log_y:
         sub += " · log scale"
-    style_figure(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
+    compact_layout(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
     fig.update_layout(annotations=annotations, legend=dict(y=-0.22), margin=dict(b=150, r=96),
                       height=560, meta={"machine": machine, "chosen": probe.choice if here else None})
     fig.update_xaxes(tickmode="array", tickvals=sorted({k for c in curves_drawn for k in c}))

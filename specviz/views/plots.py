@@ -3,13 +3,12 @@ figures, tokens against time and the speedup, are :mod:`.race_plots`).
 
 Every function takes plain trace data (or None) and returns a ``go.Figure``; an
 empty or missing trace gives a figure with a "no data yet" note, never an
-exception.  Colours match the chips (``_fmt.COLORS``).  Backgrounds are
-transparent and text is mid-grey so the figures read in light and dark mode.
+exception.  Colours match the chips (``_fmt.COLORS``); the look and the compact
+layout (three to a row) are :mod:`.figures`.
 """
 
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
@@ -17,73 +16,11 @@ import plotly.graph_objects as go
 from specviz.core.settings import stop_sentence, stop_short
 
 from ._fmt import COLORS, DRAFTER_SHORT, fsec, mean_draft_length
+from .figures import compact_layout, empty_figure
 from .rules import rule_name
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
-
-FONT_COLOR = "#7b8190"  # readable on white and on Gradio's dark background
-GRID_COLOR = "rgba(128, 128, 128, 0.22)"
-FONT_FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
-HEIGHT = 360
-
-
-def style_figure(
-    fig: go.Figure, title: str, x_title: str = "", y_title: str = "", subtitle: str = "", legend: bool = True
-) -> go.Figure:
-    fig.update_layout(
-        title=dict(
-            text=title,
-            subtitle=dict(text=subtitle, font=dict(size=12, color=FONT_COLOR)),
-            x=0.5,
-            xanchor="center",
-            xref="container",
-            y=0.97,
-            yanchor="top",
-            yref="container",
-            font=dict(size=16),
-        ),
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        font=dict(family=FONT_FAMILY, size=13, color=FONT_COLOR),
-        # Room for the title and each line of the subtitle (a figure shares a row with two others,
-        # so long subtitles are broken with <br>; tests/test_views checks that every line fits).
-        margin=dict(l=64, r=24, t=(84 + 18 * subtitle.count("<br>")) if subtitle else 56, b=62),
-        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, bgcolor="rgba(0,0,0,0)",
-                    font=dict(size=12)),
-        hoverlabel=dict(font=dict(family=FONT_FAMILY, size=12)),
-        height=HEIGHT + (40 if legend else 0),
-        showlegend=legend,
-        bargap=0.25,
-    )
-    if legend:
-        fig.update_layout(margin=dict(b=100))
-    axis = dict(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR, linecolor=GRID_COLOR, showline=True, automargin=True)
-    fig.update_xaxes(title=dict(text=x_title), **axis)
-    fig.update_yaxes(title=dict(text=y_title), **axis)
-    return fig
-
-
-EMPTY_WRAP = 38  # characters a line of an empty figure's message: a plot on a phone is ~330 px wide
-
-
-def empty_figure(title: str, message: str = "No data yet") -> go.Figure:
-    """A blank figure that says why it is blank (the message broken into lines that fit a narrow plot)."""
-    fig = go.Figure()
-    style_figure(fig, title, legend=False)
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    fig.add_annotation(
-        text="<br>".join(textwrap.wrap(message, EMPTY_WRAP)) or message,
-        x=0.5,
-        y=0.5,
-        xref="paper",
-        yref="paper",
-        showarrow=False,
-        font=dict(size=15, color=FONT_COLOR),
-    )
-    fig.update_layout(meta={"empty": True})
-    return fig
 
 
 def _spec_ready(trace: Trace | None) -> str | None:
@@ -147,7 +84,7 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
                 hovertemplate=f"overall α = accepted ÷ verified = {s.accepted} ÷ {s.verified} = {alpha:.3f}<extra></extra>",
             )
         )
-    style_figure(
+    compact_layout(
         fig,
         title,
         "draft position i (1 = first drafted)",
@@ -214,7 +151,7 @@ def tokens_per_round_hist(trace: Trace | None) -> go.Figure:
                 hovertemplate="expected %{y:.1f} rounds with %{x} tokens<extra></extra>",
             )
         )
-    style_figure(
+    compact_layout(
         fig,
         title,
         f"tokens per round ({gamma + 1} = all + bonus)",
@@ -291,7 +228,7 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
         top = sorted(stops.items(), key=lambda kv: -kv[1])
         sub += "<br>stopped: " + " · ".join(f"{stop_short(k, k)} {n}" for k, n in top[:3])
         sub += " · …" if len(top) > 3 else ""
-    style_figure(fig, title, "round", "tokens", subtitle=sub)
+    compact_layout(fig, title, "round", "tokens", subtitle=sub)
     fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
                       meta={"mean_drafted": mean_d, "mean_accepted": mean_a, "stops": stops})
     fig.update_yaxes(range=[0, max(drafted + [gamma]) * 1.12 + 0.2], dtick=1 if gamma <= 8 else None)
@@ -336,7 +273,7 @@ def round_times(trace: Trace | None) -> go.Figure:
     total_d = sum(r.t_draft for r in rounds)
     total_v = sum(r.t_verify for r in rounds)
     sub = f"total drafting {fsec(total_d)} · total verifying {fsec(total_v)}"
-    style_figure(fig, title, "round", "seconds", subtitle=sub)
+    compact_layout(fig, title, "round", "seconds", subtitle=sub)
     fig.update_layout(barmode="stack", bargap=0.15 if len(rounds) < 60 else 0.0)
     return fig
 
@@ -345,7 +282,6 @@ __all__ = [
     "COLORS",
     "acceptance_by_position",
     "draft_lengths",
-    "empty_figure",
     "expected_tokens_distribution",
     "round_times",
     "tokens_per_round_hist",

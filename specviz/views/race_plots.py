@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from specviz.theory.costs import race_costs, steps
 
 from ._fmt import COLORS
-from .plots import empty_figure, style_figure
+from .figures import compact_layout, empty_figure
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -52,7 +52,7 @@ def tokens_vs_time(spec: Trace | None, std: Trace | None) -> go.Figure:
                 hovertemplate=f"{name} finished: %{{y}} tokens at %{{x:.2f}} s<extra></extra>",
             )
         )
-    style_figure(fig, title, "seconds since start", "tokens", subtitle="steeper is faster<br>each step is one round (one target pass)")
+    compact_layout(fig, title, "seconds since start", "tokens", subtitle="steeper is faster<br>each step is one round (one target pass)")
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -122,7 +122,7 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
         c_text = f"c = {c:.3f} (draft token ÷ verify pass)"
     else:
         c_text = "c = n/a"
-    style_figure(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + c_text)
+    compact_layout(fig, title, "", "speedup (×)", subtitle=" · ".join(parts) + "<br>" + c_text)
     fig.update_xaxes(tickangle=0)
     top = max([x for x in vals if x is not None] + [1.0])
     fig.update_yaxes(range=[0, top * 1.22])

@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ._fmt import esc
-from .theory_plots import NO_DATA, layout_figure, message_figure, as_number, safe_figure
+from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
+from .theory_plots import as_number
 
 SHORT = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
          "speculator": "learned head", "standard": "standard"}
@@ -58,7 +59,7 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
     """One figure, one panel per metric, one bar per contender that ran."""
     ran = [r for r in (rows or []) if isinstance(r, dict) and not r.get("error")]
     if not ran:
-        return message_figure(TITLE, f"{NO_DATA}: run a drafter shoot-out")
+        return empty_figure(TITLE, f"{NO_DATA}: run a drafter shoot-out", wide=True)
 
     def build() -> go.Figure:
         names = [SHORT.get(str(r.get("key")), str(r.get("label", "?"))) for r in ran]
@@ -75,7 +76,7 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
         skipped = [SHORT.get(str(r.get("key")), str(r.get("label"))) for r in rows or [] if r.get("error")]
         sub = subtitle + ("; " if subtitle and skipped else "") + (
             f"did not run: {', '.join(skipped)} (see the table)" if skipped else "")
-        layout_figure(fig, TITLE, sub or None, height=340)
+        wide_layout(fig, TITLE, sub or None, height=340)
         fig.update_layout(margin=dict(l=10, r=10, b=40))
         fig.update_yaxes(autorange="reversed")
         return fig

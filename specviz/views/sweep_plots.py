@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as th
-from .theory_plots import (C_MEASURED, C_OPT, C_THEORY, C_UNO, NO_DATA, as_number, layout_figure, message_figure,
-                           safe_figure)
+from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
+from .theory_plots import C_MEASURED, C_OPT, C_THEORY, C_UNO, as_number
 
 
 # ---- sweeps of real runs -----------------------------------------------------------------------
@@ -31,7 +31,7 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
     rows = [r for r in (results or []) if isinstance(r, dict)
             and as_number(r.get("gamma")) is not None and as_number(r.get("speedup")) is not None]
     if not rows:
-        return message_figure(title, f"{NO_DATA}: run a γ sweep first")
+        return empty_figure(title, f"{NO_DATA}: run a γ sweep first", wide=True)
 
     def build() -> go.Figure:
         rows.sort(key=lambda r: as_number(r["gamma"]))
@@ -94,7 +94,7 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
             hovertemplate="%{text}<extra></extra>",
         ))
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"))
-        layout_figure(fig, title, sub, height=430)
+        wide_layout(fig, title, sub, height=430)
         fig.update_xaxes(title_text="draft length γ", dtick=1)
         fig.update_yaxes(title_text="speedup (×)", rangemode="tozero")
         return fig
@@ -112,7 +112,7 @@ def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
     title = "Over-acceptance: acceptance, speedup and bias vs ε"
     rows = [r for r in (results or []) if isinstance(r, dict) and as_number(r.get("epsilon")) is not None]
     if not rows:
-        return message_figure(title, f"{NO_DATA}: run an ε sweep first")
+        return empty_figure(title, f"{NO_DATA}: run an ε sweep first", wide=True)
 
     def build() -> go.Figure:
         fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
@@ -137,7 +137,7 @@ def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
                     text=hover, hovertemplate="%{text}<br>" + key + " %{y:" + fmt + "}<extra></extra>",
                 ), row=row, col=1)
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"), row=2, col=1)
-        layout_figure(fig, title, "ε = 0 is exact (bias 0 for OPT); larger ε accepts more drafts at the cost of bias", height=620)
+        wide_layout(fig, title, "ε = 0 is exact (bias 0 for OPT); larger ε accepts more drafts at the cost of bias", height=620)
         fig.update_xaxes(title_text="over-acceptance threshold ε", row=3, col=1)
         fig.update_yaxes(rangemode="tozero")
         return fig

@@ -2,7 +2,8 @@
 
 Every function returns a `go.Figure` and never raises on missing input: None,
 empty lists or out-of-range numbers give a figure with an explanatory
-annotation instead, so a half-filled form never breaks the page.
+annotation instead, so a half-filled form never breaks the page.  They are
+full-width charts: the look and the wide layout are :mod:`.figures`.
 
 Notation: p = target, q = draft (Leviathan et al.); Yin et al. swap them.
 """
@@ -10,50 +11,22 @@ Notation: p = target, q = draft (Leviathan et al.); Yin et al. swap them.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as th
-from .plots import FONT_COLOR  # one palette for all figures
+from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
 
-TEMPLATE = "plotly_white"
-GRID_COLOR = "rgba(128, 128, 128, 0.25)"  # soft in light and dark mode
 C_THEORY = "#1f77b4"
 C_SECOND = "#7f7f7f"
 C_OPT = "#2ca02c"
 C_MEASURED = "#d62728"
 C_UNO = "#ff7f0e"
-NO_DATA = "no data"
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-def message_figure(title: str, text: str) -> go.Figure:
-    """An empty figure that says why it is empty."""
-    fig = go.Figure()
-    fig.update_layout(
-        template=TEMPLATE,
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        font=dict(color=FONT_COLOR),
-        title=dict(text=title),
-        xaxis=dict(visible=False),
-        yaxis=dict(visible=False),
-        height=360,
-        annotations=[dict(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=15))],
-    )
-    return fig
-
-
-def safe_figure(title: str, build: Callable[[], go.Figure]) -> go.Figure:
-    """Run a figure builder; bad numbers become an annotation, not an exception."""
-    try:
-        return build()
-    except (ValueError, TypeError, ZeroDivisionError, RuntimeError) as exc:
-        return message_figure(title, f"{NO_DATA}: {exc}")
 
 
 def as_number(x: Any) -> float | None:
@@ -65,28 +38,6 @@ def as_number(x: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
-
-
-def layout_figure(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) -> go.Figure:
-    t: dict[str, Any] = dict(text=title)
-    if subtitle:
-        t["subtitle"] = dict(text=subtitle)
-    fig.update_layout(
-        template=TEMPLATE,
-        # Transparent backgrounds and a mid-grey font read in Gradio's light and dark modes alike.
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        font=dict(color=FONT_COLOR),
-        title=t,
-        hovermode="closest",
-        # Legend under the plot, clear of the x-axis title.
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
-        margin=dict(t=(110 if "<br>" in subtitle else 90) if subtitle else 60, b=120),
-        **kw,
-    )
-    fig.update_xaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR)  # every subplot's axes
-    fig.update_yaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR)
-    return fig
 
 
 def _alphas(alpha: Any) -> list[float]:
@@ -118,7 +69,7 @@ def speedup_curves(
     a = as_number(alpha) if alpha is not None else as_number(m.get("alpha"))
     cc = as_number(c) if c is not None else as_number(m.get("c"))
     if a is None or cc is None:
-        return message_figure(title, f"{NO_DATA}: need α and c (run speculative decoding first)")
+        return empty_figure(title, f"{NO_DATA}: need α and c (run speculative decoding first)", wide=True)
 
     vv = as_number(v) or 1.0
 
@@ -199,7 +150,7 @@ def speedup_curves(
         sub += f"; optimal γ* = {g_opt} ({s_opt:.2f}×)"
         if not helps:
             sub += " — no γ helps: plain decoding is faster" + (" (α ≤ c)" if vv == 1 else "")
-        layout_figure(fig, title, sub, height=430)
+        wide_layout(fig, title, sub, height=430)
         # A fixed range: the marker labels and the mean-draft-length line must not stretch the axis.
         fig.update_xaxes(title_text="draft length γ", dtick=1 if gmax <= 20 else None, range=[0.5, gmax + 0.5])
         fig.update_yaxes(title_text="expected speedup (×)", secondary_y=False)
@@ -221,7 +172,7 @@ def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: in
     title = "Expected tokens per round vs γ (Leviathan et al., Eq. 1)"
     alphas = _alphas(alpha)
     if not alphas:
-        return message_figure(title, f"{NO_DATA}: give one or more values of α")
+        return empty_figure(title, f"{NO_DATA}: give one or more values of α", wide=True)
 
     def build() -> go.Figure:
         gmax = max(1, int(gamma_max))
@@ -250,7 +201,7 @@ def tokens_per_round_curves(alpha: float | Sequence[float] | None, gamma_max: in
                                    f"<br>%{{y:.3f}} expected tokens / round<extra></extra>")))
             sub += ("<br>markers: each rule's exact expectation on the last run's drafts (block verification has "
                     "no closed form in α)")
-        layout_figure(fig, title, sub, height=400)
+        wide_layout(fig, title, sub, height=400)
         fig.update_xaxes(title_text="draft length γ")
         fig.update_yaxes(title_text="expected tokens per round")
         return fig
@@ -263,7 +214,7 @@ def cost_factor_curve(alpha: float | None, c_hat: float | None, gamma_max: int =
     title = "Extra arithmetic vs γ (Leviathan et al., Thm 3.11)"
     a, ch = as_number(alpha), as_number(c_hat)
     if a is None or ch is None:
-        return message_figure(title, f"{NO_DATA}: need α and ĉ")
+        return empty_figure(title, f"{NO_DATA}: need α and ĉ", wide=True)
 
     def build() -> go.Figure:
         gs = list(range(1, max(1, int(gamma_max)) + 1))
@@ -274,7 +225,7 @@ def cost_factor_curve(alpha: float | None, c_hat: float | None, gamma_max: int =
         ))
         fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
                       annotation_text="plain decoding", annotation_position="bottom right")
-        layout_figure(fig, title, f"α = {a:.3f}, ĉ = {ch:.3f} (draft ops / target ops per token)", height=400)
+        wide_layout(fig, title, f"α = {a:.3f}, ĉ = {ch:.3f} (draft ops / target ops per token)", height=400)
         fig.update_xaxes(title_text="draft length γ")
         fig.update_yaxes(title_text="total arithmetic operations (×)", rangemode="tozero")
         return fig
@@ -293,9 +244,9 @@ def theorem1_plot(trace: Any) -> go.Figure:
     try:
         s = th.theorem1_series(trace)
     except (AttributeError, TypeError, ValueError) as exc:
-        return message_figure(title, f"{NO_DATA}: {exc}")
+        return empty_figure(title, f"{NO_DATA}: {exc}", wide=True)
     if not s.index:
-        return message_figure(title, f"{NO_DATA}: run speculative decoding (with statistics) to see this")
+        return empty_figure(title, f"{NO_DATA}: run speculative decoding (with statistics) to see this", wide=True)
 
     def build() -> go.Figure:
         eps = trace.settings.epsilon if trace is not None else 0.0
@@ -328,7 +279,7 @@ def theorem1_plot(trace: Any) -> go.Figure:
                f"{s.cum_rejections[-1]} actual rejections")
         if eps > 0:
             sub += f"<br>ε = {eps:g} > 0: fewer rejections than Σ TV are expected (Σ r = {s.cum_reject_prob[-1]:.2f})"
-        layout_figure(fig, title, sub, height=450)
+        wide_layout(fig, title, sub, height=450)
         fig.update_xaxes(title_text="running Σ TV(p_n, q_n) over verified positions", range=[0, top])
         fig.update_yaxes(title_text="running number of rejections", range=[0, top])
         return fig
@@ -348,7 +299,7 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
            and as_number(d.get("reject_prob")) is not None and as_number(d.get("bias")) is not None]
     t = as_number(tv)
     if t is None and not pts:
-        return message_figure(title, f"{NO_DATA}: need TV(p, q) or measured points")
+        return empty_figure(title, f"{NO_DATA}: need TV(p, q) or measured points", wide=True)
 
     def build() -> go.Figure:
         fig = go.Figure()
@@ -373,7 +324,7 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
         sub = "shaded: below the front, no rejection-based rule can reach"
         if t is not None:
             sub = f"TV(p, q) = {t:.3f}; " + sub
-        layout_figure(fig, title, sub, height=450)
+        wide_layout(fig, title, sub, height=450)
         fig.update_xaxes(title_text="rejection probability r = 1 − Σ q·b", rangemode="tozero")
         fig.update_yaxes(title_text="bias TV(A, p)", rangemode="tozero")
         return fig
@@ -389,7 +340,7 @@ def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 
     Π TV(q, r_{m−1}) and Monte Carlo of the batch procedure (±2 s.e.)."""
     title = "Batch drafting: P(all M drafts rejected) vs M (Yin et al., Thm 3)"
     if p is None or q is None:
-        return message_figure(title, f"{NO_DATA}: need target and draft distributions p and q")
+        return empty_figure(title, f"{NO_DATA}: need target and draft distributions p and q", wide=True)
 
     def build() -> go.Figure:
         m_max = max(1, int(M_max))
@@ -414,7 +365,7 @@ def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 
         sub = ("line: exact, M i.i.d. drafts from q checked in turn against r<sub>0</sub> = p, "
                "r<sub>m</sub> = norm(max(0, r<sub>m−1</sub> − q))"
                f"<br>dots: Monte Carlo of the procedure, {n:,} runs, seed {int(seed)}, ±2 s.e.")
-        layout_figure(fig, title, sub, height=450)
+        wide_layout(fig, title, sub, height=450)
         fig.update_xaxes(title_text="number of drafts M", dtick=1 if m_max <= 20 else None)
         fig.update_yaxes(title_text="P(all M drafts rejected)", range=[0, max(exact[0], 0.05) * 1.1])
         return fig

@@ -23,7 +23,7 @@ from specviz.trace.tree import attention_mask
 from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
 from .chips import chip_html, tip_html
 from .narrate import tree_stop_sentence
-from .plots import style_figure, empty_figure
+from .figures import compact_layout, empty_figure
 
 if TYPE_CHECKING:
     from specviz.trace import Round
@@ -265,6 +265,6 @@ def tree_mask_figure(rnd: Round | None) -> go.Figure:
         colorscale=[[0, "rgba(128,128,128,0.10)"], [0.5, COLORS["bonus"]], [1, COLORS["accepted"]]],
         hovertemplate="%{y} attends to %{x}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    return style_figure(fig, title, "key: the prefix and tree nodes", "query: tree node",
+    return compact_layout(fig, title, "key: the prefix and tree nodes", "query: tree node",
                   subtitle="0 where a node may attend, the dtype's minimum elsewhere; green: the accepted path",
                   legend=False)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 
 from ._fmt import COLORS
-from .plots import style_figure, empty_figure
+from .figures import compact_layout, empty_figure
 
 if TYPE_CHECKING:
     from specviz.trace import Trace
@@ -36,7 +36,7 @@ def tree_sizes(trace: Trace | None) -> go.Figure:
                              marker=dict(color=COLORS["accepted"], size=8),
                              hovertemplate="round %{x}: %{y} accepted<extra></extra>"))
     mean = sum(len(r.tree.nodes) for r in rounds) / len(rounds)
-    return style_figure(fig, title, "round", "tokens", subtitle=f"mean {mean:.1f} nodes per tree")
+    return compact_layout(fig, title, "round", "tokens", subtitle=f"mean {mean:.1f} nodes per tree")
 
 
 def tree_verify_scatter(trace: Trace | None) -> go.Figure:
@@ -50,7 +50,7 @@ def tree_verify_scatter(trace: Trace | None) -> go.Figure:
         x=[r.tree.fed for r in rounds], y=[r.tree.t_forward for r in rounds], mode="markers",
         marker=dict(color=COLORS["verify_time"], size=9, opacity=0.8), customdata=[r.index + 1 for r in rounds],
         hovertemplate="round %{customdata}: %{x} tokens in %{y:.3f} s<extra></extra>", name="tree round"))
-    return style_figure(fig, title, "tokens fed to the target (nodes + 1)", "seconds", legend=False,
+    return compact_layout(fig, title, "tokens fed to the target (nodes + 1)", "seconds", legend=False,
                   subtitle="one verify pass per round: flat while the machine is memory-bound")
 
 
@@ -69,7 +69,7 @@ def tree_sweep_plot(rows: list[dict[str, Any]] | None) -> go.Figure:
                              mode="lines+markers", line=dict(dash="dash"), marker=dict(color=COLORS["draft_time"], size=7),
                              hovertemplate="%{x} tokens: %{y:.4f} s<extra></extra>"))
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[str(x) for x in xs])
-    return style_figure(fig, title, "tree nodes scored in one target pass", "seconds (median)",
+    return compact_layout(fig, title, "tree nodes scored in one target pass", "seconds (median)",
                   subtitle=f"median of {rows[0].get('repeats', '?')} passes per size on the loaded target")
 
 

@@ -1,0 +1,144 @@
+"""The figures' look, written once: every chart of the app is laid out here.
+
+One look for all of them: transparent backgrounds and a mid-grey font (so a figure reads in Gradio's
+light and dark modes alike), soft grid lines, one template and one hover label.  Two layouts:
+
+* :func:`compact_layout`: the live-run charts (trace, race, tree, machine), which sit three to a row:
+  fixed height, centred title, room for each line of the subtitle, legend under the plot.
+* :func:`wide_layout`: the full-width charts (theory tab, sweeps, shoot-out): left title, legend
+  under the plot, the height given by the caller.
+
+:func:`empty_figure` is a figure that says why it is empty (``meta={"empty": True}``), in either
+layout; :func:`safe_figure` runs a wide chart's builder and turns bad numbers into such a figure.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Callable
+
+import plotly.graph_objects as go
+
+FONT_COLOR = "#7b8190"  # readable on white and on Gradio's dark background
+GRID_COLOR = "rgba(128, 128, 128, 0.22)"
+FONT_FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
+TEMPLATE = "plotly_white"
+CLEAR = "rgba(0,0,0,0)"
+HEIGHT = 360  # a compact chart without a legend, and every empty figure
+EMPTY_WRAP = 38  # characters a line of an empty figure's message: a plot on a phone is ~330 px wide
+NO_DATA = "no data"
+
+
+def apply_look(fig: go.Figure, font_size: int | None = None) -> go.Figure:
+    """The part every figure shares: template, transparent backgrounds, font, hover label, grid colour."""
+    font: dict[str, Any] = dict(family=FONT_FAMILY, color=FONT_COLOR)
+    if font_size:
+        font["size"] = font_size
+    fig.update_layout(
+        template=TEMPLATE,
+        paper_bgcolor=CLEAR,
+        plot_bgcolor=CLEAR,
+        font=font,
+        hoverlabel=dict(font=dict(family=FONT_FAMILY, size=12)),
+    )
+    fig.update_xaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR, linecolor=GRID_COLOR)  # every subplot's axes
+    fig.update_yaxes(gridcolor=GRID_COLOR, zerolinecolor=GRID_COLOR, linecolor=GRID_COLOR)
+    return fig
+
+
+def compact_layout(
+    fig: go.Figure, title: str, x_title: str = "", y_title: str = "", subtitle: str = "", legend: bool = True
+) -> go.Figure:
+    """A live-run chart, a third of a row: fixed height (taller by the legend's row), centred title."""
+    apply_look(fig, font_size=13)
+    fig.update_layout(
+        title=dict(
+            text=title,
+            subtitle=dict(text=subtitle, font=dict(size=12, color=FONT_COLOR)),
+            x=0.5,
+            xanchor="center",
+            xref="container",
+            y=0.97,
+            yanchor="top",
+            yref="container",
+            font=dict(size=16),
+        ),
+        # Room for the title and each line of the subtitle (a figure shares a row with two others,
+        # so long subtitles are broken with <br>; tests/test_views checks that every line fits).
+        margin=dict(l=64, r=24, t=(84 + 18 * subtitle.count("<br>")) if subtitle else 56, b=100 if legend else 62),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, bgcolor=CLEAR, font=dict(size=12)),
+        height=HEIGHT + (40 if legend else 0),
+        showlegend=legend,
+        bargap=0.25,
+    )
+    fig.update_xaxes(title=dict(text=x_title), showline=True, automargin=True)
+    fig.update_yaxes(title=dict(text=y_title), showline=True, automargin=True)
+    return fig
+
+
+def wide_layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) -> go.Figure:
+    """A full-width chart; ``kw`` goes to ``update_layout`` (the height, at least)."""
+    apply_look(fig)
+    t: dict[str, Any] = dict(text=title)
+    if subtitle:
+        t["subtitle"] = dict(text=subtitle)
+    fig.update_layout(
+        title=t,
+        hovermode="closest",
+        # Legend under the plot, clear of the x-axis title.
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+        margin=dict(t=(110 if "<br>" in subtitle else 90) if subtitle else 60, b=120),
+        **kw,
+    )
+    return fig
+
+
+def empty_figure(title: str, message: str = "No data yet", *, wide: bool = False) -> go.Figure:
+    """A blank figure that says why it is blank, the message broken into lines that fit a narrow plot.
+
+    ``wide`` gives it the full-width charts' title (left, plotly's default margins) in place of a
+    compact chart's; both are ``HEIGHT`` tall.
+    """
+    fig = go.Figure()
+    if wide:
+        apply_look(fig)
+        fig.update_layout(title=dict(text=title), height=HEIGHT)
+    else:
+        compact_layout(fig, title, legend=False)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.add_annotation(
+        text="<br>".join(textwrap.wrap(message, EMPTY_WRAP)) or message,
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        font=dict(size=15, color=FONT_COLOR),
+    )
+    fig.update_layout(meta={"empty": True})
+    return fig
+
+
+def safe_figure(title: str, build: Callable[[], go.Figure], *, wide: bool = True) -> go.Figure:
+    """Run a figure builder; bad numbers become an empty figure that says so, not an exception."""
+    try:
+        return build()
+    except (ValueError, TypeError, ZeroDivisionError, RuntimeError) as exc:
+        return empty_figure(title, f"{NO_DATA}: {exc}", wide=wide)
+
+
+__all__ = [
+    "EMPTY_WRAP",
+    "FONT_COLOR",
+    "FONT_FAMILY",
+    "GRID_COLOR",
+    "HEIGHT",
+    "NO_DATA",
+    "TEMPLATE",
+    "apply_look",
+    "compact_layout",
+    "empty_figure",
+    "safe_figure",
+    "wide_layout",
+]
