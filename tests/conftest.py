@@ -22,19 +22,38 @@ def _no_replays_across_tests():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread_for_tiny_models(request):
+    """Tiny random models are bound by per-operation overhead, not arithmetic: a second intra-op thread
+    only adds synchronisation, and on a shared 2-core machine (an app server or Chromium beside the
+    tests) its spin-waits made them up to 10x slower.  Tests of the real pair keep every thread."""
+    torch = sys.modules.get("torch")
+    if torch is None or request.node.get_closest_marker("real_model") is not None:
+        yield
+        return
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 # --------------------------------------------------------------------------------------------------
 # Test tiers.  `python -m pytest -m "not slow"` is a contributor's inner loop (tiny random models,
 # no servers, no browser: under two minutes on a 2-core machine); `python -m pytest` -- the README's
 # command, and CI's -- runs everything.  Markers are given per file, here, so a new test inherits
 # its file's tier: real_model (loads the default pair), server (starts the app), browser (drives
-# chromium).  Every marked file is also "slow", and so are the long tiny-model tests in SLOW_TESTS.
+# chromium).  Every file named here is also "slow", and so are the long tiny-model tests in SLOW_TESTS.
+# Files that mix tiny-model tests with a few on the real pair (models, speculator, tree) mark those
+# few themselves (@pytest.mark.real_model): the rest run on one torch thread (below).
 # --------------------------------------------------------------------------------------------------
 
 TIERS: dict[str, tuple[str, ...]] = {
     "test_real_pair.py": ("real_model",),
-    "test_models.py": ("real_model",),
-    "test_speculator.py": ("real_model",),
-    "test_tree.py": ("real_model",),
+    "test_models.py": (),  # its real-pair test is marked in the file
+    "test_speculator.py": (),  # likewise
+    "test_tree.py": (),  # likewise
     "test_api.py": ("server", "real_model"),
     "test_fuzz.py": ("server",),
     "test_load.py": ("server",),

@@ -746,6 +746,7 @@ def test_custom_pair_bad_path(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.real_model
 def test_real_offline_default_pair():
     t = time.perf_counter()
     pair = load_pair(DEFAULT_PRESET)

@@ -144,6 +144,7 @@ def test_registered_and_refuses_a_target_it_was_not_trained_for(tmp_path, monkey
         make_drafter(build_tiny_pair(), DecodeSettings(drafter="speculator"))
 
 
+@pytest.mark.real_model
 def test_shipped_weights_draft_on_the_real_pair():
     path = store.find(load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8").target)
     assert path is not None and path.parent.parent == store.ASSETS
@@ -163,6 +164,7 @@ def test_shipped_weights_draft_on_the_real_pair():
     assert summ.accepted >= 4 and summ.rounds < spec.n_tokens
 
 
+@pytest.mark.real_model
 def test_shipped_weights_draft_for_the_int8_target():
     """The execution an AVX2 CPU chooses: the learned head still finds its target and stays exact."""
     pair = load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")

@@ -271,6 +271,7 @@ def real_tree_run():
     return spec, std
 
 
+@pytest.mark.real_model
 def test_greedy_tree_equals_standard_on_the_real_pair(real_tree_run):
     spec, std = real_tree_run
     assert [t.id for t in spec.tokens] == [t.id for t in std.tokens] and spec.n_tokens == 24
@@ -281,6 +282,7 @@ def test_greedy_tree_equals_standard_on_the_real_pair(real_tree_run):
     assert back.to_dict() == spec.to_dict()
 
 
+@pytest.mark.real_model
 def test_real_tree_round_renders(real_tree_run):
     spec, _ = real_tree_run
     rnd = max(spec.rounds, key=lambda r: len(r.tree.path) if r.tree else -1)
