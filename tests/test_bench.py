@@ -6,7 +6,6 @@ import json
 import statistics
 
 import pytest
-import torch
 
 from specviz.cli import bench, bench_hf, bench_report
 from specviz.core.settings import DRAFT_STOPS
@@ -29,15 +28,6 @@ def spreads(obj, path=""):
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             yield from spreads(v, f"{path}[{i}]")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # The tiny models are far faster on one thread than on two contended ones (a shared CI box).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture

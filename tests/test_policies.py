@@ -33,15 +33,6 @@ MAX_NEW = 8
 WARPS = {"T=1": Warp(1.0), "top-k=3": Warp(1.0, 3), "top-p=0.8": Warp(1.0, 0, 0.8)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # These models are tiny: threads only add contention on a shared machine (10x slower).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def pair():
     """make_pair's independent random draft and target (TV(p1, q1) ≈ 0.4), cut to one transformer

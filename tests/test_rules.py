@@ -21,7 +21,7 @@ from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings, SettingsError
 from specviz.core.verify import verify_chain
 from tests.test_engine import PROMPT, assert_matches, make_pair
-from tests.test_policies import WARPS, assert_joint, exact_joint, first_tokens, pair, one_thread  # noqa: F401
+from tests.test_policies import WARPS, assert_joint, exact_joint, first_tokens, pair  # noqa: F401
 
 V, GAMMA, FIRST = 5, 3, 3
 _g = torch.Generator().manual_seed(11)

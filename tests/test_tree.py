@@ -25,15 +25,6 @@ from specviz.views.tree import tree_html, tree_mask_figure, tree_narration, tree
 from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run thousands of times: one thread avoids contention on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tree_settings(mode: str, branches: int, **kw) -> DecodeSettings:
     return DecodeSettings.checked(drafter="tree", tree_mode=mode, branches=branches, **kw)
 

@@ -22,7 +22,7 @@ from specviz.models.tiny import build_tiny_pair
 from specviz.trace import DRAFT_STOPS
 from tests.test_engine import assert_matches, make_pair
 from tests.test_policies import first_tokens
-from tests.test_tree import PREFIX, exact_joint, one_thread, tree_settings  # noqa: F401 (one_thread: autouse)
+from tests.test_tree import PREFIX, exact_joint, tree_settings
 
 
 def measured_adaptive(a: float = 0.1, b: float = 0.01, t_step: float = 0.02,
