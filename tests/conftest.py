@@ -46,7 +46,7 @@ def _one_torch_thread_for_tiny_models(request):
 # its file's tier: real_model (loads the default pair), server (starts the app), browser (drives
 # chromium).  Every file named here is also "slow", and so are the long tiny-model tests in SLOW_TESTS.
 # Files that mix tiny-model tests with a few on the real pair (models, speculator, tree) mark those
-# few themselves (@pytest.mark.real_model): the rest run on one torch thread (below).
+# few themselves (@pytest.mark.real_model): the rest run on one torch thread (the fixture above).
 # --------------------------------------------------------------------------------------------------
 
 TIERS: dict[str, tuple[str, ...]] = {

@@ -107,9 +107,9 @@ or not at all, with a message saying where ("speculative.rounds[3].positions[1].
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-import copy
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
