@@ -39,6 +39,26 @@ def _one_torch_thread_for_tiny_models(request):
         torch.set_num_threads(n)
 
 
+# The real default pair, loaded once for the session's real-pair tests (test_real_pair, test_speculator,
+# test_tree).  load_pair's own cache keeps only the last two pairs, and any tiny pair loaded between two
+# modules pushed the fp32 pair out: it was loaded three times.
+@pytest.fixture(scope="session")
+def real_pair_fp32():
+    """fp32 target: batched verification and one-token steps agree to the last bit that matters for
+    argmax.  The draft's precision never affects exactness (int8 keeps it fast)."""
+    from specviz.models import DEFAULT_PRESET, load_pair
+
+    return load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
+
+
+@pytest.fixture(scope="session")
+def real_pair_int8():
+    """The batch-invariant int8 target an AVX2-only CPU chooses."""
+    from specviz.models import DEFAULT_PRESET, load_pair
+
+    return load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")
+
+
 # --------------------------------------------------------------------------------------------------
 # Test tiers.  `python -m pytest -m "not slow"` is a contributor's inner loop (tiny random models,
 # no servers, no browser: under two minutes on a 2-core machine); `python -m pytest` -- the README's

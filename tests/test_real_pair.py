@@ -9,16 +9,9 @@ from specviz.core.settings import DecodeSettings
 from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair
 
 
-@pytest.fixture(scope="module")
-def pair_fp32():
-    # fp32 target: batched verification and one-token decoding then agree to the last bit that
-    # matters for argmax.  The draft's precision never affects exactness (int8 keeps it fast).
-    # load_pair keeps it (with the int8 pair) for test_speculator's and test_tree's real-pair tests.
-    return load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
+# The fp32 and int8 pairs: conftest's session fixtures real_pair_fp32 and real_pair_int8.
 
 
-# First: its bf16 pair is then the one load_pair forgets (it keeps the last two), not the fp32 pair
-# that test_speculator and test_tree load again.
 def test_bf16_target_verify_is_within_its_own_rounding_on_the_real_pair():
     pair = load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="bf16")
     verify, steps = _verify_vs_steps(pair)
@@ -26,7 +19,7 @@ def test_bf16_target_verify_is_within_its_own_rounding_on_the_real_pair():
     assert tv.max() <= 0.02, tv
 
 
-@pytest.mark.parametrize("pair_fixture, execution", [("pair_fp32", "fp32"), ("pair_int8", "int8")])
+@pytest.mark.parametrize("pair_fixture, execution", [("real_pair_fp32", "fp32"), ("real_pair_int8", "int8")])
 @pytest.mark.parametrize("prompt, gamma", [
     ("Write a Python function `is_prime(n)`.", 5),
     ("Explain in two sentences what a hash table is.", 3),
@@ -71,14 +64,9 @@ def _verify_vs_steps(pair, k: int = 6):
     return verify, steps
 
 
-@pytest.fixture(scope="module")
-def pair_int8():
-    return load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")
-
-
-def test_int8_target_is_batch_invariant_on_the_real_pair(pair_int8):
+def test_int8_target_is_batch_invariant_on_the_real_pair(real_pair_int8):
     import torch
 
-    assert pair_int8.target_exec == "int8"
-    verify, steps = _verify_vs_steps(pair_int8)
+    assert real_pair_int8.target_exec == "int8"
+    verify, steps = _verify_vs_steps(real_pair_int8)
     assert torch.equal(verify, steps)  # integer path: exactly, not just within rounding

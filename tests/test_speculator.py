@@ -13,7 +13,7 @@ from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.drafters import DRAFTERS, make_drafter
 from specviz.drafters.speculator import SpeculatorDrafter
-from specviz.models import DEFAULT_PRESET, ModelError, encode_prompt, load_pair
+from specviz.models import ModelError, encode_prompt
 from specviz.models.tiny import build_tiny_pair
 from specviz.speculator import store
 from specviz.speculator.model import MLPSpeculator, SpeculatorConfig
@@ -145,13 +145,13 @@ def test_registered_and_refuses_a_target_it_was_not_trained_for(tmp_path, monkey
 
 
 @pytest.mark.real_model
-def test_shipped_weights_draft_on_the_real_pair():
-    path = store.find(load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8").target)
+def test_shipped_weights_draft_on_the_real_pair(real_pair_fp32):
+    path = store.find(real_pair_fp32.target)
     assert path is not None and path.parent.parent == store.ASSETS
     assert path.stat().st_size < 16_000_000
     assert (path.parent / "card.json").is_file() and (path.parent / "card.md").is_file()
     # fp32 target (as in test_real_pair): batched verification and one-token steps agree exactly.
-    pair = load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
+    pair = real_pair_fp32
     prompt = "Write a Python function `is_prime(n)`."
     ids = encode_prompt(pair, prompt)
     s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=24, drafter="speculator")
@@ -165,9 +165,9 @@ def test_shipped_weights_draft_on_the_real_pair():
 
 
 @pytest.mark.real_model
-def test_shipped_weights_draft_for_the_int8_target():
+def test_shipped_weights_draft_for_the_int8_target(real_pair_int8):
     """The execution an AVX2 CPU chooses: the learned head still finds its target and stays exact."""
-    pair = load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")
+    pair = real_pair_int8
     assert store.find(pair.target) is not None
     prompt = "Write a Python function `is_prime(n)`."
     ids = encode_prompt(pair, prompt)

@@ -250,10 +250,10 @@ def test_first_position_rejection_rate_matches_the_batch_recursion():
 
 
 @pytest.fixture(scope="module")
-def real_tree_run():
-    from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair
+def real_tree_run(real_pair_fp32):
+    from specviz.models import encode_prompt
 
-    pair = load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
+    pair = real_pair_fp32
     prompt = "Write a Python function `is_prime(n)`."
     ids = encode_prompt(pair, prompt)
     s = tree_settings("best-first", 3, gamma=4, tree_nodes=16, temperature=0.0, max_new_tokens=24)
