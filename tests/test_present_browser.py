@@ -140,15 +140,28 @@ def test_the_first_view_says_what_to_press_and_shows_the_headline(viewport_page,
 # ---- presenter mode ----------------------------------------------------------------------------------
 
 
+PRESENTED = "2-chat-greedy"  # the recording presenter mode is checked on
+
+
+@pytest.fixture(scope="module")
+def normal_sizes(browser, server, shots):
+    """The font sizes of the page without presenter mode (same recording, round and viewport), measured once
+    for both themes' presenter tests: the normal page is the same page for both."""
+    assert any(p.stem == PRESENTED for p in RECORDINGS)
+    ctx, normal = new_page(browser, shots, None, 1280, 720)
+    try:
+        open_app(normal, server, f"?recording={PRESENTED}&round=3")
+        return {sel: normal.evaluate(FONT_PX, sel) for sel in
+                ("#sv-rounds .sv-chip", "#sv-rounds .sv-round-time", "#sv-narration .sv-narration", "#sv-race .sv-race-text")}
+    finally:
+        ctx.close()
+
+
 @pytest.mark.parametrize("theme", ["light", "dark"])
-def test_presenter_mode_enlarges_hides_the_settings_and_takes_keys(viewport_page, server, shots, theme):
+def test_presenter_mode_enlarges_hides_the_settings_and_takes_keys(viewport_page, server, shots, theme, normal_sizes):
     page = viewport_page(1280, 720)
-    name = "2-chat-greedy"
-    assert any(p.stem == name for p in RECORDINGS)
-    normal = viewport_page(1280, 720)
-    open_app(normal, server, f"?recording={name}&round=3")
-    before = {sel: normal.evaluate(FONT_PX, sel) for sel in
-              ("#sv-rounds .sv-chip", "#sv-rounds .sv-round-time", "#sv-narration .sv-narration", "#sv-race .sv-race-text")}
+    name = PRESENTED
+    before = normal_sizes
     open_app(page, server, f"?recording={name}&round=3&present=1" + ("&__theme=dark" if theme == "dark" else ""))
     page.wait_for_function("() => document.body.classList.contains('sv-present')")
     assert page.evaluate("document.body.classList.contains('dark')") == (theme == "dark")
