@@ -116,7 +116,8 @@ def pytest_collection_modifyitems(config, items):
 # One app server and one Chromium for the modules that take the app as it ships.  Starting `python
 # app.py` costs ~15-30 s on a 2-core machine (torch, transformers and Gradio imported; the tiny pair
 # built; the default pair loaded on first use).  Modules that need other settings (test_fuzz: no custom
-# pairs; test_hardening: a 64-token prompt limit; two of test_load's tests) start their own.
+# pairs; test_hardening: a 64-token prompt limit; test_load's queue and session-limit tests, one for
+# both) start their own.
 # These modules run first, and the server and Chromium stop after the last of them: the app's default
 # pair (~5 GB) must not sit beside the real pairs that later modules load in this process (~12 GB).
 # Its environment: the tiny pair is offered in the dropdown, Gradio's copies of uploads in `server.uploads`.
