@@ -115,8 +115,9 @@ def test_twin_leaves_the_loaded_model_untouched():
 
 
 def test_speculative_sampling_with_an_int8_target_is_exact():
-    """χ² on the first two tokens with the int8 target: the rule samples the int8 model exactly."""
-    pair = make_pair()
+    """χ² on the first two tokens with the int8 target: the rule samples the int8 model exactly
+    (transformers' Llama: the int8 execution converts its linears)."""
+    pair = make_pair(kind="llama")
     pair.target = executions.apply(pair.target, "int8")
     from specviz.core.sampling import Warp
 

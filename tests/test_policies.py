@@ -37,7 +37,7 @@ WARPS = {"T=1": Warp(1.0), "top-k=3": Warp(1.0, 3), "top-p=0.8": Warp(1.0, 0, 0.
 def pair():
     """make_pair's independent random draft and target (TV(p1, q1) ≈ 0.4), cut to one transformer
     layer each: the same kind of distributions for a third less work per decode (thousands run here)."""
-    pair = make_pair(vocab=VOCAB, sharp=10.0)
+    pair = make_pair(vocab=VOCAB, sharp=10.0, kind="llama")  # TAU and the counts below are tuned to it
     for model in (pair.draft, pair.target):
         model.model.layers = model.model.layers[:1]
         model.config.num_hidden_layers = 1

@@ -165,17 +165,18 @@ def exact_joint(pair, warp, n=3):
     return out
 
 
-@pytest.mark.parametrize("mode,branches,nodes,top_p", [
-    ("iid", 2, 16, 1.0),
-    ("iid", 3, 16, 0.8),
-    ("best-first", 2, 64, 1.0),  # top-k children, nothing pruned
-    ("best-first", 3, 4, 0.8),  # best-first: the node budget prunes the tree
-    ("unique", 2, 16, 1.0),  # distinct children drawn without replacement
-    ("unique", 3, 5, 0.8),  # … with top-p, and a budget that leaves later nodes fewer children
+@pytest.mark.parametrize("mode,branches,nodes,top_p,kind", [
+    ("iid", 2, 16, 1.0, "fast"),
+    ("iid", 3, 16, 0.8, "fast"),
+    ("best-first", 2, 64, 1.0, "fast"),  # top-k children, nothing pruned
+    ("best-first", 3, 4, 0.8, "llama"),  # best-first: the node budget prunes the tree; transformers' Llama
+    ("unique", 2, 16, 1.0, "fast"),  # distinct children drawn without replacement
+    ("unique", 3, 5, 0.8, "fast"),  # … with top-p, and a budget that leaves later nodes fewer children
 ])
-def test_tree_speculative_sampling_is_exact(mode, branches, nodes, top_p):
-    """The first three emitted tokens follow the target's exact joint distribution."""
-    pair = make_pair()
+def test_tree_speculative_sampling_is_exact(mode, branches, nodes, top_p, kind):
+    """The first three emitted tokens follow the target's exact joint distribution (one case on
+    transformers' Llama: its 4D tree mask and position ids, the rest on the lean TinyLM)."""
+    pair = make_pair(kind=kind)
     warp = Warp(1.0, 0, top_p)
     q1 = next_dist(pair.draft, PROMPT, warp)
     assert 0.5 * float((next_dist(pair.target, PROMPT, warp) - q1).abs().sum()) > 0.2  # the draft disagrees
@@ -225,7 +226,7 @@ def test_greedy_rule_follows_the_child_equal_to_argmax_p():
 
 def test_first_position_rejection_rate_matches_the_batch_recursion():
     """P(all M i.i.d. drafts at the first position are rejected) = Π_m TV(q, r_{m−1})."""
-    pair = make_pair()
+    pair = make_pair(kind="llama")  # a pair where M matters (checked below)
     warp = Warp(1.0)
     p, q = next_dist(pair.target, PROMPT, warp), next_dist(pair.draft, PROMPT, warp)
     n = 700

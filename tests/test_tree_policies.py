@@ -146,7 +146,7 @@ def test_best_first_drafter_expands_and_keeps_what_the_policy_says():
 def test_tree_rounds_teach_the_policy():
     """The engine reports each tree round to the policy: the heuristic's depth moves with the
     verdicts, and the adaptive one times the tree's draft passes and prunes trees once measured."""
-    pair = make_pair(vocab=11, draft_seed=5, target_seed=6, sharp=10.0)
+    pair = make_pair(vocab=11, draft_seed=5, target_seed=6, sharp=10.0, kind="llama")  # the counts are its
     s = tree_settings("best-first", 2, gamma=8, tree_nodes=32, temperature=1.0, max_new_tokens=40,
                       policy="heuristic", seed=3)
     depths = [max(n.depth for n in r.tree.nodes) for r in speculative_decode(pair, [1, 2, 3], s).rounds if r.tree]
@@ -177,7 +177,7 @@ def test_trees_shaped_by_a_measured_policy_stay_exact(mode, top_p, monkeypatch):
     decides each tree's depth, width and size (a fresh copy of the same measured policy per run)."""
     trained = trained_policy()
     monkeypatch.setattr(engine, "make_policy", lambda settings: copy.deepcopy(trained))
-    pair = make_pair()
+    pair = make_pair(kind="llama")  # trained_policy() is tuned to this pair: it stops trees by cost and by γ
     warp = Warp(1.0, 0, top_p)
     # A budget that never cuts the first round: the policy alone decides its depth (γ = 3).
     base = tree_settings(mode, 3, gamma=3, tree_nodes=16, temperature=1.0, top_p=top_p, max_new_tokens=8,
