@@ -19,10 +19,14 @@ def test_bf16_target_verify_is_within_its_own_rounding_on_the_real_pair():
     assert tv.max() <= 0.02, tv
 
 
-@pytest.mark.parametrize("pair_fixture, execution", [("real_pair_fp32", "fp32"), ("real_pair_int8", "int8")])
-@pytest.mark.parametrize("prompt, gamma", [
-    ("Write a Python function `is_prime(n)`.", 5),
-    ("Explain in two sentences what a hash table is.", 3),
+# One prompt per target execution, not every prompt on each: the executions are the code paths that
+# differ (fp32's batched verify must agree with its one-token steps at every argmax; int8 is
+# batch-invariant, which test_int8_target_is_batch_invariant checks bit for bit).  fp32 gets γ = 5,
+# the wider verify batch (more room for rounding to differ from the steps).  Greedy equality on more
+# prompts is what the bench reports (`python -m specviz.cli.bench`: the six evaluation prompts).
+@pytest.mark.parametrize("pair_fixture, execution, prompt, gamma", [
+    ("real_pair_fp32", "fp32", "Write a Python function `is_prime(n)`.", 5),
+    ("real_pair_int8", "int8", "Explain in two sentences what a hash table is.", 3),
 ])
 def test_greedy_speculative_equals_standard_on_the_real_pair(request, pair_fixture, execution, prompt, gamma):
     """In fp32, and with the int8 target an AVX2-only CPU chooses (batch-invariant: exactly)."""
