@@ -47,6 +47,10 @@ class TinyLM(nn.Module):
         nn.init.normal_(self.lm_head.weight, std=hidden**-0.5)
         self.register_buffer("causal", torch.ones(max_positions, max_positions, dtype=torch.bool).tril(),
                              persistent=False)
+        # Plain references for the forward: nn.Module's attribute lookup and ParameterList's iteration
+        # cost more than this model's arithmetic (the tensors are the parameters themselves).
+        self.__dict__["_fast"] = (self.embed.weight, self.positions.weight, self.causal,
+                                  tuple(zip(self.qkv, self.o, self.mlp)), self.lm_head.weight)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed
@@ -57,20 +61,21 @@ class TinyLM(nn.Module):
     def forward(self, input_ids, past_key_values=None, use_cache: bool = False, logits_to_keep: int = 0,
                 output_hidden_states: bool = False, attention_mask=None, position_ids=None, **_):
         b, t = input_ids.shape
+        embed, positions, causal, layers, head = self._fast
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        pos = self.positions.weight[past : past + t] if position_ids is None else self.positions(position_ids)
-        h = self.embed(input_ids) + pos
+        pos = positions[past : past + t] if position_ids is None else F.embedding(position_ids, positions)
+        h = F.embedding(input_ids, embed) + pos
         mask = attention_mask
         if mask is None and t > 1:  # causal over the cached prefix and the new tokens
-            mask = self.causal[past : past + t, : past + t]
-        width = h.shape[-1]
-        for layer, (w_qkv, w_o, w_mlp) in enumerate(zip(self.qkv, self.o, self.mlp)):
-            q, k, v = (h @ w_qkv).view(b, t, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+            mask = causal[past : past + t, : past + t]
+        width, heads = h.shape[-1], self.heads
+        for layer, (w_qkv, w_o, w_mlp) in enumerate(layers):
+            q, k, v = (h @ w_qkv).view(b, t, 3, heads, width // heads).permute(2, 0, 3, 1, 4)
             if past_key_values is not None:
                 k, v = past_key_values.update(k, v, layer)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             h = h + a.transpose(1, 2).reshape(b, t, width) @ w_o
             h = h + torch.tanh(h @ w_mlp)
-        logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
+        logits = (h[:, -logits_to_keep:] if logits_to_keep else h) @ head.T
         return SimpleNamespace(logits=logits, hidden_states=(h,) if output_hidden_states else None,
                                past_key_values=past_key_values)
