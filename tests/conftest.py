@@ -10,6 +10,7 @@ import contextlib  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
+from _pytest.nodeid import coerce_node_id  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -103,12 +104,39 @@ SLOW_TESTS = (
 )
 
 
+# Two processes (pytest-xdist, `-n 2 --dist loadgroup` in pytest.ini), and what keeps them within 24 GiB.
+# The tests that hold big models -- those on the shared app server and Chromium (the server's default pair
+# takes ~5.5 GiB) and those on the real pair in process (fp32 and int8 pairs: ~14 GiB of RSS) -- are one
+# xdist group, so they run on one worker, in the order below: the app's first, then the server stops, then
+# the real pairs load, as in a single process.  Everything else (tiny models, the app started with other
+# settings on the tiny pair, pure functions) runs on the other worker meanwhile, a file at a time, and on
+# both once the group is done.  Two workers each with their own server and real pairs ran the machine out
+# of memory (2026-11-24); one such group beside tiny models stays under ~18 GiB.
+HEAVY_FIXTURES = ("server", "browser")  # directly or through another fixture (a page needs both)
+
+
+def heavy(item) -> bool:
+    """On the real pair, or on the shared server or Chromium (APP_MODULES; test_fuzz's `server` is its own)."""
+    shared = item.path.name in APP_MODULES and any(f in item.fixturenames for f in HEAVY_FIXTURES)
+    return shared or item.get_closest_marker("real_model") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in TIERS.get(item.path.name, ()):
             item.add_marker(getattr(pytest.mark, name))
         if item.path.name in TIERS or item.originalname in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        # A file's tests stay on one worker (module fixtures such as test_fuzz's server start once, and
+        # a test may read what an earlier one in its file recorded).
+        group = "big-models" if heavy(item) else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False):
+            # What xdist's loadgroup does with the marker, done here: pytest-xdist 3.8 appends the group to
+            # `item._nodeid`, which pytest 9 no longer reads (a node's id is `_id`), so every test would be
+            # scheduled on its own -- two workers each loading real pairs.
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
     items.sort(key=lambda item: item.path.name not in APP_MODULES)  # the app's modules first (stable: in order)
 
 
