@@ -12,6 +12,7 @@ control sits and what it triggers are read in one place; nothing else lives here
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -506,6 +507,10 @@ def preload_default() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # What the imports made lives as long as the server: out of the cycle collector's reach, the full
+    # collection after every run (service.release_memory) walks ~0.1 s of objects instead of ~0.25 s.
+    # Before the preload thread starts, so nothing transient is frozen.
+    gc.freeze()
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
         preload_default()  # first: loading overlaps building the UI and starting the server
     demo = build()
