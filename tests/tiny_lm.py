@@ -48,8 +48,9 @@ class TinyLM(nn.Module):
         self.register_buffer("causal", torch.ones(max_positions, max_positions, dtype=torch.bool).tril(),
                              persistent=False)
         # Plain references for the forward: nn.Module's attribute lookup and ParameterList's iteration
-        # cost more than this model's arithmetic (the tensors are the parameters themselves).
-        self.__dict__["_fast"] = (self.embed.weight, self.positions.weight, self.causal,
+        # cost more than this model's arithmetic.  Parameters only: `.to()` keeps a parameter object
+        # (it swaps its data) but replaces a buffer, so the causal mask is read from the module.
+        self.__dict__["_fast"] = (self.embed.weight, self.positions.weight,
                                   tuple(zip(self.qkv, self.o, self.mlp)), self.lm_head.weight)
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -61,13 +62,13 @@ class TinyLM(nn.Module):
     def forward(self, input_ids, past_key_values=None, use_cache: bool = False, logits_to_keep: int = 0,
                 output_hidden_states: bool = False, attention_mask=None, position_ids=None, **_):
         b, t = input_ids.shape
-        embed, positions, causal, layers, head = self._fast
+        embed, positions, layers, head = self._fast
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         pos = positions[past : past + t] if position_ids is None else F.embedding(position_ids, positions)
         h = F.embedding(input_ids, embed) + pos
         mask = attention_mask
         if mask is None and t > 1:  # causal over the cached prefix and the new tokens
-            mask = causal[past : past + t, : past + t]
+            mask = self.causal[past : past + t, : past + t]
         width, heads = h.shape[-1], self.heads
         for layer, (w_qkv, w_o, w_mlp) in enumerate(layers):
             q, k, v = (h @ w_qkv).view(b, t, 3, heads, width // heads).permute(2, 0, 3, 1, 4)
