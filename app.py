@@ -27,7 +27,7 @@ from specviz.core.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, S
                                    DecodeSettings)
 from specviz.drafters import DRAFTERS
 from specviz.models import PRESETS
-from specviz.serving import hosting, replay
+from specviz.serving import hosting, replay, stream_log
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, present, shootout_ui, tabs, tree_ui
@@ -507,6 +507,7 @@ def preload_default() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stream_log.install()  # a client's queue stream ending early: one line, not gradio's traceback
     # What the imports made lives as long as the server: out of the cycle collector's reach, the full
     # collection after every run (service.release_memory) walks ~0.1 s of objects instead of ~0.25 s.
     # Before the preload thread starts, so nothing transient is frozen.

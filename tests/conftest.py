@@ -202,3 +202,20 @@ def pytest_runtest_teardown(item, nextitem):
     """After the last test of APP_MODULES: stop the shared server and Chromium."""
     if nextitem is None or nextitem.path.name not in APP_MODULES:
         _SHARED.close()
+
+
+@pytest.fixture(autouse=True)
+def _server_log_stays_clean(request):
+    """A test on an app server (the shared one, or a module's own `server`) fails when the server logged a
+    traceback while it ran: the test that caused it is named, not the next one that reads the log."""
+    if "server" not in request.fixturenames:
+        yield
+        return
+    srv = request.getfixturevalue("server")
+    start = len(srv.log())
+    yield
+    new = srv.log()[start:]
+    if "Traceback" in new:
+        at = new.index("Traceback")
+        pytest.fail(f"the app server logged a traceback during this test:\n{new[max(0, at - 300):at + 3000]}",
+                    pytrace=False)

@@ -206,6 +206,31 @@ def test_cancel_stops_the_run_within_a_round(server, client):
                     temperature=0.0, epsilon=0.0)
 
 
+def test_a_stream_for_an_unknown_session_is_one_log_line(server):
+    """A client asking for the event stream of a session the queue does not hold (a tab reconnecting after its
+    stream was dropped, a client from before a restart) is told so, and the log says it in one line: Gradio
+    alone raises after the response has started and uvicorn prints ~120 lines of traceback."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    conn.request("GET", "/gradio_api/queue/data?session_hash=no-such-session")
+    resp = conn.getresponse()
+    try:
+        body = resp.read()
+    except http.client.IncompleteRead as cut:  # the stream ends abnormally: Gradio raised inside it
+        body = cut.partial
+    conn.close()
+    assert b'"session_not_found":true' in body, body
+    line = "a client's Gradio event stream ended early (session not found); the server carries on"
+    deadline = time.monotonic() + 10
+    while line not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = server.log()
+    assert line in log and "Traceback" not in log, log[-4000:]
+
+
 def test_server_log_is_clean(server, client):
     assert trace_call(client, prompt="still fine?", preset=TINY_PRESET, max_new_tokens=4)["speculative"]
     log = server.log()
