@@ -35,12 +35,14 @@ CONTRAST = (torch.tensor([0.7, 0.05, 0.25, 0.0, 0.0]).log().expand(V, V).clone()
             torch.tensor([0.3, 0.7, 0.0, 0.0, 0.0]).log().expand(V, V).clone())
 
 
-def _toy_round(prev: int, rule: str, warp: Warp, gen: torch.Generator, tables=None) -> list[int]:
-    """One speculative round of the bigram toy: draft γ tokens from q, judge them, return what it emits."""
+def _toy_round(prev: int, rule: str, warp: Warp, gen: torch.Generator, tables=None, q_rows=None) -> list[int]:
+    """One speculative round of the bigram toy: draft γ tokens from q, judge them, return what it emits.
+    q_rows: the draft's warped rows, warp(q_log), when the caller computed them once for many rounds."""
     p_log, q_log = tables or (P_LOG, Q_LOG)
+    q_rows = warp(q_log) if q_rows is None else q_rows
     tokens, qs, c = [], [], prev
     for _ in range(GAMMA):
-        qd = warp(q_log[c])
+        qd = q_rows[c]
         c = int(torch.multinomial(qd, 1, generator=gen))
         tokens.append(c)
         qs.append(qd)
@@ -52,11 +54,12 @@ def _toy_round(prev: int, rule: str, warp: Warp, gen: torch.Generator, tables=No
 
 def _toy_first(n: int, rule: str, warp: Warp, seed: int = 0, tables=None) -> list[tuple[int, ...]]:
     gen = torch.Generator().manual_seed(seed)
+    q_rows = warp((tables or (P_LOG, Q_LOG))[1])  # the draft's distribution after each token, warped once
     out = []
     for _ in range(n):
         emitted: list[int] = []
         while len(emitted) < FIRST:
-            emitted += _toy_round(emitted[-1] if emitted else 0, rule, warp, gen, tables)
+            emitted += _toy_round(emitted[-1] if emitted else 0, rule, warp, gen, tables, q_rows)
         out.append(tuple(emitted[:FIRST]))
     return out
 
