@@ -52,6 +52,22 @@ def real_pair_fp32():
     return load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
 
 
+IS_PRIME = "Write a Python function `is_prime(n)`."
+
+
+@pytest.fixture(scope="session")
+def is_prime_standard(real_pair_fp32):
+    """(prompt, prompt ids, standard greedy decoding of 24 tokens) on the fp32 pair: the reference that
+    test_real_pair, test_speculator and test_tree each compare a speculative run with (decoded once: ~15 s)."""
+    from specviz.core.engine import standard_decode
+    from specviz.core.settings import DecodeSettings
+    from specviz.models import encode_prompt
+
+    ids = encode_prompt(real_pair_fp32, IS_PRIME)
+    return IS_PRIME, ids, standard_decode(real_pair_fp32, ids, DecodeSettings(temperature=0.0, max_new_tokens=24),
+                                          prompt=IS_PRIME)
+
+
 @pytest.fixture(scope="session")
 def real_pair_int8():
     """The batch-invariant int8 target an AVX2-only CPU chooses."""

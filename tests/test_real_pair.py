@@ -34,7 +34,11 @@ def test_greedy_speculative_equals_standard_on_the_real_pair(request, pair_fixtu
     ids = encode_prompt(pair, prompt)
     s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=24)
     spec = speculative_decode(pair, ids, s, prompt=prompt)
-    std = standard_decode(pair, ids, s, prompt=prompt)
+    if execution == "fp32":  # conftest's is_prime_standard: the same standard decoding, done once for 3 modules
+        shared_prompt, shared_ids, std = request.getfixturevalue("is_prime_standard")
+        assert (shared_prompt, shared_ids) == (prompt, ids)
+    else:
+        std = standard_decode(pair, ids, s, prompt=prompt)
     assert spec.models["target_exec"] == execution
     assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
     assert spec.text == std.text and spec.n_tokens == std.n_tokens > 0

@@ -145,18 +145,16 @@ def test_registered_and_refuses_a_target_it_was_not_trained_for(tmp_path, monkey
 
 
 @pytest.mark.real_model
-def test_shipped_weights_draft_on_the_real_pair(real_pair_fp32):
+def test_shipped_weights_draft_on_the_real_pair(real_pair_fp32, is_prime_standard):
     path = store.find(real_pair_fp32.target)
     assert path is not None and path.parent.parent == store.ASSETS
     assert path.stat().st_size < 16_000_000
     assert (path.parent / "card.json").is_file() and (path.parent / "card.md").is_file()
     # fp32 target (as in test_real_pair): batched verification and one-token steps agree exactly.
     pair = real_pair_fp32
-    prompt = "Write a Python function `is_prime(n)`."
-    ids = encode_prompt(pair, prompt)
+    prompt, ids, std = is_prime_standard  # standard greedy decoding, 24 tokens
     s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=24, drafter="speculator")
     spec = speculative_decode(pair, ids, s, prompt=prompt)
-    std = standard_decode(pair, ids, s, prompt=prompt)
     assert spec.models["drafter"] == "learned head (MLP speculator)"
     assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
     summ = spec.summary()

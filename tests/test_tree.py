@@ -251,15 +251,11 @@ def test_first_position_rejection_rate_matches_the_batch_recursion():
 
 
 @pytest.fixture(scope="module")
-def real_tree_run(real_pair_fp32):
-    from specviz.models import encode_prompt
-
+def real_tree_run(real_pair_fp32, is_prime_standard):
     pair = real_pair_fp32
-    prompt = "Write a Python function `is_prime(n)`."
-    ids = encode_prompt(pair, prompt)
+    prompt, ids, std = is_prime_standard  # standard greedy decoding, 24 tokens
     s = tree_settings("best-first", 3, gamma=4, tree_nodes=16, temperature=0.0, max_new_tokens=24)
     spec = speculative_decode(pair, ids, s, prompt=prompt)
-    std = standard_decode(pair, ids, s, prompt=prompt)
     return spec, std
 
 
