@@ -53,23 +53,24 @@ PROMPT_IDS_TEXT = "Write a Python function that returns the n-th Fibonacci numbe
 
 
 def _verify_vs_steps(pair, k: int = 6):
-    """Distributions at k positions scored in one verify pass, and one token at a time, after the
-    chat prompt (the tokens: the target's own greedy continuation)."""
+    """Distributions at k positions after the chat prompt, scored one token at a time (the tokens: the
+    target's own greedy continuation, chosen as it goes), then in one verify pass over the same k tokens once
+    the cache is rolled back to the prompt (CachedLM.crop, as after a rejection): one prefill serves both."""
     import torch
 
     from specviz.core.kv import CachedLM
 
     ids = encode_prompt(pair, PROMPT_IDS_TEXT)
-    cont = [t.id for t in standard_decode(pair, ids, DecodeSettings(temperature=0.0, max_new_tokens=k)).tokens]
-    seq = ids + cont
     with torch.inference_mode():
-        a = CachedLM(pair.target, pair.device)
-        a.feed(seq[:len(ids)])
-        verify = a.feed(seq[:len(ids) + k], keep=k).logits.float()
-        b = CachedLM(pair.target, pair.device)
-        b.feed(seq[:len(ids)])
-        steps = torch.stack([b.feed(seq[:len(ids) + i + 1]).logits[-1].float() for i in range(k)])
-    return verify, steps
+        lm = CachedLM(pair.target, pair.device)
+        logits, seq, steps = lm.feed(ids).logits[-1], list(ids), []
+        for _ in range(k):
+            seq.append(int(logits.argmax()))
+            logits = lm.feed(seq).logits[-1]
+            steps.append(logits.float())
+        lm.crop(len(ids))
+        verify = lm.feed(seq, keep=k).logits.float()
+    return verify, torch.stack(steps)
 
 
 def test_int8_target_is_batch_invariant_on_the_real_pair(real_pair_int8):
