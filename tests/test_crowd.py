@@ -1,5 +1,6 @@
 """A crowded room: identical requests served as replays of finished runs, live runs behind a
-bounded gate, handler gates, the API's defaults over raw HTTP.  Tiny pair only."""
+bounded gate, handler gates, the API's defaults over raw HTTP.  Tiny pair only.  Each test on the shared
+`server` also fails if the server logged a traceback while it ran (conftest's _server_log_stays_clean)."""
 
 from __future__ import annotations
 
@@ -290,7 +291,6 @@ def test_raw_http_call_with_a_partial_list_runs_with_the_defaults(server):
     assert event == "complete", payload
     spec = trace_from_dict(payload[0]["speculative"])
     assert spec.settings == DecodeSettings(max_new_tokens=32) and spec.n_tokens <= 32
-    assert "Traceback" not in server.log()
 
 
 def upload(url: str, name: str, nbytes: int):
@@ -318,7 +318,6 @@ def test_uploads_over_the_size_limit_are_refused(server):
     assert "maximum allowed size" in big.text
     assert {p for p in server.uploads.rglob("*") if p.is_file()} == stored  # nothing of it kept
     assert upload(server.url, "again.json", 1000).status_code == 200  # and the server carries on
-    assert "Traceback" not in server.log()
 
 
 def test_the_crowd_script_runs_end_to_end_on_the_tiny_pair(server, tmp_path, capsys):
@@ -346,4 +345,3 @@ def test_the_crowd_script_runs_end_to_end_on_the_tiny_pair(server, tmp_path, cap
     assert "8 of 8 served" in printed
     assert "examples:        6/6 served" in printed and "unique prompts:  2/2 served" in printed
     assert printed.count("wait to first output p50") == 2
-    assert "Traceback" not in server.log()
