@@ -134,8 +134,7 @@ def test_concurrent_sessions(server):
     # the tiny runs may still hold the waiting slots); at least one gets through, none fails otherwise.
     refused_default = [r for r in results if r[0] == "default" and r[1] in ("queue_full", "busy")]
     assert len(default) >= 1 and len(default) + len(refused_default) == 2, results
-    log = server.log()
-    assert "Traceback" not in log, log[-4000:]
+    # The server's log during this test: conftest's _server_log_stays_clean (no traceback while it ran).
 
 
 def test_full_queue_gives_a_clean_message(small_server):
