@@ -122,6 +122,27 @@ def test_export_of_unencodable_text_never_leaves_an_empty_file(tmp_path):
     assert list(tmp_path.iterdir()) == [Path(path)]
 
 
+def test_a_finished_frame_serializes_its_recording_once_for_the_export_and_the_store(tmp_path, monkeypatch):
+    """After a run the export file and the store's byte count come from one serialization, and the
+    export is still the surrogate-safe recording that loads back."""
+    from specviz.ui import live
+    from specviz.ui.store import STORE
+
+    spec, std = load_recording(EXAMPLE.read_bytes())
+    spec.prompt = "bad \udfff"
+    monkeypatch.setenv("SPECVIZ_EXPORT_DIR", str(tmp_path))
+    calls = []
+    real = T.recording.recording_to_json
+    monkeypatch.setattr(T.recording, "recording_to_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    frame = live.final_frame(spec, std, "ok")
+    assert len(calls) == 1
+    data = Path(frame.export).read_bytes()
+    assert data == T.recording_bytes(spec, std)
+    assert load_recording(data)[0].prompt == "bad \ufffd"
+    assert STORE._items[frame.state.id][1] == len(data)
+    Path(frame.export).unlink()
+
+
 def test_a_round_index_beyond_64_bits_is_refused(tmp_path):
     """(d) rounds[0].index = 2**64 broke plotly/Gradio ("Integer exceeds 64-bit range")."""
     d = example()

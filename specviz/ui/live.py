@@ -27,7 +27,7 @@ from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFaile
 from ..serving.replay import Busy, Entry, replay_speed
 from ..serving.service import InputError, Update, describe_error, release_memory
 from ..theory.costs import race_costs
-from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, save_recording
+from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes, save_recording
 from ..views import html as V
 from ..views.rules import rules_html
 from ..views import plots as P
@@ -73,16 +73,17 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int 
     narration, step_round = step_views(spec, 1)
     plot_tree_size, plot_tree_verify = tree_figures(spec)
     trees = bool(spec) and any(r.tree is not None for r in spec.rounds)  # chain runs hide the tree-only parts
+    data = recording_bytes(spec, std) if (spec or std) else None  # once: the export file and the store's size
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
-        state=STORE.put(spec, std, nbytes),
+        state=STORE.put(spec, std, nbytes if nbytes is not None else len(data or b"")),
         metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),
         plot_speed=RP.speedup_bars(spec, std),
         step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 0,
                        label=f"Round (1–{n})" if n else "Round"),
-        narration=narration, step_round=step_round, export=export_file(spec, std),
+        narration=narration, step_round=step_round, export=export_file(spec, std, data=data),
         tree=live_tree(spec), tree_mask=mask_for(spec), plot_tree_size=plot_tree_size,
         plot_tree_verify=plot_tree_verify, tree_mask_box=gr.update(visible=trees), tree_plots=gr.update(visible=trees),
     )
@@ -92,14 +93,15 @@ def export_dir() -> Path:
     return Path(os.environ.get("SPECVIZ_EXPORT_DIR") or Path(tempfile.gettempdir()) / "specviz-exports")
 
 
-def export_file(spec: Trace | None, std: Trace | None) -> str | None:
+def export_file(spec: Trace | None, std: Trace | None, *, data: bytes | None = None) -> str | None:
     """The recording as a file for "Export trace": all exports in one directory, of which only
-    the newest EXPORT_KEEP stay (Gradio serves its own copy, removed by the Blocks' delete_cache)."""
+    the newest EXPORT_KEEP stay (Gradio serves its own copy, removed by the Blocks' delete_cache).
+    ``data``: the recording's bytes when the caller already has them (``recording_bytes``)."""
     if not spec and not std:
         return None
     folder = export_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = save_recording(spec, std, folder)
+    path = save_recording(spec, std, folder, data=data)
     prune(folder, "specviz-*.json", EXPORT_KEEP)
     return path
 
