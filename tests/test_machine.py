@@ -281,6 +281,8 @@ def test_recorded_machines_are_read_from_whatever_files_exist(tmp_path, caplog):
                         "label": "Intel(R) Xeon(R) Processor, AMX, 2 threads"},
             "curves": {"bf16": {"1": 186.5, "4": 192.5, "9": 208.2}}, "note": "medians of recorded runs"}
     (tmp_path / "runs.json").write_text(json.dumps(runs))
+    # The bench's and the fidelity check's results live there too: skipped, and not called broken.
+    (tmp_path / "bench-x.json").write_text(json.dumps({"machine": "a CPU", "configs": {}}))
     with caplog.at_level(logging.WARNING, logger="specviz.views"):
         loaded = M.load_recorded(tmp_path)
     assert [r.key for r in loaded] == ["epyc", "runs"]
@@ -288,8 +290,27 @@ def test_recorded_machines_are_read_from_whatever_files_exist(tmp_path, caplog):
     # T(6) between the points at 4 and 9: 192.5 + 15.7 × 2/5 = 198.8 ms, 1.07 × T(1)
     assert "AMX Xeon** (Intel(R) Xeon(R) Processor, AMX, 2 threads): chose bf16; T(6)/T(1): bf16 1.07 — medians" in (
         M.machine_text(None, recorded=loaded))
-    assert {"broken.json", "empty.json"} <= {w for r in caplog.records for w in r.getMessage().split()}
+    warned = {w for r in caplog.records for w in r.getMessage().split()}
+    assert {"broken.json", "empty.json"} <= warned and "bench-x.json" not in warned
     assert M.load_recorded(tmp_path / "missing") == []
+
+
+def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
+    """assets/hardware: both machines' probes load without a warning (the bench's and the fidelity
+    check's results beside them are passed over), each with all three CPU executions, and the text
+    says what each chose: int8 on both (on the AMX Xeon bf16's verify is flat, but its step costs
+    about twice int8's)."""
+    with caplog.at_level(logging.WARNING, logger="specviz.views"):
+        shipped = {r.key: r for r in M.load_recorded()}
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert set(shipped) == {"epyc-avx2", "xeon-amx"}
+    for rec in shipped.values():
+        assert set(rec.probe.curves) == {"bf16", "fp32", "int8"} and rec.probe.choice == "int8"
+    xeon, epyc = shipped["xeon-amx"].probe, shipped["epyc-avx2"].probe
+    assert M.verify_factor(xeon.curves["bf16"], 6) < 1.1 < 4 < M.verify_factor(epyc.curves["bf16"], 6)
+    assert xeon.curves["int8"][1] < 0.6 * xeon.curves["bf16"][1]
+    text = M.machine_text(None, recorded=list(shipped.values()))
+    assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 2
 
 
 def test_the_tab_for_the_tiny_pair_says_so_and_still_compares():

@@ -102,12 +102,17 @@ def recorded_machine(doc: dict, key: str) -> RecordedMachine:
 
 def load_recorded(folder: Path | None = None) -> list[RecordedMachine]:
     """Every readable ``*.json`` recording in ``folder`` (default: assets/hardware), by file name; an
-    unreadable file is skipped with a warning, a missing folder gives none."""
+    unreadable file is skipped with a warning, a missing folder gives none.  The folder also holds
+    the bench's and the fidelity check's results (JSON objects without "curves"): those are other
+    files, not broken recordings, and are passed over without a word."""
     folder = HARDWARE_DIR if folder is None else Path(folder)
     out = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            out.append(recorded_machine(json.loads(path.read_text(encoding="utf-8")), path.stem))
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and "curves" not in doc:
+                continue
+            out.append(recorded_machine(doc, path.stem))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("hardware recording %s not shown: %s", path.name, exc)
     return out
