@@ -201,17 +201,24 @@ def test_the_page_marks_a_replay():
     assert frames[-1].state.get("spec").text == first[-1].state.get("spec").text
 
 
-@pytest.mark.parametrize("isa, replayed", [(("amx_bf16", "avx512f", "avx2"), True), (("avx2", "fma"), False)])
-def test_shipped_recordings_are_served_for_the_page_examples(monkeypatch, tmp_path, isa, replayed):
+AMX = ("amx_bf16", "avx512f", "avx2")
+
+
+@pytest.mark.parametrize("isa, forced, replayed", [(AMX, "bf16", True), (AMX, "", False), (("avx2", "fma"), "", False),
+                                                   (("avx2", "fma"), "bf16", False)])
+def test_shipped_recordings_are_served_for_the_page_examples(monkeypatch, tmp_path, isa, forced, replayed):
     """The page's examples with a shipped recording send exactly its settings (examples.json), and
     are replayed where the run would execute as they did: a bf16 target on a CPU with native bf16
-    (the AMX Xeon they were recorded on).  On an AVX2-only CPU the target runs another way (int8)
-    and its timings differ: the examples run live rather than show another machine's race."""
+    (the AMX Xeon they were recorded on), which a host asks for with SPECVIZ_TARGET_EXEC=bf16.
+    Unmeasured, a CPU runs the int8 target (the probe chose it on the AMX Xeon too), and on an
+    AVX2-only CPU bf16 is not the same machine class: there the examples run live rather than show
+    another execution's or another machine's race."""
     import app
     from specviz.serving import service
     from specviz.hardware import machine
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # no probe recorded: the machine's default execution
+    monkeypatch.setenv("SPECVIZ_TARGET_EXEC", forced)
     monkeypatch.setattr(service, "_EXECUTIONS", {})
     monkeypatch.setattr(machine, "this_machine", lambda device="cpu": machine.Machine("cpu", "cpu", isa, 2, "x"))
     cache = R.RecordingCache()
