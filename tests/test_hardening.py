@@ -134,12 +134,15 @@ def test_a_finished_frame_serializes_its_recording_once_for_the_export_and_the_s
     calls = []
     real = T.recording.recording_to_json
     monkeypatch.setattr(T.recording, "recording_to_json", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(STORE, "max_entries", 10**6)  # nothing dropped: the store's total grows by this entry
+    monkeypatch.setattr(STORE, "max_bytes", 2**40)
+    before = STORE.nbytes
     frame = live.final_frame(spec, std, "ok")
     assert len(calls) == 1
     data = Path(frame.export).read_bytes()
     assert data == T.recording_bytes(spec, std)
     assert load_recording(data)[0].prompt == "bad \ufffd"
-    assert STORE._items[frame.state.id][1] == len(data)
+    assert STORE.nbytes - before == len(data)
     Path(frame.export).unlink()
 
 

@@ -10,12 +10,11 @@ Imports go one way: recording -> schema -> model -> tree.  This package re-expor
 
 from .model import (DRAFT_STOPS, SCHEMA_VERSION, RUN_ENDS, DraftToken, Extra, Picture, Position, Round, Token, Trace,
                     TraceError, theoretical_speedup)
-from .recording import (MAX_TRACE_BYTES, load_recording, recording_bytes, recording_to_json,
-                        save_recording, trace_from_dict,
-                        trace_from_json)
+from .recording import (MAX_TRACE_BYTES, load_recording, recording_bytes, recording_to_json, save_recording,
+                        trace_from_dict, trace_from_json)
 from .summary import Summary
 from .tree import RoundTree
 
 __all__ = ["DRAFT_STOPS", "MAX_TRACE_BYTES", "SCHEMA_VERSION", "RUN_ENDS", "DraftToken", "Extra", "Picture", "Position",
-           "Round", "RoundTree", "Token", "Trace", "TraceError", "load_recording", "recording_bytes", "recording_to_json",
-           "save_recording", "theoretical_speedup", "trace_from_dict", "trace_from_json"]
+           "Round", "RoundTree", "Token", "Trace", "TraceError", "load_recording", "recording_bytes",
+           "recording_to_json", "save_recording", "theoretical_speedup", "trace_from_dict", "trace_from_json"]
