@@ -66,17 +66,17 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
                                        + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted]))
 
 
-def final_frame(spec: Trace | None, std: Trace | None, status: str, nbytes: int | None = None) -> LiveFrame:
+def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame:
     """Everything drawn from a finished race (or a loaded recording)."""
     summary = spec.summary() if spec else (std.summary() if std else None)
     n = len(spec.rounds) if spec else 0
     narration, step_round = step_views(spec, 1)
     plot_tree_size, plot_tree_verify = tree_figures(spec)
     trees = bool(spec) and any(r.tree is not None for r in spec.rounds)  # chain runs hide the tree-only parts
-    data = recording_bytes(spec, std) if (spec or std) else None  # once: the export file and the store's size
+    data = recording_bytes(spec, std) if (spec or std) else b""  # once: the export file and the store's size
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
-        state=STORE.put(spec, std, nbytes if nbytes is not None else len(data or b"")),
+        state=STORE.put(spec, std, len(data)),
         metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),
@@ -339,11 +339,11 @@ def replay(state: Any) -> Iterator[str]:
 # ---- recordings -----------------------------------------------------------------------------
 
 
-def show_recording(spec: Trace | None, std: Trace | None, label: str, nbytes: int | None = None) -> LiveFrame:
+def show_recording(spec: Trace | None, std: Trace | None, label: str) -> LiveFrame:
     where = spec or std
     msg = (f"{label}: {draft_source(where)} → {where.models.get('target', '')} · "
            f"{trace_exec_line(where, recorded=True)}")
-    return final_frame(spec, std, status_html(msg, "ok"), nbytes)
+    return final_frame(spec, std, status_html(msg, "ok"))
 
 
 def load_file(file: Any) -> LiveFrame:
@@ -360,7 +360,7 @@ def load_file(file: Any) -> LiveFrame:
         spec, std = load_recording(data)
     except (TraceError, OSError) as exc:
         return LiveFrame(status=status_html(f"Could not load that file: {exc}", "error"))
-    frame = show_recording(spec, std, f"Loaded {path.name}", nbytes=len(data))
+    frame = show_recording(spec, std, f"Loaded {path.name}")
     if len(data) > TRIM_AFTER_BYTES:
         # Parsing and drawing a large recording allocates ~20× its size for a moment; give the freed
         # heap back, as after a run (measured: RSS ~120 MiB lower after 30 loads of a 7 MB recording).
