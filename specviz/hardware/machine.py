@@ -38,10 +38,6 @@ class Machine:
         return "|".join([self.kind, self.name, "+".join(self.isa), str(self.threads), self.torch, self.emulated])
 
     @property
-    def bf16_native(self) -> bool:
-        return self.kind == "cuda" or any(f in self.isa for f in ("amx_bf16", "avx512_bf16"))
-
-    @property
     def isa_label(self) -> str:
         """The one ISA feature that matters most for bf16, in words."""
         if self.kind == "cuda":
