@@ -195,18 +195,28 @@ def shots(tmp_path_factory):
     print(f"\nbrowser screenshots: {d}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before any fixture of the test starts (a skipped browser test starts no server)
+def pytest_runtest_setup(item):
+    """Without Chromium a browser test is skipped (one folded line in the -ra summary: the count and the
+    command that installs it), except where CI is set: there it is an error (tests/chromium.py)."""
+    if "browser" not in item.fixturenames:
+        return
+    from tests import chromium
+
+    verdict = chromium.decision()
+    if verdict == "skip":
+        pytest.skip(chromium.skip_reason())
+    if verdict == "error":
+        pytest.fail(chromium.error_message(), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def browser():
     """Debian's Chromium through Playwright (never `playwright install`)."""
-    from pathlib import Path
-
     from playwright import sync_api
 
-    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: install Debian's (`apt-get install chromium`) or set "
-                    "SPECVIZ_CHROMIUM; never `playwright install`", pytrace=False)
     pw = _SHARED.enter_context(sync_api.sync_playwright())
     b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     _SHARED.callback(b.close)

@@ -14,7 +14,6 @@ tokens and ~1 s per standard token; the finished race shows its speedup at once 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -28,9 +27,8 @@ from specviz.trace import load_recording
 
 from playwright import sync_api  # noqa: E402,F401  (requirements-test.txt: a missing Playwright fails collection, never skips)
 
-CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402,F401  (without Chromium these tests skip; tests/chromium.py)
+
 VIEWPORT = {"width": 1400, "height": 900}
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = sorted((ROOT / "assets" / "traces").glob("*.json"))
