@@ -17,6 +17,11 @@ GAMMA_MAX = 16  # draft length with the constant policy
 GAMMA_MAX_DYNAMIC = 32  # maximum draft length when a dynamic policy decides when to stop
 MAX_NEW_TOKENS_MAX = 1024
 SEED_MAX = 2**63 - 1
+# The smallest temperature and top-p that sampling computes with: logits / 1e-40 overflow float32 (NaN
+# after softmax), and a top-p under float32's smallest number rounds to 0 and drops every token.  Far
+# below what anyone samples with (the page's sliders step by 0.05), far above where float32 fails.
+TEMPERATURE_MIN = 1e-3
+TOP_P_MIN = 1e-3
 # The one map of variant labels: the UI shows the keys, everything else stores the values.
 VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "uno"}
 # Who drafts: the names of specviz.drafters.DRAFTERS (the registry, which imports torch, maps each to
@@ -189,10 +194,15 @@ class DecodeSettings:
         temp = parse_number("temperature", d["temperature"])
         if not 0.0 <= temp <= 5.0:
             raise SettingsError(f"temperature must be between 0 and 5, not {_show(d['temperature'])}")
+        if 0.0 < temp < TEMPERATURE_MIN:
+            raise SettingsError(f"temperature must be 0 (greedy) or at least {TEMPERATURE_MIN:g}, "
+                                f"not {_show(d['temperature'])}")
         top_k = parse_integer("top-k", d["top_k"], 0, 1_000_000)
         top_p = parse_number("top-p", d["top_p"])
         if not 0.0 < top_p <= 1.0:
             raise SettingsError(f"top-p must be in (0, 1], not {_show(d['top_p'])}")
+        if top_p < TOP_P_MIN:
+            raise SettingsError(f"top-p must be at least {TOP_P_MIN:g} (1 = off), not {_show(d['top_p'])}")
         max_new = parse_integer("max new tokens", d["max_new_tokens"], 1, MAX_NEW_TOKENS_MAX)
         seed = parse_integer("seed", d["seed"], 0, SEED_MAX)
         drafter = _choice("drafter", d["drafter"], DRAFTER_NAMES)

@@ -1,0 +1,60 @@
+"""Issue 33, "One visitor cannot spoil the room": values a visitor (or a forged request) sends must be
+refused with a clear message or coerced, never end in NaN probabilities, a 500 or a logged traceback.
+
+Pure functions and tiny tensors only: no model, no server."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specviz.core.settings import TEMPERATURE_MIN, TOP_P_MIN, DecodeSettings, SettingsError
+
+
+# ---- 1. temperature and top-p too small to compute with ------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324, TEMPERATURE_MIN / 2])
+def test_a_temperature_too_small_to_sample_with_is_refused(temperature):
+    with pytest.raises(SettingsError, match=r"temperature must be 0 \(greedy\) or at least"):
+        DecodeSettings.checked(temperature=temperature)
+
+
+@pytest.mark.parametrize("top_p", [1e-46, 1e-300, 5e-324, TOP_P_MIN / 2])
+def test_a_top_p_too_small_to_compute_with_is_refused(top_p):
+    with pytest.raises(SettingsError, match="top-p must be at least"):
+        DecodeSettings.checked(top_p=top_p)
+
+
+def test_the_refusal_reaches_the_service_as_an_input_error():
+    from specviz.serving.service import InputError, check_request
+
+    with pytest.raises(InputError, match="temperature"):
+        check_request("hello", temperature=1e-40)
+    with pytest.raises(InputError, match="top-p"):
+        check_request("hello", top_p=1e-46)
+
+
+def test_the_smallest_allowed_values_still_sample():
+    import torch
+
+    from specviz.core.sampling import Warp, sample
+
+    s = DecodeSettings.checked(temperature=TEMPERATURE_MIN, top_p=TOP_P_MIN, top_k=3)
+    assert (s.temperature, s.top_p) == (TEMPERATURE_MIN, TOP_P_MIN)
+    assert DecodeSettings.checked(temperature=0).temperature == 0.0  # greedy stays allowed
+    warp = Warp(s.temperature, 0, s.top_p)
+    g = torch.Generator().manual_seed(0)
+    # Logits as models give them (bf16's range, ties, -inf from a mask), and a flat row.
+    rows = torch.tensor([[30.0, 29.999, -50.0, float("-inf"), 0.0],
+                         [0.0, 0.0, 0.0, 0.0, 0.0],
+                         [1e4, -1e4, 3.0, 2.0, 1.0],
+                         [-1e4, -1e4 + 1e-3, -1e4, -1e4, -1e4]])
+    for w in (warp, Warp(s.temperature, s.top_k, s.top_p), Warp(s.temperature, 0, 1.0), Warp(1.0, 0, s.top_p)):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            probs = w(rows.to(dtype))
+            assert torch.isfinite(probs).all(), (w, dtype, probs)
+            assert torch.allclose(probs.sum(-1), torch.ones(len(rows))), (w, dtype, probs)
+            for row in probs:
+                sample(row, g)  # torch.multinomial refuses NaN: "probability tensor contains ..."
