@@ -58,3 +58,46 @@ def test_the_smallest_allowed_values_still_sample():
             assert torch.allclose(probs.sum(-1), torch.ones(len(rows))), (w, dtype, probs)
             for row in probs:
                 sample(row, g)  # torch.multinomial refuses NaN: "probability tensor contains ..."
+
+
+# ---- 5. trace and recording versions --------------------------------------------------------------
+
+
+def _versioned(version, kind="trace"):
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "assets" / "traces" / "1-code-greedy.json")
+                     .read_text(encoding="utf-8"))
+    if kind == "trace":
+        return {**doc["speculative"], "version": version}
+    return {**doc, "version": version}
+
+
+def test_an_unknown_version_is_refused_naming_the_versions_this_specviz_reads():
+    from specviz.trace import TraceError, load_recording, trace_from_dict
+    from specviz.trace.model import READ_VERSIONS
+
+    read = ", ".join(map(str, READ_VERSIONS[:-1])) + f" and {READ_VERSIONS[-1]}"
+    future = max(READ_VERSIONS) + 1
+    with pytest.raises(TraceError, match=f"unsupported trace version {future} .*reads versions {read}"):
+        trace_from_dict(_versioned(future))
+    import json
+
+    with pytest.raises(TraceError, match=f"unsupported recording version {future} .*reads versions {read}"):
+        load_recording(json.dumps(_versioned(future, "recording")))
+    for v in READ_VERSIONS:  # each version it reads loads
+        trace_from_dict(_versioned(v))
+
+
+@pytest.mark.parametrize("version", [True, False, 3.0, 1.0, "3", None, [3], 1e300, 2**70])
+@pytest.mark.parametrize("kind", ["trace", "recording"])
+def test_a_version_that_is_not_a_whole_number_is_refused(version, kind):
+    import json
+
+    from specviz.trace import TraceError, load_recording
+
+    with pytest.raises(TraceError, match=f"unsupported {kind} version") as err:
+        load_recording(json.dumps(_versioned(version, kind)))
+    if version is not None and not isinstance(version, int) or isinstance(version, bool):
+        assert "must be a whole number" in str(err.value), str(err.value)

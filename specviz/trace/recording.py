@@ -37,14 +37,36 @@ def _read_json(data: str | bytes) -> Any:
         raise TraceError(f"not valid JSON: {exc}") from None
 
 
+def _versions_read() -> str:
+    """"1, 2 and 3": the versions this specviz reads, as a message says them."""
+    v = [str(x) for x in sorted(READ_VERSIONS)]
+    return v[0] if len(v) == 1 else f"{', '.join(v[:-1])} and {v[-1]}"
+
+
+def check_version(value: Any, what: str) -> None:
+    """A file's "version" must be one of READ_VERSIONS, as a JSON integer: true or 3.0 compare equal to 1
+    and 3 in Python, but are not versions."""
+    if type(value) is int and value in READ_VERSIONS:
+        return
+    if type(value) is int:
+        shown = str(value) if value.bit_length() <= 64 else "a huge integer"
+        raise TraceError(f"unsupported {what} version {shown} (this specviz reads versions {_versions_read()})")
+    if value is None:
+        raise TraceError(f"unsupported {what} version: no \"version\" field "
+                         f"(this specviz reads versions {_versions_read()})")
+    shown = repr(value) if isinstance(value, (bool, float, str)) else f"a JSON {type(value).__name__}"
+    shown = shown if len(shown) <= 42 else shown[:40] + "…"
+    raise TraceError(f"unsupported {what} version {shown}: the version must be a whole number "
+                     f"(this specviz reads versions {_versions_read()})")
+
+
 def trace_from_dict(d: Any, where: str = "trace") -> Trace:
     """A checked Trace from a decoded JSON object, or TraceError saying what is wrong and where."""
     if not isinstance(d, dict):
         raise TraceError(f"not a specviz trace ({where}): the file must hold a JSON object")
     if d.get("schema") != SCHEMA_NAME:
         raise TraceError(f"not a specviz trace ({where}): field 'schema' must be 'specviz.trace'")
-    if d.get("version") not in READ_VERSIONS:
-        raise TraceError(f"unsupported trace version {d.get('version')!r} (this specviz reads versions 1 and 2)")
+    check_version(d.get("version"), "trace")
     return parse_trace(d, where)
 
 
@@ -113,8 +135,7 @@ def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
         return (tr, None) if tr.kind == "speculative" else (None, tr)
     if not isinstance(doc, dict) or doc.get("schema") != RECORDING_NAME:
         raise TraceError("not a specviz recording: expected a JSON object with \"schema\": \"specviz.recording\"")
-    if doc.get("version") not in READ_VERSIONS:
-        raise TraceError(f"unsupported recording version {doc.get('version')!r}")
+    check_version(doc.get("version"), "recording")
     spec = trace_from_dict(doc["speculative"], "speculative") if doc.get("speculative") is not None else None
     std = trace_from_dict(doc["standard"], "standard") if doc.get("standard") is not None else None
     if spec is not None and spec.kind != "speculative":
