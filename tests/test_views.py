@@ -762,3 +762,58 @@ def test_a_tree_round_is_narrated_as_a_tree_with_its_own_stop_reason():
     stop = _stop_span(rounds_html(tr))
     assert stop["data-stop"] == "nodes" and stop["title"] == "drafting stopped: the tree reached its node budget"
     assert "16-node tree · node budget" in rounds_html(tr)
+
+
+def _block_trace(rule: str = "block") -> object:
+    """One round verified by block verification: token 3 has p/q = 0.979 but h = 0.876 (h is not p/q),
+    and is kept with u = 0.16 < h; token 5 is rejected."""
+    from dataclasses import replace as _replace
+
+    from specviz.trace import Position
+
+    tr = make_trace(plan=[dict(accept=4, extra="correction", draft=5)], gamma=5)
+    tr.settings = _replace(tr.settings, rule=rule)
+    rows = [(0.50, 0.40, 1.00, 0.30), (0.60, 0.55, 1.00, 0.20), (0.4895, 0.50, 0.876, 0.16),
+            (0.30, 0.28, 1.00, 0.05), (0.10, 0.70, 0.20, 0.74)]  # (p, q, h, u)
+    tr.rounds[0].positions = [Position(i=i, q=q, p=p, b=h, u=u, accepted=i < 5, reject_prob=0.2, tv=0.15, bias=0.0)
+                              for i, (p, q, h, u) in enumerate(rows, 1)]
+    return tr
+
+
+def test_block_verification_names_h_apart_from_p_over_q():
+    """The narration printed h as "p/q ratios 1.00, 1.00, 0.88, 1.00", and the tooltip's verdict said
+    "u = 0.16 < b = 0.88" under a row labelled h: the ratios are p/q, h is named as h, everywhere."""
+    tr = _block_trace()
+    s = narrate(tr.rounds[0], tr)
+    assert "(p/q ratios 1.00, 1.00, 0.98, 1.00; block verification's h 1.00, 1.00, 0.88, 1.00)" in s
+    assert "was rejected (u=0.74 ≥ h=0.20; p=0.10 vs q=0.70)" in s
+    chip = round_html(tr.rounds[0], 5, rule="block")
+    text = "".join(parse(chip).text)
+    assert "h (block verification)" in text and "min(1, p/q)" in text and "0.979" in text
+    assert "u=0.16 < h=0.88 → kept" in text and "b=0.88" not in text
+    assert "u=0.74 ≥ h=0.20 → rejected" in text
+    # The token-wise rule keeps its names.
+    tok = make_trace()
+    assert "(p/q ratios 0.83" in narrate(tok.rounds[1], tok)
+    assert "u=0.30 < b=0.83 → accepted" in "".join(parse(round_html(tok.rounds[1], 4)).text)
+    assert "h (block verification)" not in round_html(tok.rounds[1], 4)
+    # Exact match names b = p.
+    match = _block_trace("match")
+    assert "(b = p: 1.00, 1.00, 0.88, 1.00)" in narrate(match.rounds[0], match)
+
+
+@pytest.mark.parametrize("rule, name", [("token", "token-wise verification"), ("block", "block verification"),
+                                        ("match", "exact-match verification")])
+def test_the_legend_and_the_rounds_header_name_the_rule_that_ran(rule, name):
+    tr = _block_trace(rule)
+    legend = "".join(parse(legend_html(tr)).text)
+    assert f"constant policy, γ = 5 · {name}" in legend
+    head = "".join(parse(rounds_html(tr)).text)
+    assert f"constant policy, γ = 5 · {name}" in head
+    others = {"token-wise verification", "block verification", "exact-match verification"} - {name}
+    assert not any(o in legend or o in head for o in others)
+    if rule == "block":
+        assert "u < h here, or at a later position" in legend and "norm(max(0, w·p − q))" in legend
+    else:
+        assert "u < h" not in legend
+    assert "verification" not in "".join(parse(rounds_html(make_std_trace())).text)

@@ -236,6 +236,22 @@ def run_text(trace: Any, *, short: bool = False) -> str:
     return f"{drafter_name(trace, short=short)} · {policy_text(trace.settings)}"
 
 
+# The verification rule that ran, as the rounds' header and the legend name it.
+RULE_TEXT = {"token": "token-wise verification", "block": "block verification", "match": "exact-match verification"}
+
+
+def rule_text(trace: Any) -> str:
+    """"token-wise verification" / "block verification" / "exact-match verification", "tree verification
+    (multi-candidate)" for the tree drafter; "" for standard decoding (plain text)."""
+    if trace is None or getattr(trace, "kind", None) != "speculative":
+        return ""
+    settings = getattr(trace, "settings", None)
+    if getattr(settings, "drafter", "") == "tree":
+        return "tree verification (multi-candidate)"
+    rule = getattr(settings, "rule", "token")
+    return RULE_TEXT.get(rule, f"{rule} verification")
+
+
 # Where each verification rule draws a correction from (specviz.core.rules), as the page says it.
 RESIDUAL_OF = {"token": "the residual norm(max(0, p − q))",
                "block": "block verification's residual norm(max(0, w·p − q))",

@@ -31,6 +31,7 @@ from ._fmt import (
     plain_ratio,
     plural,
     policy_text,
+    rule_text,
     run_text,
     thanks_to_epsilon,
     tok_repr,
@@ -59,15 +60,17 @@ def tip_html(title: str, rows: list[tuple[str, str]], verdict: str = "", note: s
     return f'<span class="sv-tip" role="tooltip">{"".join(parts)}</span>'
 
 
-def verdict_text(pos: Position) -> str:
-    """'u=0.41 < b=0.83 → accepted' / 'u=0.74 ≥ b=0.31 → rejected' (plain text).  Block verification
-    can keep a position whose own u ≥ h (a later one passed): 'u=0.74 ≥ h=0.31 → kept (…)'."""
+def verdict_text(pos: Position, rule: str = "token") -> str:
+    """'u=0.41 < b=0.83 → accepted' / 'u=0.74 ≥ b=0.31 → rejected' (plain text).  Under block verification
+    the recorded number is h, and the verdict names it: 'u=0.16 < h=0.88 → kept'; block verification can
+    also keep a position whose own u ≥ h (a later one passed): 'u=0.74 ≥ h=0.31 → kept (…)'."""
     su, sb = fpair(pos.u, pos.b)
+    name = "h" if rule == "block" else "b"
     if pos.accepted and pos.u >= pos.b:
         return f"u={su} ≥ h={sb} → kept: a later position passed (block verification)"
     if pos.accepted:
-        return f"u={su} < b={sb} → accepted"
-    return f"u={su} ≥ b={sb} → rejected"
+        return f"u={su} < {name}={sb} → {'kept' if rule == 'block' else 'accepted'}"
+    return f"u={su} ≥ {name}={sb} → rejected"
 
 
 def _b_label(eps: float, rule: str = "token") -> str:
@@ -120,6 +123,7 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
         *who,
         ("q(x) draft", fnum(pos.q, 3)),
         ("p(x) target", fnum(pos.p, 3)),
+        *([("min(1, p/q)", fnum(plain_ratio(pos.p, pos.q), 3))] if rule == "block" else []),  # not h
         (_b_label(eps, rule), fnum(pos.b, 3)),
         ("u (uniform draw)", fnum(pos.u, 3)),
     ]
@@ -130,7 +134,7 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
         extra_cls = "sv-eps"
     elif status == "rejected":
         note = "First rejection: the drafts after it are discarded and a correction is sampled."
-    return chip_html(status, tok.text, tip_html(f"{head} · {status}", rows, verdict_text(pos), note), extra_cls)
+    return chip_html(status, tok.text, tip_html(f"{head} · {status}", rows, verdict_text(pos, rule), note), extra_cls)
 
 
 def _extra_chip(rnd: Round, extra: Extra, rule: str = "token") -> str:
@@ -287,7 +291,8 @@ def rounds_html(
     more = (
         f'<div class="sv-more">… {plural(hidden, "earlier round")} not shown</div>' if hidden > 0 else ""
     )
-    kind = "Standard decoding" if trace.kind == "standard" else f"Speculative · {run_text(trace, short=True)}"
+    kind = "Standard decoding" if trace.kind == "standard" else \
+        f"Speculative · {run_text(trace, short=True)} · {rule_text(trace)}"
     if eps > 0 and trace.kind != "standard":
         kind += f" · ε = {eps:g}"
     kind += " · times: target pass" if trace.kind == "standard" else " · times: draft + verify"
@@ -316,20 +321,42 @@ TEXT_KEY = (
 )
 
 
+# What accepted / rejected / correction mean under the rule that ran (MEANINGS: the token-wise rule's).
+RULE_MEANINGS: dict[str, dict[str, str]] = {
+    "block": {
+        "accepted": "kept by block verification: u < h here, or at a later position of the round",
+        "rejected": "the first draft token block verification did not keep (u ≥ h here and at every later position)",
+        "correction": f"sampled by the target from {RESIDUAL_OF['block']} in place of the rejected token",
+    },
+    "match": {
+        "accepted": "kept by exact match: u < b = p(x), the target's own sample would have been this token",
+        "rejected": "the first draft token exact match turned down (u ≥ b = p(x))",
+        "correction": f"sampled by the target from {RESIDUAL_OF['match']}",
+    },
+}
+
+
+def _meaning(status: str, rule: str = "token") -> str:
+    return RULE_MEANINGS.get(rule, {}).get(status, MEANINGS[status])
+
+
 def legend_html(trace: Trace | None = None, *, include_target: bool = True, include_pending: bool = True) -> str:
     """The colour legend: a sample chip and a one-line meaning per status.
 
-    With a speculative ``trace`` it starts with what ran (drafter and draft-length
-    policy), and a run with ε > 0 adds the double-bordered "accepted thanks to ε" chip.
+    With a speculative ``trace`` it starts with what ran (drafter, draft-length policy and
+    verification rule; the meanings follow the rule), and a run with ε > 0 adds the double-bordered "accepted thanks to ε" chip.
     """
     order = ["accepted", "rejected", "discarded", "correction", "bonus"]
     if include_pending:
         order.append("pending")
     if include_target:
         order.append("target")
+    rule = getattr(trace.settings, "rule", "token") if trace is not None and trace.kind == "speculative" else "token"
+    if trace is not None and getattr(trace.settings, "drafter", "") == "tree":
+        rule = "token"  # the tree's rule accepts with u < b = min(1, r/q), like the token-wise one
     items, chips = [], []
     for status in order:
-        meaning = pending_meaning(trace) if status == "pending" else MEANINGS[status]  # who drafted
+        meaning = pending_meaning(trace) if status == "pending" else _meaning(status, rule)  # who drafted
         items.append(
             f'<div class="sv-legend-item" data-status="{status}">'
             f'<span class="sv-chip sv-{status} sv-chip--mini"><span class="sv-tok">{esc(status)}</span></span>'
@@ -348,9 +375,9 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         execution = trace_exec_line(trace)
         run = (
             '<div class="sv-legend-run" data-drafter="{d}" data-policy="{p}">'
-            '<span class="sv-legend-k">This run</span> drafter: <b>{dn}</b> · {pt}{ex}</div>'
+            '<span class="sv-legend-k">This run</span> drafter: <b>{dn}</b> · {pt} · {rt}{ex}</div>'
         ).format(d=esc(trace.settings.drafter), p=esc(trace.settings.policy), dn=esc(drafter_name(trace)),
-                 pt=esc(policy_text(trace.settings)),
+                 pt=esc(policy_text(trace.settings)), rt=esc(rule_text(trace)),
                  ex=f' · <span class="sv-legend-exec">{esc(execution)}</span>' if execution else "")
     # One row of chips; what each means opens on request (the full legend pushed Run below the first view).
     key = (f'<details class="sv-legend-key"><summary><span class="sv-legend-chips">{"".join(chips)}</span>'

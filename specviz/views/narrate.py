@@ -50,13 +50,24 @@ def _stop_phrase(trace: Trace | None, rnd: Round) -> str:
     return "no extra token was sampled"
 
 
-def _ratios(rnd: Round, upto: int, eps: float) -> str:
-    vals = [pos.b for pos in rnd.positions[:upto]]
-    if not vals:
+def _ratios(rnd: Round, upto: int, eps: float, rule: str = "token") -> str:
+    """The kept positions' numbers, named for what they are: "p/q ratios" (min(1, p/q)), the
+    block rule's h beside them (h is not p/q), "b = p" under exact match, "b =" with ε."""
+    kept = rnd.positions[:upto]
+    if not kept:
         return ""
-    shown = ", ".join(fnum(v, 2) for v in vals[:_MAX_RATIOS]) + (", …" if len(vals) > _MAX_RATIOS else "")
-    label = "b =" if eps > 0 else "p/q ratios"
-    return f" ({label} {shown})"
+
+    def shown(vals: list[float]) -> str:
+        return ", ".join(fnum(v, 2) for v in vals[:_MAX_RATIOS]) + (", …" if len(vals) > _MAX_RATIOS else "")
+
+    ratios = shown([plain_ratio(pos.p, pos.q) for pos in kept])
+    if rule == "block":
+        return f" (p/q ratios {ratios}; block verification's h {shown([pos.b for pos in kept])})"
+    if rule == "match":
+        return f" (b = p: {shown([pos.b for pos in kept])})"
+    if eps > 0:
+        return f" (b = {shown([pos.b for pos in kept])})"
+    return f" (p/q ratios {ratios})"
 
 
 def _why_drafting_stopped(rnd: Round, trace: Trace | None) -> str:
@@ -186,15 +197,16 @@ def _narrate(rnd: Round, trace: Trace | None) -> str:
         drafted += f" (drafting stopped: {stopped})"
 
     passes = "in one pass" if rnd.target_forwards == 1 else f"in {plural(rnd.target_forwards, 'pass', 'passes')}"
+    rule = getattr(trace.settings, "rule", "token") if trace is not None else "token"
     a = rnd.n_accepted
     j = rnd.rejected_at
     parts = [f"Round {n}: {drafted}; the target checked {'it' if k == 1 else 'them'} {passes} ({fsec(rnd.t_verify)})"]
 
     if j is None and a == k:
-        parts[-1] += (" and accepted it" if k == 1 else f" and accepted all {k}") + _ratios(rnd, a, eps)
+        parts[-1] += (" and accepted it" if k == 1 else f" and accepted all {k}") + _ratios(rnd, a, eps, rule)
     elif a > 0:
         what = "the first one" if a == 1 else f"the first {a}"
-        parts[-1] += f" and accepted {what}" + _ratios(rnd, a, eps)
+        parts[-1] += f" and accepted {what}" + _ratios(rnd, a, eps, rule)
     elif j is None:  # verified nothing, rejected nothing: the run stopped mid-round
         parts[-1] += " but verified none of them"
 
@@ -214,7 +226,6 @@ def _narrate(rnd: Round, trace: Trace | None) -> str:
         pos = next(p for p in rnd.positions if not p.accepted)
         su, sb = fpair(pos.u, pos.b)
         text = tok_repr(rnd.draft[j - 1].text) if 1 <= j <= k else "(not recorded)"
-        rule = getattr(trace.settings, "rule", "token")
         b_name = {"block": "h", "match": "b = p"}.get(rule, "b")
         rej = f"token {j} {text} was rejected{' straight away' if a == 0 else ''} (u={su} ≥ {b_name}={sb}"
         rej += f"; p={fnum(pos.p, 2)} vs q={fnum(pos.q, 2)})"
