@@ -184,7 +184,7 @@ def _live(job: Job, entry: Entry | None, progress: Callable[[float, str], None] 
                         final = up
                         continue
                     if entry is not None:
-                        CACHE.update(entry, snapshot(up.spec), snapshot(up.std))
+                        CACHE.update(entry, snapshot(up.spec), snapshot(up.std), up.spec_done)
                     yield Decoding(up)
         except Exception as exc:  # out of memory, a broken model…: a clean error, the server carries on
             log.exception("run failed")

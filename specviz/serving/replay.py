@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 
 from ..core.settings import DecodeSettings
 from ..models import PRESETS, ModelError, resolve_preset
+from ..theory.timing import flagged
 from ..trace import Trace, TraceError, load_recording, recording_to_json
 from .envvars import env_int, env_number
 from .service import CUSTOM_PRESET, MODEL_LOCK, default_preset, recording_execution, replay_execution
@@ -93,6 +94,7 @@ class Entry:
     failed: bool = False
     nbytes: int = 0
     version: int = 0  # bumped at every update of a running entry
+    spec_done: bool = False  # a running entry's speculative run has ended (the race interleaves both)
     cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def marker(self) -> dict[str, str | None]:
@@ -146,18 +148,22 @@ class RecordingCache:
             self._running.clear()
             self.hits = self.follows = self.misses = 0
 
-    def update(self, entry: Entry, spec: Trace | None, std: Trace | None) -> None:
+    def update(self, entry: Entry, spec: Trace | None, std: Trace | None, spec_done: bool = False) -> None:
         with entry.cond:
             entry.spec, entry.std, entry.version = spec, std, entry.version + 1
+            entry.spec_done = spec_done
             entry.cond.notify_all()
 
     def finish(self, entry: Entry, spec: Trace | None, std: Trace | None) -> None:
-        """The run ended: cache it if it is complete (not stopped, standard there if asked for)."""
+        """The run ended: cache it if it is complete (not stopped, standard there if asked for) and its
+        timings held (a race flagged as timed on a disturbed machine is never served again: the
+        next identical request runs live).  Followers get the run either way."""
         complete = spec is not None and spec.stop_reason != "stopped" and (std is not None or not entry.key.standard)
-        nbytes = len(recording_to_json(spec, std)) if complete else 0
+        keep = complete and not flagged(spec)
+        nbytes = len(recording_to_json(spec, std)) if keep else 0
         with self._lock:
             self._running.pop(entry.key, None)
-            if complete and nbytes <= self.max_bytes // 4:  # one run may not flush the whole cache
+            if keep and nbytes <= self.max_bytes // 4:  # one run may not flush the whole cache
                 entry.nbytes = nbytes
                 self._insert(entry)
         with entry.cond:
@@ -249,23 +255,20 @@ def replay_speed(total_s: float, max_s: float = MAX_REPLAY_S) -> float:
 
 def replay(entry: Entry, max_s: float = MAX_REPLAY_S, clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep) -> Iterator[Snapshot]:
-    """A finished run, round by round at its recorded times (speculative, then standard, as it
-    ran), in at most max_s seconds; the last snapshot is the whole run."""
+    """A finished run, round by round at its recorded times, in at most max_s seconds; the last
+    snapshot is the whole run.  Both runs advance together, each by its own clock, as the race
+    showed them (an old, sequential recording too: its clocks are each run's own)."""
     spec, std = entry.spec, entry.std
     t_spec = spec.t_total if spec else 0.0
-    total = t_spec + (std.t_total if std else 0.0)
+    total = max(t_spec, std.t_total if std else 0.0)
     speed = replay_speed(total, max_s)
-    times = [(r.t_end, "speculative") for r in (spec.rounds if spec else [])]
-    times += [(t_spec + r.t_end, "standard") for r in (std.rounds if std else [])]
+    times = sorted({r.t_end for t in (spec, std) if t is not None for r in t.rounds})
     t0 = clock()
-    for at, phase in times:
+    for at in times:
         wait = t0 + at / speed - clock()
         if wait > 0:
             sleep(wait)
-        if phase == "speculative":
-            yield Snapshot(cut(spec, at), None, phase)
-        else:
-            yield Snapshot(spec, cut(std, at - t_spec), phase)
+        yield Snapshot(cut(spec, at), cut(std, at), "speculative" if at < t_spec else "standard")
     wait = t0 + total / speed - clock()
     if wait > 0:
         sleep(wait)
@@ -290,7 +293,7 @@ def follow(entry: Entry, poll_s: float = 1.0) -> Iterator[Snapshot | None]:
             yield None
             continue
         seen = version
-        yield Snapshot(spec, std, "standard" if std is not None else "speculative")
+        yield Snapshot(spec, std, "standard" if entry.spec_done else "speculative")
 
 
 def replay_json(snapshot: Snapshot, entry: Entry) -> dict:

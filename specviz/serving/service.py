@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..core.engine import Event, speculative_stream, standard_stream
+from ..core.race import interleave
+from ..hardware.load import race_can_interleave, race_threads
+from ..theory.timing import assess_race
 from ..core.settings import DecodeSettings, SettingsError
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
@@ -291,10 +294,12 @@ def tokenize(pair: ModelPair, text: str, settings: DecodeSettings, chat: bool = 
 class Update:
     """One step of a race: which side is running and the event it produced."""
 
-    phase: str  # "speculative" | "standard" | "done"
+    phase: str  # "speculative" | "standard" | "done": the run this event came from
     event: Event | None
     spec: Any = None  # Trace so far
     std: Any = None
+    spec_done: bool = False  # the speculative run has ended (the runs are interleaved: both may be going)
+    std_done: bool = False
 
 
 @dataclass
@@ -340,28 +345,60 @@ def release_memory() -> None:
 
 
 def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard: bool = True) -> Iterator[Update]:
-    """Speculative decoding, then standard decoding on the same prompt, seed and settings.
+    """Speculative and standard decoding on the same prompt, seed and settings, interleaved.
 
-    Run one after the other, never concurrently, so the timings are fair.  Both share the job's
-    time budget (`job_seconds()`): if the speculative run spends it, the baseline does not start."""
+    The two runs advance in alternation, whichever's own clock is behind going next
+    (:func:`specviz.core.race.interleave`), so both see the same background load; never
+    concurrently, so neither slows the other.  A target with compiled steps over one static cache
+    (the GPU's graphs) cannot hold two runs at once: there the runs go one after the other, and the
+    trace says so.  Both share the job's time budget (`job_seconds()`).  The number of threads is
+    chosen for the moment (:func:`specviz.hardware.load.race_threads`) and the same for both runs."""
     budget = JobBudget(job_seconds(), should_stop)
+    how = ("interleaved" if race_can_interleave(req.pair) else "sequential") if standard else "alone"
     spec = std = None
-    try:
-        # closing(): a cancelled job ends the engine's loop here (freeing its caches) before the trim.
-        with contextlib.closing(speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
-                                                   should_stop=budget)) as events:
-            for ev in events:
-                spec = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
-                yield Update("speculative", ev, spec, None)
-        if standard and spec.stop_reason not in ("stopped", "time_limit"):
-            with contextlib.closing(standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
-                                                    should_stop=budget)) as events:
-                for ev in events:
-                    std = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
-                    yield Update("standard", ev, spec, std)
-    finally:
-        release_memory()
-    yield Update("done", None, spec, std)
+    done = {"speculative": False, "standard": not standard}
+    with race_threads(req.pair) as threads:
+        try:
+            streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
+                                                         should_stop=budget)}
+            if standard:
+                streams["standard"] = _standard(req, budget, sequential=how == "sequential")
+            # closing(): a cancelled job ends both engines' loops here (freeing their caches) before the trim.
+            with contextlib.ExitStack() as stack:
+                for stream in streams.values():
+                    stack.enter_context(contextlib.closing(stream))
+                events = interleave(streams) if how == "interleaved" else _in_turn(streams)
+                for phase, ev in events:
+                    trace = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
+                    done[phase] = ev.kind == "done"
+                    if phase == "speculative":
+                        spec = trace
+                    else:
+                        std = trace
+                    yield Update(phase, ev, spec, std, spec_done=done["speculative"], std_done=done["standard"])
+        finally:
+            release_memory()
+        if spec is not None:
+            spec.timing = assess_race(spec, std, how=how, threads=threads, probe=getattr(req.pair, "probe", None),
+                                      execution=str(getattr(req.pair, "target_exec", "") or ""))
+            if std is not None:
+                std.timing = spec.timing
+    yield Update("done", None, spec, std, spec_done=True, std_done=True)
+
+
+def _standard(req: Request, budget: "JobBudget", *, sequential: bool) -> Iterator[Event]:
+    """The baseline run.  In a sequential race it starts after the speculative run, and not at all
+    if that run was stopped or spent the job's budget."""
+    if sequential and budget():
+        return
+    yield from standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=budget)
+
+
+def _in_turn(streams: dict[str, Iterator[Event]]) -> Iterator[tuple[str, Event]]:
+    """One stream after the other, in the order given (the sequential race)."""
+    for name, stream in streams.items():
+        for ev in stream:
+            yield name, ev
 
 
 def describe_error(exc: BaseException) -> str:

@@ -28,6 +28,8 @@ JSON schema (``SCHEMA_VERSION`` 3; versions 1 and 2 load with the new fields at 
       "t_total": float,              # wall seconds from start to last token
       "draft_prefill": float, "target_prefill": float,
       "t_tracing": float,            # seconds of tracing-only work (statistics, token texts)
+      "timing": Timing | null,       # how the race was timed, whether its clocks hold (specviz.trace.timing;
+                                     # absent before the interleaved race)
       "rounds": [Round, ...],
       "summary": {...}               # derived (see Trace.summary); ignored on load
     }
@@ -115,6 +117,7 @@ from typing import Any
 
 from ..core.settings import DRAFT_STOPS as POLICY_DRAFT_STOPS
 from ..core.settings import DecodeSettings
+from .timing import Timing
 from .tree import RoundTree
 
 SCHEMA_NAME = "specviz.trace"
@@ -246,6 +249,7 @@ class Trace:
     draft_prefill: float = 0.0
     target_prefill: float = 0.0
     t_tracing: float = 0.0  # seconds spent on tracing-only work (statistics, token texts)
+    timing: Timing | None = None  # how the race was timed and whether its clocks hold (trace.timing)
 
     # ---- derived quantities -------------------------------------------------
 

@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from ..core.settings import DecodeSettings, SettingsError
 from . import model as T
+from .timing import RACE_HOWS, Timing
 from .tree import parse_tree
 
 MAX_TOKEN_ID = 2**31  # larger than any vocabulary; keeps ids in 32 bits
@@ -257,6 +258,39 @@ class RoundIn(_In):
         return self
 
 
+def _ratio(value: float) -> float:
+    """A positive factor or speedup as the race measured it (bounded so a view can print it)."""
+    if not 0 <= value <= 1e6:
+        raise _rule(f"{value!r} is out of range (0 to 1e6)")
+    return value
+
+
+def _threads(value: int) -> int:
+    if not 1 <= value <= 4096:
+        raise _rule(f"{value} threads is out of range (1 to 4096)")
+    return value
+
+
+Ratio = Annotated[float, AfterValidator(_ratio)]
+
+
+class TimingIn(_In):
+    """How a race was timed (specviz.trace.timing; absent before the interleaved race)."""
+
+    target = Timing
+    how: Literal[RACE_HOWS] = "interleaved"
+    threads: Annotated[int, AfterValidator(_threads)] | None = None
+    spread: Ratio = 0.0
+    spread_spec: Ratio = 0.0
+    spread_std: Ratio = 0.0
+    reliable: bool = True
+    why: Text = ""
+    predicted: Ratio | None = None
+    slowdown: Ratio | None = None
+    v_probe: Ratio | None = None
+    c_probe: Ratio | None = None
+
+
 class TraceIn(_In):
     target = T.Trace
     kind: Literal["speculative", "standard"]
@@ -272,6 +306,7 @@ class TraceIn(_In):
     draft_prefill: OptSecs = 0.0  # absent in early recordings
     target_prefill: OptSecs = 0.0
     t_tracing: OptSecs = 0.0
+    timing: TimingIn | None = None  # absent before the interleaved race
 
     @model_validator(mode="after")
     def _rounds_in_order(self) -> "TraceIn":

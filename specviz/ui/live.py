@@ -35,7 +35,7 @@ from ..views import race_plots as RP
 from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
-from .frames import LiveFrame
+from .frames import LiveFrame, round_number
 from .store import STORE
 from .tree_ui import Walks, live_tree, mask_for, step_tree, tree_figures
 
@@ -56,7 +56,7 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
     """Step mode: (narration, the round and the text up to it) for round ``idx`` (1-based)."""
     if not spec or not spec.rounds:
         return "<p class='sv-muted'>Run or load a trace to step through its rounds.</p>", ""
-    i = min(max(int(idx or 1), 1), len(spec.rounds)) - 1
+    i = round_number(idx, len(spec.rounds)) - 1  # whatever the page sent (issue 33)
     rnd = spec.rounds[i]
     if rnd.tree is not None:
         return step_tree(spec, rnd)
@@ -146,7 +146,7 @@ def run(form: RunForm, session: str | None = None,
                     yield LiveFrame(status=status_html(f"Waiting for the models: {ev.ahead} run"
                                                        f"{'s' if ev.ahead != 1 else ''} waiting (this one included)…"))
                 elif isinstance(ev, Decoding):
-                    _live_put(session, ev.update.spec, ev.update.std, _side(ev.update.event, ev.update.std))
+                    _live_put(session, ev.update.spec, ev.update.std, _running(ev.update))
                     yield from show.decoding(ev.update)
                 elif isinstance(ev, Replaying):
                     yield from show.replaying(ev, session)
@@ -186,11 +186,15 @@ class _Shown:
         if step is None and ev.kind != "done" and now - self.last < UI_THROTTLE_S:
             return
         self.last = now
+        # The two runs advance in alternation (serving.service.race): both columns are drawn from
+        # their own traces, each as far as its own clock has got.
+        race = V.race_html(spec, std, spec_running=not up.spec_done, std_running=std is not None and not up.std_done)
         if up.phase == "speculative":
             pending = ev.round if ev.kind == "draft" else None
             msg = f"Speculative decoding · round {len(spec.rounds) + (1 if pending else 0)} · {spec.n_tokens} tokens"
-            frame = LiveFrame(status=status_html(msg), rounds=V.rounds_html(spec, pending_round=pending),
-                              race=V.race_html(spec, None, spec_running=ev.kind != "done"))
+            if std is not None and not up.std_done:
+                msg += f" · standard {std.n_tokens}"
+            frame = LiveFrame(status=status_html(msg), rounds=V.rounds_html(spec, pending_round=pending), race=race)
             if not self.legend_drawn:  # say which drafter and policy are running, once
                 frame.legend, self.legend_drawn = V.legend_html(spec), True
                 frame.tree_mask_box = frame.tree_plots = gr.update(visible=self.trees)  # the tree-only parts
@@ -204,7 +208,9 @@ class _Shown:
             if step is None:
                 step = self.walks.due()  # a walk still playing goes on beside the baseline
             msg = f"Standard decoding (the baseline) · {std.n_tokens} tokens"
-            frame = LiveFrame(status=status_html(msg), race=V.race_html(spec, std, std_running=ev.kind != "done"))
+            if spec is not None and not up.spec_done:
+                msg = f"Speculative {spec.n_tokens} tokens · standard {std.n_tokens} tokens"
+            frame = LiveFrame(status=status_html(msg), race=race)
             if step is not None:
                 frame.status = status_html(f"{msg} · {Walks.status(step)}")
                 frame.tree = Walks.tree(spec, step)
@@ -222,14 +228,15 @@ class _Shown:
             yield LiveFrame(status=status_html(f"{label} (still running): waiting for the models…"))
             return
         spec, std = snap.spec, snap.std
-        _live_put(session, spec, std, "std" if snap.phase == "standard" else "spec")
+        _live_put(session, spec, std, ("spec",) * (snap.phase == "speculative") + ("std",) * (std is not None))
         now = time.perf_counter()
         if now - self.last < UI_THROTTLE_S:
             return
         self.last = now
         if snap.phase == "speculative" and spec is not None:
             frame = LiveFrame(status=status_html(f"{label} · round {len(spec.rounds)} · {spec.n_tokens} tokens"),
-                              rounds=V.rounds_html(spec), race=V.race_html(spec, None, spec_running=True))
+                              rounds=V.rounds_html(spec),
+                              race=V.race_html(spec, std, spec_running=True, std_running=std is not None))
             if not self.legend_drawn:
                 frame.legend, self.legend_drawn = V.legend_html(spec), True
             yield frame
@@ -255,8 +262,10 @@ def replay_label(entry: Entry) -> str:
     return f"↻ Replay of an identical run made at {entry.recorded_at} on {where}"
 
 
-def _side(ev, std) -> str | None:
-    return None if ev is None or ev.kind == "done" else ("std" if std is not None else "spec")
+def _running(up: Update) -> tuple[str, ...]:
+    """The sides still running at this update ("spec", "std"): both, while the race interleaves them."""
+    return tuple(side for side, trace, done in (("spec", up.spec, up.spec_done), ("std", up.std, up.std_done))
+                 if trace is not None and not done)
 
 
 # ---- Stop ---------------------------------------------------------------------------------
@@ -268,12 +277,12 @@ _LIVE_LOCK = threading.Lock()
 _LIVE_MAX = 64  # sessions; a stopped run's entry is removed by Stop, a finished one by the run
 
 
-def _live_put(session: str | None, spec, std, side: str | None) -> None:
-    """side: the side still running ("spec" / "std"), None when the run is over."""
+def _live_put(session: str | None, spec, std, running: tuple[str, ...]) -> None:
+    """running: the sides still running ("spec", "std"); () when the run is over."""
     if not session:
         return
     with _LIVE_LOCK:
-        _LIVE[session] = (spec, std, side)
+        _LIVE[session] = (spec, std, running)
         _LIVE.move_to_end(session)
         while len(_LIVE) > _LIVE_MAX:
             _LIVE.popitem(last=False)
@@ -302,8 +311,9 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
     """Stop pressed: draw the run as far as it got (no round left "verifying…") and say it stopped."""
     live = _live_pop(session)
     if live:
-        spec, std, side = live
-        spec, std = (_as_stopped(spec) if side == "spec" else spec), (_as_stopped(std) if side == "std" else std)
+        spec, std, running = live
+        spec = _as_stopped(spec) if "spec" in running else spec
+        std = _as_stopped(std) if "std" in running else std
         msg = f"Stopped after {spec.n_tokens if spec else 0} speculative tokens"
         msg += f" and {std.n_tokens} standard tokens" if std else ""
         frame = LiveFrame(status=status_html(msg + ". Press Run to start again.", "warn"), race=V.race_html(spec, std))
@@ -378,4 +388,12 @@ def load_example_recording(recordings: list[Path], name: str | None = None) -> L
 
 def next_round(state: Any, idx: Any) -> int:
     spec = (state or {}).get("spec")
-    return min(int(idx or 1) + 1, len(spec.rounds) if spec else 1)
+    n = len(spec.rounds) if spec else 1
+    return min(round_number(idx, n) + 1, n)
+
+
+def prev_round(idx: Any, state: Any = None) -> int:
+    """The round before ``idx`` (at least 1; at most the last round of what is shown, when ``state`` is given)."""
+    spec = (state or {}).get("spec") if state is not None else None
+    n = len(spec.rounds) if spec else 2**31
+    return max(round_number(idx, n) - 1, 1)

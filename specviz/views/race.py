@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..theory.costs import RaceCosts, loss_cause, race_costs, steps
@@ -12,6 +12,7 @@ from .text import looks_like_code, tokens_html
 
 if TYPE_CHECKING:
     from specviz.trace import Round, Trace
+    from specviz.trace.timing import Timing
 
 
 @dataclass
@@ -73,14 +74,83 @@ def verdict(sp: float, spec_tps: float, std_tps: float) -> str:
     return f"speculative took {1 / sp:.2f}× as long per token ({sp:.2f}× the speed): {rates}"
 
 
-def theory_line(rc: RaceCosts | None) -> str:
-    """Thm 3.8 as published (a verify pass costs one step) beside Thm 3.8 with the measured verify factor."""
+def theory_line(rc: RaceCosts | None, probed: bool = False) -> str:
+    """Thm 3.8 as published (a verify pass costs one step) beside Thm 3.8 with the measured verify factor
+    (``probed``: the probe's, when the race's own clocks were not reliable)."""
     if rc is None or rc.textbook is None:
         return ""
     head = f"theory (Leviathan Thm 3.8): {rc.textbook:.2f}× if a verify pass cost one standard step"
     if rc.with_verify is None or rc.v is None:
         return head + " · verify cost unknown (no standard step measured)"
-    return f"{head} · {rc.with_verify:.2f}× with the measured verify cost ({steps(rc.v)} steps)"
+    source = "this machine's probed" if probed else "the measured"
+    return f"{head} · {rc.with_verify:.2f}× with {source} verify cost ({steps(rc.v)} steps)"
+
+
+def _speedup_html(spec: Trace, std: Trace, sp: float) -> str:
+    """The race's headline: the speedup, why, theory; and how far the clocks held (trace.timing).
+
+    A race whose timings were flagged (specviz.theory.timing) never states its wall-clock figures
+    as measurements: the headline gives the count-based speedup (the race's own counts at the
+    probe's costs), says how noisy the clocks were, and the "why" sentence uses the probe's v and c."""
+    timing = spec.timing
+    s_tps, t_tps = spec.summary().tokens_per_s, std.summary().tokens_per_s
+    rc = race_costs(spec, std)
+    noisy = timing is not None and not timing.reliable
+    if noisy and rc is not None and rc.t_step:
+        rc = replace(rc, measured=timing.predicted,
+                     t_verify=timing.v_probe * rc.t_step if timing.v_probe is not None else None,
+                     t_draft_token=timing.c_probe * rc.t_step if timing.c_probe is not None else rc.t_draft_token)
+    cause = loss_cause(rc)
+    shown = timing.predicted if noisy and timing.predicted is not None else sp
+    spans = []
+    if noisy:
+        spans.append(("sv-speedup-noise", noise_sentence(timing, sp, s_tps, t_tps)))
+    else:
+        spans.append(("sv-speedup-k", verdict(sp, s_tps, t_tps)))
+    if cause:
+        spans.append(("sv-speedup-why", f"Why: {cause[1]}."))
+    line = theory_line(rc, probed=noisy)
+    if line:
+        spans.append(("sv-speedup-theory", line))
+    if timing is not None and not noisy:
+        spans.append(("sv-speedup-timing", timing_note(timing, sp)))
+    data = f' data-cause="{cause[0]}"' if cause else ""
+    data += f' data-reliable="{"false" if noisy else "true"}"' if timing is not None else ""
+    label = f"≈{shown:.2f}×" if noisy and timing.predicted is not None else f"{shown:.2f}×"
+    return (
+        f'<div class="sv-speedup {"sv-speedup--slow" if shown < 1 else ""}{" sv-speedup--noisy" if noisy else ""}" '
+        f'data-speedup="{sp:.4f}"{data}>'
+        f'<span class="sv-speedup-v">{label}</span>'
+        + "".join(f'<span class="{cls}">{esc(text)}</span>' for cls, text in spans)
+        + "</div>"
+    )
+
+
+def noise_sentence(timing: Timing, sp: float, s_tps: float, t_tps: float) -> str:
+    """What the page says of a race timed on a disturbed machine, with the numbers."""
+    head = f"Timings ±{timing.spread:.0%}: the machine was busy during this race ({timing.why})."
+    clock = f" The wall clock said {sp:.2f}× ({s_tps:.1f} ÷ {t_tps:.1f} tokens/s)"
+    if timing.predicted is None:
+        return head + clock + ", which cannot be trusted; run it again on a quieter machine."
+    return (head + clock + f"; the count-based {timing.predicted:.2f}× prices this race's own passes with this "
+            "machine's probed costs, and is the one to trust here.")
+
+
+def timing_note(timing: Timing, sp: float) -> str:
+    """A reliable race's second opinion and how it was measured."""
+    how = {"interleaved": "the two runs interleaved", "sequential": "the runs one after the other",
+           "alone": "one run"}.get(timing.how, timing.how)
+    text = f"timed with {how}"
+    if timing.threads:
+        text += f" on {timing.threads} thread{'s' if timing.threads != 1 else ''}"
+    text += f", ±{timing.spread:.0%}"
+    if timing.predicted is not None:
+        text += f" · count-based {timing.predicted:.2f}× (this race's passes at the probe's costs)"
+        off = abs(sp / timing.predicted - 1)
+        if off > max(timing.spread, 0.05):
+            text += (f": {off:.0%} apart; trust the wall clock, which measured these runs now (the probe timed "
+                     "short passes at start-up)")
+    return text
 
 
 def race_speedup(spec: Trace | None, std: Trace | None) -> float | None:
@@ -195,28 +265,15 @@ def race_html(
     if a.finished and b.finished and not a.error and not b.error and a.present and b.present:
         sp = race_speedup(spec, std)
         if sp is not None:
-            s_tps, t_tps = spec.summary().tokens_per_s, std.summary().tokens_per_s
-            rc = race_costs(spec, std)
-            cause = loss_cause(rc)
-            spans = [("sv-speedup-k", verdict(sp, s_tps, t_tps))]
-            if cause:
-                spans.append(("sv-speedup-why", f"Why: {cause[1]}."))
-            if theory_line(rc):
-                spans.append(("sv-speedup-theory", theory_line(rc)))
-            data = f' data-cause="{cause[0]}"' if cause else ""
-            speed = (
-                f'<div class="sv-speedup {"sv-speedup--slow" if sp < 1 else ""}" data-speedup="{sp:.4f}"{data}>'
-                f'<span class="sv-speedup-v">{sp:.2f}×</span>'
-                + "".join(f'<span class="{cls}">{esc(text)}</span>' for cls, text in spans)
-                + "</div>"
-            )
+            speed = _speedup_html(spec, std, sp)
         else:
             speed = '<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">speedup: not enough data</span></div>'
     else:
         if not a.present and not b.present:
-            msg = "Press Run: speculative decoding runs first, then standard decoding, and the two race here."
+            msg = ("Press Run: speculative and standard decoding race here, advancing in turns so both see the "
+                   "same machine.")
         elif not (a.present and b.present):
-            msg = "The speedup appears once both decoders have finished (standard decoding runs second)."
+            msg = "The speedup appears once both decoders have finished."
         else:
             msg = "Speedup appears when both runs finish."
         speed = f'<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">{esc(msg)}</span></div>'

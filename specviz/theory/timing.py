@@ -1,0 +1,191 @@
+"""Can a race's clocks be trusted?  Noise read from the passes themselves, and a count-based second opinion.
+
+Every forward pass of a race is timed (a round's verify pass, its drafting, each standard step).
+On a quiet machine passes that feed the same number of tokens take the same time, within a few
+per cent; on a busy one some are stretched by a neighbour's work.  So, per run:
+
+    excess = Σ max(0, t − m) / Σ t      over passes grouped by (kind, tokens fed), m each group's median
+
+is the share of the run's time that its own typical passes do not account for: the uncertainty of
+its tokens/s.  The speedup's uncertainty combines both runs' (root sum of squares): ±spread.
+
+The **count-based speedup** prices the race's own counts -- draft passes, verify passes and the
+tokens each fed, standard steps -- with the probe's measured costs for this machine and execution
+(specviz.hardware.probe: T(k) for a pass feeding k tokens, the draft's step), keeping the prompt
+passes at their measured times.  It cannot see the load; the wall clock can.  A race is **reliable**
+when its spread is small, its measured costs are physically possible (a verify pass over several
+tokens is never cheaper than one step), and the two speedups agree within the spread (or within
+DISAGREE, whichever is larger).  Otherwise the page says so and trusts the counts.
+
+No models, no UI: plain functions of traces (and the probe's curve as plain numbers).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..hardware.curves import interpolate
+from ..trace import Trace
+from ..trace.timing import Timing
+from .costs import race_costs
+
+SPREAD_MAX = 0.15  # above this uncertainty of the speedup, the race is flagged
+DISAGREE = 0.25  # measured vs count-based speedup: flagged beyond max(this, 2 × spread)
+V_MIN = 0.9  # a verify pass feeding several tokens measured below this many steps: the clocks lied
+MIN_GROUP = 3  # passes with the same (kind, tokens fed) needed for a median to judge them by
+# Where a busy machine shows first: the standard step this much slower than the probe's.
+BUSY_SLOWDOWN = 1.3
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One timed forward pass (or ``weight`` passes sharing a mean: a round's draft steps)."""
+
+    kind: str  # "draft" | "verify" | "step"
+    fed: int  # tokens fed (1 for a draft or standard step)
+    seconds: float
+    weight: int = 1
+
+
+def passes(trace: Trace) -> list[Pass]:
+    """The run's timed passes, the prompt's left out (they are not typical: they feed the prompt)."""
+    out: list[Pass] = []
+    for r in trace.rounds:
+        if trace.kind == "standard":
+            if r.target_forwards and not r.prompt_fed:
+                out.append(Pass("step", 1, r.t_verify))
+            continue
+        if r.draft_forwards:
+            out.append(Pass("draft", 1, r.t_draft / r.draft_forwards, r.draft_forwards))
+        if r.target_forwards and not r.prompt_fed:
+            fed = r.tree.fed if r.tree is not None else len(r.draft) + 1
+            out.append(Pass("verify", fed, r.t_verify))
+    return out
+
+
+def _weighted_median(items: list[Pass]) -> float:
+    return statistics.median([p.seconds for p in items for _ in range(p.weight)])
+
+
+def medians(ps: list[Pass]) -> dict[tuple[str, int], float]:
+    """Each (kind, tokens fed) group's median pass time, for groups of at least MIN_GROUP passes."""
+    groups: dict[tuple[str, int], list[Pass]] = {}
+    for p in ps:
+        groups.setdefault((p.kind, p.fed), []).append(p)
+    return {g: _weighted_median(items) for g, items in groups.items() if sum(p.weight for p in items) >= MIN_GROUP}
+
+
+def excess(ps: list[Pass]) -> float:
+    """The share of the judged passes' time above their group's median (0: every pass typical)."""
+    med = medians(ps)
+    judged = [p for p in ps if (p.kind, p.fed) in med]
+    total = sum(p.seconds * p.weight for p in judged)
+    if total <= 0:
+        return 0.0
+    return sum(max(0.0, p.seconds - med[(p.kind, p.fed)]) * p.weight for p in judged) / total
+
+
+@dataclass(frozen=True)
+class Prices:
+    """The probe's costs in seconds: T(k) of the target's passes, and the draft model's step."""
+
+    curve: Mapping[int, float]  # tokens fed -> seconds
+    draft: float | None  # the draft model's one-token step; None: no draft model (use the run's own)
+
+    @classmethod
+    def from_probe(cls, probe: Any, execution: str) -> "Prices | None":
+        curve = getattr(probe, "curves", {}).get(execution) if probe is not None else None
+        if not curve or 1 not in curve:
+            return None
+        draft_ms = getattr(probe, "draft_ms", None)
+        return cls({k: ms / 1000 for k, ms in curve.items()}, draft_ms / 1000 if draft_ms else None)
+
+    def target(self, fed: int) -> float:
+        return interpolate(self.curve, fed)
+
+
+def _priced_time(trace: Trace, prices: Prices, own_draft: float | None) -> float:
+    """The run's time with every typical pass priced by the probe and everything else (the prompt
+    passes, a drafter's work that is not a draft-model pass) at its measured time."""
+    measured_rest = trace.t_total - sum(p.seconds * p.weight for p in passes(trace))
+    priced = 0.0
+    for p in passes(trace):
+        if p.kind == "draft":
+            priced += p.weight * (prices.draft if prices.draft is not None else (own_draft or p.seconds))
+        else:
+            priced += prices.target(p.fed)
+    return max(measured_rest, 0.0) + priced
+
+
+def _uses_draft_model(trace: Trace) -> bool:
+    """Whether the draft passes are the draft model's (priced by the probe's draft step)."""
+    return trace.settings.drafter in ("model", "tree")
+
+
+def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None:
+    """The speedup this race's counts predict at the probe's costs (prompt passes as measured)."""
+    if not spec.rounds or not std.rounds:
+        return None
+    if not _uses_draft_model(spec):
+        prices = Prices(prices.curve, None)
+    own = medians(passes(spec))
+    own_draft = own.get(("draft", 1))
+    t_spec, t_std = _priced_time(spec, prices, own_draft), _priced_time(std, prices, None)
+    if t_spec <= 0 or t_std <= 0 or not std.n_tokens:
+        return None
+    return (spec.n_tokens / t_spec) / (std.n_tokens / t_std)
+
+
+def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
+                probe: Any = None, execution: str = "") -> Timing:
+    """How far this race's timings hold (see the module's docstring)."""
+    e_spec = excess(passes(spec))
+    if std is None or not std.rounds or not spec.rounds:
+        return Timing(how=how, threads=threads, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
+    e_std = excess(passes(std))
+    spread = (e_spec ** 2 + e_std ** 2) ** 0.5
+    prices = Prices.from_probe(probe, execution)
+    probe_threads = (getattr(probe, "machine", None) or {}).get("threads") if probe is not None else None
+    comparable = prices is not None and (threads is None or probe_threads is None or threads == probe_threads)
+    predicted = count_based_speedup(spec, std, prices) if prices is not None else None
+    rc = race_costs(spec, std)
+    measured = rc.measured if rc is not None else None
+    step = medians(passes(std)).get(("step", 1))
+    slowdown = step / prices.target(1) if comparable and step else None
+    v_probe = c_probe = None
+    if prices is not None:
+        fed = [p.fed for p in passes(spec) if p.kind == "verify"]
+        if fed:
+            v_probe = sum(prices.target(k) for k in fed) / len(fed) / prices.target(1)
+        if prices.draft is not None and _uses_draft_model(spec):
+            c_probe = prices.draft / prices.target(1)
+
+    why = []
+    if spread > SPREAD_MAX:
+        why.append(f"passes that fed the same tokens varied by ±{spread:.0%} (another program used the CPU)")
+    if rc is not None and rc.v is not None and rc.v < V_MIN and (rc.drafted_per_round or 0) >= 1:
+        why.append(f"a verify pass measured {rc.v:.2f} standard steps, which cannot be: it reads the same weights "
+                    "as a step and more tokens")
+    if measured is not None and predicted is not None:
+        off = abs(measured / predicted - 1)
+        if off > max(DISAGREE, 2 * spread):
+            why.append(f"the wall clock's {measured:.2f}× and the count-based {predicted:.2f}× disagree by {off:.0%}")
+    if slowdown is not None and slowdown > BUSY_SLOWDOWN and why:
+        why.append(f"standard steps ran {slowdown:.1f}× slower than when this machine was probed")
+    return Timing(how=how, threads=threads, spread=round(spread, 4), spread_spec=round(e_spec, 4),
+                  spread_std=round(e_std, 4), reliable=not why, why="; ".join(why),
+                  predicted=None if predicted is None else round(predicted, 4),
+                  slowdown=None if slowdown is None else round(slowdown, 4),
+                  v_probe=None if v_probe is None else round(v_probe, 4),
+                  c_probe=None if c_probe is None else round(c_probe, 4))
+
+
+def flagged(trace: Trace | None) -> bool:
+    """Whether a race's timings were found unreliable (an old recording, never judged, is not flagged)."""
+    return trace is not None and trace.timing is not None and not trace.timing.reliable
+
+
+__all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
+           "count_based_speedup", "excess", "flagged", "medians", "passes"]

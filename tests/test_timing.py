@@ -1,0 +1,276 @@
+"""Timings that hold on a shared machine: the interleaved race, the noise detector on fake clocks, the
+count-based second opinion, and a flagged race neither cached nor credited."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.race import interleave
+from specviz.core.settings import DecodeSettings
+from specviz.hardware import load
+from specviz.serving import service
+from specviz.serving.replay import RecordingCache, RunKey, cut, replay
+from specviz.theory import timing as TM
+from specviz.trace import trace_from_json
+from specviz.trace.timing import Timing
+from specviz.views.race import race_html
+from tests.synthetic import make_std_trace, make_trace
+from tests.test_engine import PROMPT, make_pair
+
+PLAN = [dict(accept=3, extra="correction")] * 20  # 20 rounds of 4 drafts, 4 tokens each
+
+
+def _probe(step_ms=100.0, verify_ms=110.0, draft_ms=40.0, threads=2):
+    """A probe as the pair carries it: T(k) in ms for the target's execution, the draft's step."""
+    return SimpleNamespace(curves={"int8": {1: step_ms, 2: step_ms + 2, 4: step_ms + 6, 8: verify_ms + 10}},
+                           draft_ms=draft_ms, machine={"threads": threads})
+
+
+def _race(stall_every=0, stall_s=0.0, std_scale=1.0, spec_scale=1.0, draft_scale=1.0):
+    """A race on fake clocks: draft steps 40 ms, verify over 5 tokens 108 ms, standard steps 100 ms
+    (the probe's costs exactly), with a stall of ``stall_s`` added to every ``stall_every``-th pass."""
+    spec = make_trace(plan=PLAN, draft_token_s=0.04 * draft_scale * spec_scale, verify_s=0.108 * spec_scale)
+    std = make_std_trace(n_tokens=80, step=0.1 * std_scale)
+    if stall_every:
+        for trace in (spec, std):
+            t = trace.t_prefill
+            for i, r in enumerate(trace.rounds):
+                if i % stall_every == 1:
+                    r.t_verify += stall_s
+                r.t_start = t
+                r.t_end = t + r.t_draft + r.t_verify
+                t = r.t_end
+            trace.t_total = t
+    return spec, std
+
+
+# ---- the detector on fake clocks ----------------------------------------------------------------
+
+
+def test_steady_clocks_are_reliable_and_the_counts_agree():
+    spec, std = _race()
+    t = TM.assess_race(spec, std, probe=_probe(), execution="int8", threads=2)
+    assert t.reliable and t.why == ""
+    assert t.spread == 0.0
+    assert t.predicted == pytest.approx(service_speedup(spec, std), rel=0.02)
+    assert t.slowdown == pytest.approx(1.0, rel=0.01)
+    assert t.v_probe == pytest.approx((106 + 14 / 4) / 100, rel=1e-3)  # T(5): a quarter of the way from 4 to 8
+    assert t.c_probe == pytest.approx(0.4)
+
+
+def service_speedup(spec, std):
+    return spec.summary().tokens_per_s / std.summary().tokens_per_s
+
+
+@pytest.mark.parametrize("stall_every,stall_s", [(3, 0.2), (2, 0.5), (4, 1.0)])
+def test_injected_stalls_are_flagged(stall_every, stall_s):
+    spec, std = _race(stall_every, stall_s)
+    t = TM.assess_race(spec, std, probe=_probe(), execution="int8")
+    assert not t.reliable
+    assert t.spread > TM.SPREAD_MAX
+    assert "varied" in t.why
+
+
+def test_small_jitter_is_left_alone():
+    spec, std = _race()
+    for i, r in enumerate(itertools.chain(spec.rounds, std.rounds)):
+        r.t_verify *= 1 + 0.03 * ((i * 7) % 5 - 2) / 2  # ±3 %
+    t = TM.assess_race(spec, std, probe=_probe(), execution="int8")
+    assert t.reliable, t.why
+    assert 0 < t.spread < 0.05
+
+
+def test_a_uniformly_slow_draft_is_caught_by_the_counts():
+    """Two threads on an oversubscribed CPU: every draft pass 3× slower, steadily (no scatter);
+    the wall-clock speedup collapses, the counts at the probe's costs do not: flagged."""
+    spec, std = _race(draft_scale=3.0)
+    t = TM.assess_race(spec, std, probe=_probe(), execution="int8", threads=2)
+    assert t.spread == 0.0
+    assert not t.reliable and "disagree" in t.why
+    assert t.predicted > service_speedup(spec, std) * 1.3
+
+
+def test_an_impossible_verify_cost_is_never_reliable():
+    """A verify pass over 5 tokens measured at 0.3 standard steps: the standard run was slowed
+    (the sequential race's 5.13×)."""
+    spec, std = _race(std_scale=3.6)
+    t = TM.assess_race(spec, std)  # no probe: only the race's own numbers
+    assert not t.reliable and "cannot be" in t.why
+    assert t.predicted is None
+
+
+def test_without_a_probe_the_spread_still_flags():
+    spec, std = _race(3, 0.3)
+    t = TM.assess_race(spec, std, probe=None)
+    assert not t.reliable and t.predicted is None and t.slowdown is None
+
+
+def test_a_probe_at_other_threads_gives_no_slowdown():
+    spec, std = _race(std_scale=2.0, spec_scale=2.0)
+    t = TM.assess_race(spec, std, probe=_probe(threads=2), execution="int8", threads=1)
+    assert t.slowdown is None  # one thread against a two-thread probe: not comparable
+    t2 = TM.assess_race(spec, std, probe=_probe(threads=2), execution="int8", threads=2)
+    assert t2.slowdown == pytest.approx(2.0, rel=0.01)
+
+
+# ---- what the page says ------------------------------------------------------------------------
+
+
+def test_a_flagged_race_says_so_and_states_no_impossible_number():
+    spec, std = _race(std_scale=3.6)
+    spec.timing = std.timing = TM.assess_race(spec, std, probe=_probe(), execution="int8")
+    assert not spec.timing.reliable
+    html = race_html(spec, std)
+    assert 'data-reliable="false"' in html
+    assert "Timings ±" in html and "the machine was busy" in html
+    assert f"≈{spec.timing.predicted:.2f}×" in html
+    assert "count-based" in html and "the one to trust here" in html
+    rc_v = (0.108) / (0.1 * 3.6)
+    assert f"({rc_v:.2f} steps)" not in html  # the impossible measured v is not stated as the verify cost
+    assert "probed verify cost" in html
+
+
+def test_a_reliable_race_shows_its_second_opinion():
+    spec, std = _race()
+    spec.timing = std.timing = TM.assess_race(spec, std, probe=_probe(), execution="int8", threads=2)
+    html = race_html(spec, std)
+    assert 'data-reliable="true"' in html
+    assert "timed with the two runs interleaved on 2 threads" in html
+    assert "count-based" in html and "Timings ±" not in html
+
+
+def test_timing_round_trips_and_old_recordings_load():
+    spec, _ = _race()
+    spec.timing = Timing(how="interleaved", threads=1, spread=0.35, reliable=False, why="busy", predicted=1.6)
+    back = trace_from_json(spec.to_json())
+    assert back.timing == spec.timing
+    spec.timing = None
+    assert trace_from_json(spec.to_json()).timing is None
+    doc = spec.to_dict()
+    doc["timing"] = {"how": "sideways"}
+    with pytest.raises(Exception, match="timing.how"):
+        from specviz.trace import trace_from_dict
+        trace_from_dict(doc)
+
+
+# ---- interleaving ------------------------------------------------------------------------------
+
+
+def test_interleave_advances_whichever_clock_is_behind():
+    ticks = itertools.count()
+    now = lambda: next(ticks) * 1.0  # noqa: E731 (each next() of a stream costs its own reads)
+    costs = {"a": [3, 3, 3], "b": [1, 1, 1, 1, 1]}
+    order = []
+
+    def stream(name):
+        for c in costs[name]:
+            for _ in range(c - 1):
+                now()  # spend c ticks in this next()
+            yield name
+
+    for name, _ in interleave({"a": stream("a"), "b": stream("b")}, now=now):
+        order.append(name)
+    assert sorted(order) == ["a"] * 3 + ["b"] * 5
+    assert order[:3] == ["a", "b", "b"]  # a spent more, b catches up before a goes again
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_interleaved_race_makes_the_tokens_of_separate_runs(temperature):
+    pair = make_pair(vocab=8)
+    s = DecodeSettings(gamma=3, temperature=temperature, max_new_tokens=24, seed=5)
+    alone_spec, alone_std = speculative_decode(pair, PROMPT, s), standard_decode(pair, PROMPT, s)
+    req = service.Request(pair, "", list(PROMPT), s)
+    ups = list(service.race(req))
+    phases = [u.phase for u in ups[:-1]]
+    assert "standard" in phases[: len(phases) // 2], "the standard run started only after the speculative one"
+    spec, std = ups[-1].spec, ups[-1].std
+    assert [t.id for t in spec.tokens] == [t.id for t in alone_spec.tokens]
+    assert [t.id for t in std.tokens] == [t.id for t in alone_std.tokens]
+    if temperature == 0.0:
+        assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
+    assert spec.timing is not None and spec.timing.how == "interleaved" and std.timing == spec.timing
+    assert ups[-1].spec_done and ups[-1].std_done
+
+
+def test_a_target_with_compiled_steps_races_in_turn(monkeypatch):
+    pair = make_pair(vocab=8)
+    monkeypatch.setattr(load, "race_can_interleave", lambda p: False)
+    monkeypatch.setattr(service, "race_can_interleave", lambda p: False)
+    s = DecodeSettings(gamma=3, temperature=0.0, max_new_tokens=12)
+    ups = list(service.race(service.Request(pair, "", list(PROMPT), s)))
+    phases = [u.phase for u in ups[:-1]]
+    first_std = phases.index("standard")
+    assert all(p == "speculative" for p in phases[:first_std]) and "speculative" not in phases[first_std:]
+    assert ups[-1].spec.timing.how == "sequential"
+
+
+def test_replay_shows_both_runs_by_their_own_clocks():
+    spec, std = _race()
+    entry = SimpleNamespace(spec=spec, std=std)
+    snaps = list(replay(entry, sleep=lambda s: None))
+    mid = snaps[len(snaps) // 3]
+    assert mid.spec.rounds and mid.std.rounds  # both advanced at once
+    assert snaps[-1].phase == "done" and snaps[-1].spec is spec
+    assert cut(std, spec.t_total).n_tokens < std.n_tokens
+
+
+# ---- threads for the moment ----------------------------------------------------------------------
+
+
+def test_threads_follow_the_machine_load():
+    assert load.choose_threads(2, 0.0) == 2
+    assert load.choose_threads(2, 1.7) == 1
+    assert load.choose_threads(2, None) == 2
+    reads = iter([100.0, 100.3])  # 0.3 s of CPU over the window
+    busy = load.busy_cores(window_s=0.2, read=lambda: next(reads), sleep=lambda s: None)
+    assert busy is not None and busy > 1.0  # the window took far less than 0.3 s: several cores busy
+
+
+def test_race_threads_sets_and_restores(monkeypatch):
+    before = torch.get_num_threads()
+    pair = SimpleNamespace(device=torch.device("cpu"))
+    monkeypatch.delenv("SPECVIZ_THREADS", raising=False)
+    with load.race_threads(pair, measure=lambda: 5.0) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    monkeypatch.setenv("SPECVIZ_THREADS", "3")
+    with load.race_threads(pair, measure=lambda: 5.0) as n:
+        assert n == 3
+    with load.race_threads(SimpleNamespace(device=torch.device("meta"))) as n:
+        assert n is None
+
+
+# ---- nothing false is kept ---------------------------------------------------------------------------
+
+
+def _entry(cache, flagged_run: bool):
+    spec, std = _race()
+    spec.timing = std.timing = Timing(spread=0.4 if flagged_run else 0.02, reliable=not flagged_run,
+                                      why="busy" if flagged_run else "")
+    key = RunKey("tiny", spec.prompt + str(flagged_run), spec.settings, True, "auto")
+    how, entry = cache.claim(key)
+    assert how == "lead"
+    cache.finish(entry, spec, std)
+    return key, entry
+
+
+def test_a_flagged_race_is_not_cached_but_its_followers_get_it():
+    cache = RecordingCache()
+    key, entry = _entry(cache, flagged_run=True)
+    assert len(cache) == 0 and entry.done and not entry.failed
+    assert cache.claim(key)[0] == "lead"  # the next identical request runs live
+    key2, _ = _entry(cache, flagged_run=False)
+    assert cache.claim(key2)[0] == "replay"
+
+
+def test_flagged_reads_old_recordings_as_unjudged():
+    spec, _ = _race()
+    assert not TM.flagged(spec) and not TM.flagged(None)
+    spec.timing = dataclasses.replace(Timing(), reliable=False)
+    assert TM.flagged(spec)
