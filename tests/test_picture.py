@@ -12,6 +12,7 @@ import pytest
 from specviz.core.engine import speculative_decode
 from specviz.core.settings import DecodeSettings
 from specviz.trace import TraceError, trace_from_json
+from specviz.views._fmt import fsig_pair
 from specviz.views.acceptance import acceptance_figure, position_choices
 from tests.test_engine import PROMPT, make_pair
 
@@ -66,7 +67,8 @@ def test_the_figure_says_accepted_or_rejected_and_marks_the_correction(pair):
     rnd = next(r for r in run.rounds if r.positions and not r.positions[-1].accepted)
     fig = acceptance_figure(run, rnd, len(rnd.positions) - 1)
     pos = rnd.positions[-1]
-    assert fig.layout.xaxis2.title.text.startswith(f"u = {pos.u:.3f} ≥ b = {pos.b:.3f}: rejected")
+    su, sb = fsig_pair(pos.u, pos.b)  # significant digits: a tiny b is not rounded to 0.000
+    assert fig.layout.xaxis2.title.text.startswith(f"u = {su} ≥ b = {sb}: rejected")
     ticks = fig.layout.xaxis.ticktext
     assert any(t.startswith("⟲") or t.startswith("★ ⟲") for t in ticks) and any(t.startswith("★") for t in ticks)
     names = [t.name for t in fig.data]
@@ -124,7 +126,7 @@ def test_every_child_a_tree_tried_keeps_its_picture_with_r_after_a_rejection(pai
                 for i in common:
                     assert pic.r[pic.ids.index(i)] == pytest.approx(prev.res[prev.ids.index(i)], rel=2e-3, abs=1e-4)
             fig = acceptance_figure(run, rnd, n)
-            assert fig.layout.xaxis2.title.text.startswith(f"u = {t.u:.3f}")
+            assert fig.layout.xaxis2.title.text.startswith(f"u = {fsig_pair(t.u, t.b)[0]} ")
             assert ("after a rejection" in fig.layout.title.text) == (j > 0)
             assert "overlap min(r, q)" in [tr.name for tr in fig.data]
     assert later > 0  # the test saw children tried after a rejection

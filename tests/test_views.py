@@ -87,8 +87,8 @@ def test_round_html_counter_gain_and_tooltips():
     assert "Round 2" in h
     assert "+3 tokens" in h
     # tooltip shows q, p, b, u and the verdict with the right inequality
-    assert "u=0.30 &lt; b=0.83 → accepted" in h
-    assert "u=0.74 ≥ b=0.29 → rejected" in h
+    assert "u=0.300 &lt; b=0.833 → accepted" in h
+    assert "u=0.740 ≥ b=0.286 → rejected" in h
     assert "q(x) draft" in h and "p(x) target" in h and "b = min(1, p/q)" in h
     assert "residual norm(max(0, p − q))" in h
     h1 = round_html(tr.rounds[0], tr.gamma)
@@ -790,12 +790,12 @@ def test_block_verification_names_h_apart_from_p_over_q():
     chip = round_html(tr.rounds[0], 5, rule="block")
     text = "".join(parse(chip).text)
     assert "h (block verification)" in text and "min(1, p/q)" in text and "0.979" in text
-    assert "u=0.16 < h=0.88 → kept" in text and "b=0.88" not in text
-    assert "u=0.74 ≥ h=0.20 → rejected" in text
+    assert "u=0.160 < h=0.876 → kept" in text and "b=0.876" not in text
+    assert "u=0.740 ≥ h=0.200 → rejected" in text
     # The token-wise rule keeps its names.
     tok = make_trace()
     assert "(p/q ratios 0.83" in narrate(tok.rounds[1], tok)
-    assert "u=0.30 < b=0.83 → accepted" in "".join(parse(round_html(tok.rounds[1], 4)).text)
+    assert "u=0.300 < b=0.833 → accepted" in "".join(parse(round_html(tok.rounds[1], 4)).text)
     assert "h (block verification)" not in round_html(tok.rounds[1], 4)
     # Exact match names b = p.
     match = _block_trace("match")
@@ -817,3 +817,22 @@ def test_the_legend_and_the_rounds_header_name_the_rule_that_ran(rule, name):
     else:
         assert "u < h" not in legend
     assert "verification" not in "".join(parse(rounds_html(make_std_trace())).text)
+
+
+def test_tooltips_give_significant_digits_not_three_decimals():
+    """p = 0.000612 showed as "0.001", q = 0.0184 as "0.018" and b = p/q = 0.0333 as "0.033": a reader
+    dividing the shown p by the shown q got 0.056.  Tooltips give three significant digits."""
+    from specviz.trace import Position
+    from specviz.views._fmt import fsig
+
+    assert [fsig(x) for x in (0.000612, 0.0184, 0.0333, 0.979, 1.0, 6.12e-5, 0.0)] == \
+        ["0.000612", "0.0184", "0.0333", "0.979", "1.00", "6.12e-05", "0"]
+    assert fsig(None) == "—" and fsig(float("nan")) == "—"
+    tr = make_trace(plan=[dict(accept=0, extra="correction", draft=1)])
+    p, q, u = 0.000612, 0.0184, 0.5
+    tr.rounds[0].positions = [Position(i=1, q=q, p=p, b=p / q, u=u, accepted=False, reject_prob=0.9, tv=0.5, bias=0.0)]
+    tr.rounds[0].extra.p = 0.00123
+    text = "".join(parse(round_html(tr.rounds[0], 4)).text)
+    assert "0.000612" in text and "0.0184" in text and "0.0333" in text and "0.00123" in text
+    assert "u=0.500 ≥ b=0.0333 → rejected" in text
+    assert "0.001" not in text.replace("0.00123", "") and "0.018" not in text.replace("0.0184", "")

@@ -117,6 +117,28 @@ def fnum(x: float | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
+def fsig(x: float | None, sig: int = 3) -> str:
+    """A probability-like number to ``sig`` significant digits, for a reader to compute with (tooltips):
+    0.979, 0.0180, 0.000612, then scientific below 1e-4 (6.12e-05); 1.00; 0; '—' when missing.
+    Fixed decimals (:func:`fnum`) turned p = 0.000612 into "0.001" and q = 0.0184 into "0.018"."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-4:
+        return f"{x:.{sig - 1}e}"
+    return f"{x:#.{sig}g}"
+
+
+def fsig_pair(a: float, b: float, sig: int = 3) -> tuple[str, str]:
+    """:func:`fsig` for two numbers compared in a verdict, with more digits until unequal ones look unequal."""
+    for d in range(sig, 10):
+        sa, sb = fsig(a, d), fsig(b, d)
+        if sa != sb or a == b:
+            return sa, sb
+    return fsig(a, 10), fsig(b, 10)
+
+
 def fpair(a: float, b: float, digits: int = 2) -> tuple[str, str]:
     """Format two numbers with just enough decimals that unequal values look unequal."""
     for d in range(digits, 7):

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..trace import Position, Round, Trace
-from ._fmt import COLORS
+from ._fmt import COLORS, fsig, fsig_pair
 from .figures import empty_figure
 from .rules import NAMES
 
@@ -88,7 +88,8 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
     beta, what = _beta(pos, rule)
     b_name = "h" if rule == "block" else "b"
     verdict = "accepted" if pos.accepted else "rejected"
-    why = f"u = {pos.u:.3f} {'<' if pos.u < pos.b else '≥'} {b_name} = {pos.b:.3f}: {verdict}"
+    su, sb = fsig_pair(pos.u, pos.b)
+    why = f"u = {su} {'<' if pos.u < pos.b else '≥'} {b_name} = {sb}: {verdict}"
     if rule == "block" and pos.accepted and pos.u >= pos.b:
         why += " (kept because a later position passed: block verification keeps up to the last one that does)"
     sub = (f"{NAMES.get(rule, rule)} rule · position {pos.i} of round {rnd.index + 1} · ★ drafted"
@@ -122,7 +123,8 @@ def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
     last_try = k == len(rnd.tree.visits) - 1 and j == len(vis.tries) - 1
     corr = rnd.extra.id if (last_try and not t.accepted and rnd.extra is not None) else None
     verdict = "accepted" if t.accepted else "rejected"
-    why = f"u = {t.u:.3f} {'<' if t.u < t.b else '≥'} b = min(1, r/q) = {t.b:.3f}: {verdict}"
+    su, sb = fsig_pair(t.u, t.b)
+    why = f"u = {su} {'<' if t.u < t.b else '≥'} b = min(1, r/q) = {sb}: {verdict}"
     r_name = "p: target (r = p at the first child)" if j == 0 else (
         f"r: what the {j} earlier rejection{'s' if j > 1 else ''} left of p")
     beta = sum(min(a, b) for a, b in zip(pic.r, pic.q))
@@ -146,24 +148,24 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     ticks = [("★ " if t == x_tok else "") + ("⟲ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
     fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
     fig.add_trace(go.Bar(x=xs, y=draft[1], name=draft[0], marker_color=C_Q, offset=-0.4, width=0.25,
-                         hovertemplate="q = %{y:.4f}<extra></extra>"), row=1, col=1)
+                         hovertemplate="q = %{y:.3g}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=target[1], name=target[0], marker_color=C_P, offset=-0.14, width=0.25,
-                         hovertemplate="%{y:.4f}<extra></extra>"), row=1, col=1)
+                         hovertemplate="%{y:.3g}<extra></extra>"), row=1, col=1)
     # the overlap on top of both bars: shaded, outlined, so its height min(p, q) reads across the pair
     over = [min(a, c) for a, c in zip(target[1], draft[1])]
     fig.add_trace(go.Bar(x=xs, y=over, name=overlap, offset=-0.42, width=0.56,
                          marker=dict(color=C_OVER, line=dict(color="#059669", width=2)),
-                         hovertemplate="min = %{y:.4f}<extra></extra>"), row=1, col=1)
+                         hovertemplate="min = %{y:.3g}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=res[1], name=res[0], marker_color=C_RES, offset=0.16, width=0.25, opacity=0.85,
-                         hovertemplate="%{y:.4f}<extra></extra>"), row=1, col=1)
+                         hovertemplate="%{y:.3g}<extra></extra>"), row=1, col=1)
     if marks:
         fig.add_trace(go.Scatter(x=[i for i, _ in marks], y=[1.02] * len(marks), mode="markers+text",
                                  name="greedy's one-hot picks", text=[m for _, m in marks], textposition="top center",
                                  marker=dict(symbol="triangle-down", size=10, color="#111827")), row=1, col=1)
     fig.add_trace(go.Bar(x=[b], y=[""], orientation="h", marker_color="rgba(16,185,129,0.55)", width=0.6,
-                         name=f"{b_name} = {b:.3f}", showlegend=False,
-                         hovertemplate=f"{b_name} = %{{x:.4f}}<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=[u], y=[""], mode="markers", name=f"u = {u:.3f}", showlegend=False,
+                         name=f"{b_name} = {fsig(b)}", showlegend=False,
+                         hovertemplate=f"{b_name} = %{{x:.3g}}<extra></extra>"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[u], y=[""], mode="markers", name=f"u = {fsig(u)}", showlegend=False,
                              marker=dict(symbol="line-ns-open", size=28, color="#111827")), row=2, col=1)
     fig.update_xaxes(range=[0, 1], row=2, col=1, title_text=why)
     fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=ticks, row=1, col=1)

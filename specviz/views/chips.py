@@ -24,9 +24,9 @@ from ._fmt import (
     epsilon_of,
     drafter_name,
     esc,
-    fnum,
-    fpair,
     fsec,
+    fsig,
+    fsig_pair,
     pending_meaning,
     plain_ratio,
     plural,
@@ -64,7 +64,7 @@ def verdict_text(pos: Position, rule: str = "token") -> str:
     """'u=0.41 < b=0.83 → accepted' / 'u=0.74 ≥ b=0.31 → rejected' (plain text).  Under block verification
     the recorded number is h, and the verdict names it: 'u=0.16 < h=0.88 → kept'; block verification can
     also keep a position whose own u ≥ h (a later one passed): 'u=0.74 ≥ h=0.31 → kept (…)'."""
-    su, sb = fpair(pos.u, pos.b)
+    su, sb = fsig_pair(pos.u, pos.b)
     name = "h" if rule == "block" else "b"
     if pos.accepted and pos.u >= pos.b:
         return f"u={su} ≥ h={sb} → kept: a later position passed (block verification)"
@@ -105,7 +105,7 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
               "prompt-lookup": "Proposed by prompt lookup (copied from earlier text)"}.get(drafter, "Drafted by the small model")
         tip = tip_html(
             f"{head} · pending",
-            [("id", str(tok.id)), *who, ("q(x) draft", fnum(tok.q, 3))],
+            [("id", str(tok.id)), *who, ("q(x) draft", fsig(tok.q))],
             note=f"{by}; the target has not checked it yet.",
         )
         return chip_html("pending", tok.text, tip)
@@ -113,7 +113,7 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     if status == "discarded":
         tip = tip_html(
             f"{head} · discarded",
-            [("id", str(tok.id)), *who, ("q(x) draft", fnum(tok.q, 3))],
+            [("id", str(tok.id)), *who, ("q(x) draft", fsig(tok.q))],
             note="Drafted after the rejection, so it was never verified and is thrown away.",
         )
         return chip_html("discarded", tok.text, tip)
@@ -121,16 +121,16 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     rows = [
         ("id", str(tok.id)),
         *who,
-        ("q(x) draft", fnum(pos.q, 3)),
-        ("p(x) target", fnum(pos.p, 3)),
-        *([("min(1, p/q)", fnum(plain_ratio(pos.p, pos.q), 3))] if rule == "block" else []),  # not h
-        (_b_label(eps, rule), fnum(pos.b, 3)),
-        ("u (uniform draw)", fnum(pos.u, 3)),
+        ("q(x) draft", fsig(pos.q)),
+        ("p(x) target", fsig(pos.p)),
+        *([("min(1, p/q)", fsig(plain_ratio(pos.p, pos.q)))] if rule == "block" else []),  # not h
+        (_b_label(eps, rule), fsig(pos.b)),
+        ("u (uniform draw)", fsig(pos.u)),
     ]
     note = ""
     extra_cls = ""
     if thanks_to_epsilon(pos.p, pos.q, pos.u, pos.accepted, eps):
-        note = f"Accepted thanks to ε: without it b would be min(1, p/q) = {fnum(plain_ratio(pos.p, pos.q), 3)} ≤ u."
+        note = f"Accepted thanks to ε: without it b would be min(1, p/q) = {fsig(plain_ratio(pos.p, pos.q))} ≤ u."
         extra_cls = "sv-eps"
     elif status == "rejected":
         note = "First rejection: the drafts after it are discarded and a correction is sampled."
@@ -149,7 +149,7 @@ def _extra_chip(rnd: Round, extra: Extra, rule: str = "token") -> str:
     else:
         title = f"Target token · {tok_repr(extra.text)}"
         note = "Standard decoding: one target forward pass, one token sampled from p."
-    tip = tip_html(title, [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))], note=note)
+    tip = tip_html(title, [("id", str(extra.id)), ("p(x)", fsig(extra.p))], note=note)
     kind = extra.kind if extra.kind in ("correction", "bonus", "target") else "target"
     return chip_html(kind, extra.text, tip)
 

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from specviz.trace.tree import attention_mask
 
-from ._fmt import COLORS, esc, fnum, fpair, fsec, plural, tok_repr
+from ._fmt import COLORS, esc, fnum, fpair, fsec, fsig, fsig_pair, plural, tok_repr
 from .chips import chip_html, tip_html
 from .narrate import tree_stop_sentence
 from .figures import compact_layout, empty_figure
@@ -100,7 +100,7 @@ def _try_of(tree: RoundTree, node: int):
 def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], mode: str, current: bool = False) -> str:
     n = tree.nodes[node]
     head = f"Depth {n.depth} · {tok_repr(n.text)}"
-    rows = [("id", str(n.id)), ("q(x) at the parent", fnum(n.q, 3))]
+    rows = [("id", str(n.id)), ("q(x) at the parent", fsig(n.q))]
     if mode == "iid" and n.draws > 1:
         rows.append(("i.i.d. draws of it", str(n.draws)))
     verdict, note = "", ""
@@ -108,9 +108,9 @@ def _node_chip(tree: RoundTree, node: int, status: str, tries_here: list[int], m
     if tried is not None and status in ("accepted", "rejected"):
         v, mine = tried
         j, t = mine[-1] if status == "rejected" else next((jt for jt in mine if jt[1].accepted), mine[-1])
-        rows += [("tried", f"{j + 1} of {_planned(tree, v.node)}"), ("q_j(x)", fnum(t.q, 3)), ("r(x) before the try", fnum(t.r, 3)),
-                 ("b = min(1, r/q)", fnum(t.b, 3)), ("u (uniform draw)", fnum(t.u, 3))]
-        su, sb = fpair(t.u, t.b)
+        rows += [("tried", f"{j + 1} of {_planned(tree, v.node)}"), ("q_j(x)", fsig(t.q)), ("r(x) before the try", fsig(t.r)),
+                 ("b = min(1, r/q)", fsig(t.b)), ("u (uniform draw)", fsig(t.u))]
+        su, sb = fsig_pair(t.u, t.b)
         verdict = f"u={su} {'<' if t.accepted else '≥'} b={sb} → {'accepted' if t.accepted else 'rejected'}"
     if status == "pending":
         note = "Drafted; the target has not checked the tree yet."
@@ -141,7 +141,7 @@ def _extra_chip(rnd: Round) -> str:
         note = "The accepted path reached a leaf: the verify pass already gave p there, so this token is free."
     else:
         note = "Nothing was drafted: one target step."
-    tip = tip_html(f"{extra.kind.capitalize()} · {tok_repr(extra.text)}", [("id", str(extra.id)), ("p(x)", fnum(extra.p, 3))],
+    tip = tip_html(f"{extra.kind.capitalize()} · {tok_repr(extra.text)}", [("id", str(extra.id)), ("p(x)", fsig(extra.p))],
                note=note)
     kind = extra.kind if extra.kind in ("correction", "bonus", "target") else "target"
     return f'<span class="sv-extra"><span class="sv-arrow" aria-hidden="true">→</span>{chip_html(kind, extra.text, tip)}</span>'
