@@ -384,7 +384,7 @@ def build() -> gr.Blocks:
             None, [link_box], [link_box], api_visibility="private",
             js="(q) => { const u = new URL(window.location.href); u.search = q; const s = u.toString(); "
                "try { navigator.clipboard.writeText(s); } catch (e) {} return s; }")
-        prev_btn.click(lambda i: max(int(i or 1) - 1, 1), [step], [step], api_visibility="private")
+        prev_btn.click(live.prev_round, [step, state], [step], api_visibility="private")
         # Presenter mode (specviz.ui.present, assets/present.js): the toggle, the settings drawer, the keys' buttons.
         present_box.change(None, [present_box], None, js=present.TOGGLE_JS, api_visibility="private")
         drawer_btn.click(None, None, None, js=present.DRAWER_JS, api_visibility="private")

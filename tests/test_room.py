@@ -101,3 +101,72 @@ def test_a_version_that_is_not_a_whole_number_is_refused(version, kind):
         load_recording(json.dumps(_versioned(version, kind)))
     if version is not None and not isinstance(version, int) or isinstance(version, bool):
         assert "must be a whole number" in str(err.value), str(err.value)
+
+
+# ---- 3. forged step, round and position numbers from the page ------------------------------------
+
+FORGED = [float("nan"), float("inf"), float("-inf"), "abc", None, -5, 0, 10**12, 2**70, "7", "1e999", 3.7, True,
+          [], {}, "\x00", -(10**400)]
+
+
+@pytest.fixture(scope="module")
+def shown():
+    """What the Live tab shows after a shipped recording loads: (state, rounds), and a tree run's."""
+    from pathlib import Path
+
+    from specviz.trace import load_recording
+
+    path = Path(__file__).resolve().parent.parent / "assets" / "traces" / "1-code-greedy.json"
+    spec, std = load_recording(path.read_bytes())
+    return {"spec": spec, "std": std}, len(spec.rounds)
+
+
+@pytest.mark.parametrize("value", FORGED, ids=repr)
+def test_a_forged_round_number_never_raises(shown, value):
+    from specviz.ui import live, picture_ui, present, tree_ui
+    from specviz.ui.frames import round_number
+
+    state, n = shown
+    spec = state["spec"]
+    i = round_number(value, n)
+    assert isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= n, i
+    narration, step_round = live.step_views(spec, value)
+    assert narration and step_round
+    assert 1 <= live.next_round(state, value) <= n
+    assert live.prev_round(value) >= 1
+    assert 1 <= live.prev_round(value, state) <= n
+    assert present.last_round(state) == n
+    tree_ui.mask_for(spec, value)
+    picker, picture = picture_ui.for_step(state, value)
+    picture_ui.for_position(state, value, value)  # a forged position too
+    picture_ui.for_position(state, 2, value)
+    for empty in (None, {}, {"spec": None}):
+        live.step_views(None, value)
+        assert live.next_round(empty, value) == 1
+        picture_ui.for_step(empty, value)
+        picture_ui.for_position(empty, value, value)
+
+
+@pytest.mark.parametrize("value", FORGED, ids=repr)
+def test_a_forged_round_in_a_link_or_a_slider_never_raises(shown, value):
+    from urllib.parse import parse_qs
+
+    from specviz.ui import links, tabs
+
+    state, n = shown
+    q = links.link_query(state["spec"], value, examples=[], recordings=[])
+    assert 1 <= int(parse_qs(q)["round"][0]) <= n, q
+    for policy in ("constant", "adaptive", "nonsense", None):
+        g = tabs.gamma_slider(policy, value)["value"]
+        assert isinstance(g, int) and g >= 1
+
+
+def test_round_numbers_keep_what_the_page_sends_in_range(shown):
+    from specviz.ui import live
+    from specviz.ui.frames import round_number
+
+    state, n = shown
+    assert [round_number(v, 10) for v in (1, 2, 2.0, 2.9, "3", " 4 ", 10, 11)] == [1, 2, 2, 2, 3, 4, 10, 10]
+    assert round_number(5, 0) == 1  # nothing shown: round 1
+    assert live.next_round(state, 1) == 2 and live.next_round(state, n) == n
+    assert live.prev_round(2) == 1 and live.prev_round(1) == 1

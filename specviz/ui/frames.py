@@ -10,6 +10,7 @@ dict omits it).  The same class reads a form: ``slots.read(values, RunForm)``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Generic, Mapping, TypeVar
 
@@ -32,6 +33,56 @@ class _Skip:
 
 
 SKIP: Any = _Skip()
+
+
+def round_number(value: Any, n: int) -> int:
+    """A 1-based round (or step) number the page sent, as an int in 1..max(n, 1).
+
+    The page's sliders and buttons send numbers, but an event's payload is whatever a client posts:
+    NaN, ±inf, "abc", None, -5, 10**12 or a list must not end in int(nan) and a logged traceback.
+    A number is truncated (2.9 is round 2) and clamped; anything that is not a finite number is round 1."""
+    hi = max(int(n), 1)
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > 40:  # no int() of a 100,000-digit string
+            return 1
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                return 1
+    if isinstance(value, int):
+        return min(max(value, 1), hi)
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 1
+    if not math.isfinite(x):
+        return 1
+    return min(max(int(x), 1), hi)
+
+
+def index_number(value: Any) -> int | None:
+    """A 0-based index the page sent (a position picked), or None when it is not a whole, finite,
+    not negative number (the views then show their default)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not (value.isascii() and value.isdigit() and len(value) <= 9):
+            return None
+        return int(value)
+    if isinstance(value, int):
+        return value if 0 <= value < 2**31 else None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return int(x) if math.isfinite(x) and 0 <= x < 2**31 else None
 
 
 class Frame:

@@ -26,6 +26,7 @@ from urllib.parse import urlencode
 import gradio as gr
 
 from . import live
+from .frames import round_number
 
 MAX_SHOWN = 40  # characters of a bad value echoed in a note
 _PLAIN = re.compile(r"[^\w .,:;()=+\-/]")  # what a note may echo of a value, the rest becomes "?"
@@ -122,10 +123,7 @@ def link_query(spec: Any, round_: Any, *, examples: list[dict], recordings: list
             idx = next((i for i, e in enumerate(examples, 1) if e["prompt"] == prompt), None)
             if idx is not None:
                 params["example"] = idx
-    try:
-        params["round"] = max(1, int(round_))
-    except (TypeError, ValueError):
-        params["round"] = 1
+    params["round"] = round_number(round_, len(getattr(spec, "rounds", None) or []) or 2**31)
     if present is True:
         params["present"] = 1
     return urlencode(params)

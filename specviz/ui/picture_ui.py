@@ -9,17 +9,14 @@ from typing import Any
 import gradio as gr
 
 from ..views.acceptance import acceptance_figure, position_choices
+from .frames import index_number, round_number
 
 
 def _round(state: Any, idx: Any):
     spec = (state or {}).get("spec")
     if not spec or not spec.rounds:
         return spec, None
-    try:
-        i = min(max(int(idx or 1), 1), len(spec.rounds)) - 1
-    except (TypeError, ValueError):
-        i = 0
-    return spec, spec.rounds[i]
+    return spec, spec.rounds[round_number(idx, len(spec.rounds)) - 1]
 
 
 def for_step(state: Any, idx: Any) -> tuple[Any, Any]:
@@ -33,8 +30,4 @@ def for_step(state: Any, idx: Any) -> tuple[Any, Any]:
 
 def for_position(state: Any, idx: Any, pos: Any) -> Any:
     spec, rnd = _round(state, idx)
-    try:
-        pick = int(pos) if pos is not None else None
-    except (TypeError, ValueError):
-        pick = None
-    return acceptance_figure(spec, rnd, pick)
+    return acceptance_figure(spec, rnd, index_number(pos))

@@ -41,7 +41,7 @@ def gamma_slider(policy: Any, gamma: Any) -> dict[str, Any]:
     top = GAMMA_MAX if fixed else GAMMA_MAX_DYNAMIC
     try:
         value = min(max(int(gamma), 1), top)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # NaN, ±inf or text from a forged event
         value = 5
     return dict(maximum=top, value=value, label="Draft length γ" if fixed else "Maximum draft length γ",
                 info="tokens drafted per round" if fixed else "the policy stops drafting earlier when it decides to")

@@ -17,6 +17,7 @@ import gradio as gr
 from ..core.rules import RULES
 from ..core.settings import round_kind
 from .form import RULE_HELP
+from .frames import round_number
 from ..trace import Round, Trace
 from ..views import html as V
 from ..views import tree_plots as TRP
@@ -80,8 +81,8 @@ def mask_for(spec: Trace | None, idx: Any = None) -> Any:
     if not spec:
         return tree_mask_figure(None)
     rnd = None
-    if idx:
-        i = min(max(int(idx), 1), len(spec.rounds)) - 1 if spec.rounds else -1
+    if idx and spec.rounds:
+        i = round_number(idx, len(spec.rounds)) - 1
         rnd = spec.rounds[i] if i >= 0 and spec.rounds[i].tree is not None else None
     return tree_mask_figure(rnd or last_tree_round(spec))
 
