@@ -132,3 +132,49 @@ def test_every_child_a_tree_tried_keeps_its_picture_with_r_after_a_rejection(pai
     assert later > 0  # the test saw children tried after a rejection
     back = trace_from_json(run.to_json())
     assert back.rounds[0].tree.visits[0].tries[0].picture == run.rounds[0].tree.visits[0].tries[0].picture
+
+
+def _certain_position_trace(reject_prob: float, accepted: bool = True):
+    """One round whose first position has p ≈ q ≈ 1 on the drafted token: the recorded residual is rounding
+    noise normalised into a distribution (0.977 on the drafted token itself)."""
+    from specviz.trace import Picture
+    from tests.synthetic import make_trace
+
+    tr = make_trace(plan=[dict(accept=1, extra="correction", draft=2)])
+    rnd = tr.rounds[0]
+    x = rnd.draft[0].id
+    pos = rnd.positions[0]
+    pos.p, pos.q, pos.b, pos.tv, pos.reject_prob = 0.99998, 0.99996, 1.0, reject_prob, reject_prob
+    pos.u, pos.accepted = (0.4, True) if accepted else (0.99999, False)
+    pos.picture = Picture(ids=[x, 5, 6], text=["x", "a", "b"], p=[0.99998, 1e-5, 1e-5], q=[0.99996, 2e-5, 2e-5],
+                          res=[0.977, 0.012, 0.011], rest_p=0.0, rest_q=0.0)
+    return tr
+
+
+def _residual_bars(fig):
+    return [t for t in fig.data if (t.name or "").startswith("correction drawn from")]
+
+
+def test_no_correction_can_happen_where_p_and_q_agree():
+    """β = 1.000 and the "correction drawn from residual" bar showed 0.977 on the drafted token: rounding
+    noise drawn as a distribution.  Below a tiny rejection chance the picture says no correction can happen."""
+    from specviz.views.acceptance import NO_CORRECTION, correction_possible
+
+    assert not correction_possible(2e-5) and not correction_possible(0.0) and correction_possible(0.01)
+    assert NO_CORRECTION <= 1e-3
+    tr = _certain_position_trace(2e-5)
+    fig = acceptance_figure(tr, tr.rounds[0], 0)
+    assert not _residual_bars(fig)
+    notes = " ".join(a.text for a in fig.layout.annotations)
+    assert "no correction can happen here" in notes and "2.00e-05" in notes
+    # A position where a rejection is possible keeps its residual bars, and says nothing of the kind.
+    tr = _certain_position_trace(0.05)
+    fig = acceptance_figure(tr, tr.rounds[0], 0)
+    assert len(_residual_bars(fig)) == 1
+    assert "no correction" not in " ".join(a.text for a in fig.layout.annotations)
+    # The position where the correction was drawn always shows what it was drawn from.
+    tr = _certain_position_trace(2e-5, accepted=False)
+    tr.rounds[0].positions = tr.rounds[0].positions[:1]
+    tr.rounds[0].extra.id = 5
+    fig = acceptance_figure(tr, tr.rounds[0], 0)
+    assert len(_residual_bars(fig)) == 1

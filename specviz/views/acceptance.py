@@ -17,6 +17,18 @@ from .rules import NAMES
 
 C_P, C_Q, C_RES, C_OVER = "#2563eb", "#f59e0b", "#dc2626", "rgba(16,185,129,0.28)"
 
+# Below this chance of a rejection at a position, no correction can happen there: the recorded "correction
+# distribution" is rounding noise normalised into one (p ≈ q ≈ 1 gave a residual bar of 0.977 on the
+# drafted token), or p itself where the residual's mass is exactly 0.  The picture says so instead.
+NO_CORRECTION = 1e-3
+
+
+def correction_possible(reject_prob: float) -> bool:
+    """Whether a correction can be drawn at a position whose rejection probability is ``reject_prob``
+    (the residual's mass under the token-wise rule: Σ max(0, p − q) = 1 − β; 1 − h under block
+    verification; 1 − Σ p·q under exact match)."""
+    return reject_prob >= NO_CORRECTION
+
 
 def _label(text: str) -> str:
     shown = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣") or "∅"
@@ -101,10 +113,16 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
         marks = [(i, "p" * (a > 0.5) + "q" * (b > 0.5)) for i, (a, b) in enumerate(zip(pic.p, pic.q))
                  if a > 0.5 or b > 0.5]
     rest = f"not shown: p {pic.rest_p:.3f}, q {pic.rest_q:.3f} of the mass" if not greedy else ""
+    res = (f"correction drawn from: {res_name}", pic.res)
+    none = ""
+    if corr is None and not correction_possible(pos.reject_prob):  # nothing to draw: the bars would be noise
+        res = None
+        none = (f"no correction can happen here<br><sup>the chance of a rejection is {fsig(pos.reject_prob)}"
+                f" (below {NO_CORRECTION:g}): there is no {res_name} to draw from</sup>")
     return _draw(title=title, sub=sub, ids=pic.ids, text=pic.text, x_tok=x_tok, corr=corr,
                  target=(f"p: target{tag}", p_show), draft=(f"q: draft{tag}", q_show),
-                 res=(f"correction drawn from: {res_name}", pic.res), u=pos.u, b=pos.b, b_name=b_name, why=why,
-                 rest=rest, marks=marks)
+                 res=res, u=pos.u, b=pos.b, b_name=b_name, why=why,
+                 rest=rest, marks=marks, no_correction=none)
 
 
 def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
@@ -140,10 +158,11 @@ def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
 
 
 def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, corr: int | None,
-          target: tuple[str, list[float]], draft: tuple[str, list[float]], res: tuple[str, list[float]],
-          u: float, b: float, b_name: str, why: str, rest: str, marks, overlap: str = "overlap min(p, q)") -> go.Figure:
-    """The figure: paired bars (draft, target), their overlap on top, the correction's distribution,
-    and u against b on a [0, 1] bar."""
+          target: tuple[str, list[float]], draft: tuple[str, list[float]], res: tuple[str, list[float]] | None,
+          u: float, b: float, b_name: str, why: str, rest: str, marks, overlap: str = "overlap min(p, q)",
+          no_correction: str = "") -> go.Figure:
+    """The figure: paired bars (draft, target), their overlap on top, the correction's distribution
+    (or, with ``res`` None, the ``no_correction`` sentence in its place), and u against b on a [0, 1] bar."""
     xs = list(range(len(ids)))
     ticks = [("★ " if t == x_tok else "") + ("⟲ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
     fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
@@ -156,8 +175,9 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     fig.add_trace(go.Bar(x=xs, y=over, name=overlap, offset=-0.42, width=0.56,
                          marker=dict(color=C_OVER, line=dict(color="#059669", width=2)),
                          hovertemplate="min = %{y:.3g}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=xs, y=res[1], name=res[0], marker_color=C_RES, offset=0.16, width=0.25, opacity=0.85,
-                         hovertemplate="%{y:.3g}<extra></extra>"), row=1, col=1)
+    if res is not None:
+        fig.add_trace(go.Bar(x=xs, y=res[1], name=res[0], marker_color=C_RES, offset=0.16, width=0.25, opacity=0.85,
+                             hovertemplate="%{y:.3g}<extra></extra>"), row=1, col=1)
     if marks:
         fig.add_trace(go.Scatter(x=[i for i, _ in marks], y=[1.02] * len(marks), mode="markers+text",
                                  name="greedy's one-hot picks", text=[m for _, m in marks], textposition="top center",
@@ -176,4 +196,8 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
                       annotations=[dict(text=rest, xref="paper", yref="paper", x=1, y=1.02, showarrow=False,
                                         xanchor="right", font=dict(size=11, color=COLORS.get("theory", "#555")))]
                       if rest else [])
+    if no_correction:  # where the correction's bars would be: said, in the correction's colour
+        fig.add_annotation(text=no_correction, xref="paper", yref="paper", x=0.5, y=0.55, showarrow=False,
+                           xanchor="center", font=dict(size=13, color=C_RES), bgcolor="rgba(255,255,255,0.85)",
+                           name="no-correction")
     return fig
