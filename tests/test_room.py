@@ -170,3 +170,68 @@ def test_round_numbers_keep_what_the_page_sends_in_range(shown):
     assert round_number(5, 0) == 1  # nothing shown: round 1
     assert live.next_round(state, 1) == 2 and live.next_round(state, n) == n
     assert live.prev_round(2) == 1 and live.prev_round(1) == 1
+
+
+# ---- 4. Gradio's file copies, bounded by size and count -------------------------------------------
+
+
+def _files(folder, sizes):
+    """Files of these sizes, one per hashed folder as Gradio writes them, oldest first (by ctime)."""
+    import time
+
+    out = []
+    for n, size in enumerate(sizes):
+        sub = folder / f"hash{n}"
+        sub.mkdir()
+        f = sub / f"file{n}.json"
+        f.write_bytes(b"x" * size)
+        out.append(str(f))
+        time.sleep(0.01)  # distinct ctimes
+    return out
+
+
+def test_the_oldest_files_go_beyond_the_count_and_the_size(tmp_path):
+    import os
+    import time
+
+    from specviz.serving.temp_files import evict_oldest
+
+    files = _files(tmp_path, [100] * 10)
+    gone = evict_oldest(files, max_files=4, max_bytes=10**9)
+    assert gone == set(files[:6]) and [os.path.exists(f) for f in files] == [False] * 6 + [True] * 4
+    gone = evict_oldest(files, max_files=100, max_bytes=250)  # two files of 100 bytes fit in 250
+    assert gone == set(files[:8])  # the six already missing are reported gone too
+    assert [os.path.exists(f) for f in files[8:]] == [True, True]
+    # A copy Gradio hands out again is touched (its ctime moves): it is the newest now.
+    os.utime(files[8])
+    time.sleep(0.01)
+    assert evict_oldest(files[8:], max_files=1, max_bytes=10**9) == {files[9]}
+    assert os.path.exists(files[8])
+
+
+def test_files_the_page_keeps_are_never_evicted_nor_counted(tmp_path):
+    import os
+
+    from specviz.serving.temp_files import evict_oldest
+
+    files = _files(tmp_path, [1000, 10, 10, 10])
+    assert evict_oldest(files, max_files=2, max_bytes=25, keep=[files[0]]) == {files[1]}
+    assert os.path.exists(files[0])
+
+
+def test_trim_bounds_the_blocks_files_and_forgets_them(tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    from specviz.serving.temp_files import trim
+
+    files = _files(tmp_path, [2**20] * 6 + [10])
+    uploads, downloads = set(files[:3]), set(files[3:6])
+    page_value = SimpleNamespace(keep_in_cache={files[6]})
+    blocks = SimpleNamespace(temp_file_sets=[uploads, downloads], blocks={1: page_value, 2: SimpleNamespace()},
+                             GRADIO_CACHE=str(tmp_path))
+    assert trim(blocks, max_files=100, max_bytes=2 * 2**20 + 5) == set(files[:4])
+    assert uploads == set() and downloads == set(files[4:6])
+    assert not any(os.path.exists(os.path.dirname(f)) for f in files[:4])  # their hashed folders too
+    assert tmp_path.is_dir() and all(os.path.exists(f) for f in files[4:])
+    assert trim(blocks) == set()  # within the defaults
