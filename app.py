@@ -31,7 +31,8 @@ from specviz.serving import hosting, replay, stream_log, temp_files
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, present, shootout_ui, tabs, tree_ui
-from specviz.ui.form import FORM_FROM_TRACE, RULE_HELP, RunForm, form_duration, form_values, form_sweep_duration
+from specviz.ui.form import (FORM_FROM_TRACE, RULE_HELP, RunForm, example_label, form_duration, form_values,
+                             form_sweep_duration)
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
 from specviz.ui.store import STORE
@@ -371,7 +372,12 @@ def build() -> gr.Blocks:
                 return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             s = example_settings(ex)
             return ex["prompt"], s["temperature"], s["gamma"], s["max_new_tokens"], s["seed"]
-        example.change(pick_example, [example], [prompt, temperature, gamma, max_new, seed], api_visibility="private")
+        # On the user's pick only (input, not change): when a recording or a link sets the dropdown to the example
+        # it shows, the form keeps the recording's settings.
+        example.input(pick_example, [example], [prompt, temperature, gamma, max_new, seed], api_visibility="private")
+        # A prompt typed or edited: the dropdown names the example it now is, else nothing (client-side, no request).
+        example_of = json.dumps({e["prompt"]: e["label"] for e in EXAMPLES})
+        prompt.input(None, [prompt], [example], js=f"(p) => ({example_of})[p] ?? null", api_visibility="private")
 
         step.change(lambda s, i: (*step_views((s or {}).get("spec"), i), tree_ui.mask_for((s or {}).get("spec"), i)),
                     [state, step], [narration, step_round, tree_mask], api_visibility="private")
@@ -398,12 +404,15 @@ def build() -> gr.Blocks:
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 
         # After a recording loads, the form shows what it recorded (prompt and settings), so Run runs
-        # what is on screen; an uploaded file is no longer the recording the dropdown names.
-        form_fill = [form[name] for name in FORM_FROM_TRACE]
+        # what is on screen; an uploaded file is no longer the recording the dropdown names.  "Example prompts"
+        # then names the example whose prompt it recorded, or nothing (a custom prompt).
+        form_fill = [*(form[name] for name in FORM_FROM_TRACE), example]
 
         def fill_form(st):
             values = form_values((st or {}).get("spec") or (st or {}).get("std"))
-            return [values.get(name, gr.skip()) for name in FORM_FROM_TRACE]
+            shown = values.get("prompt")
+            return [*(values.get(name, gr.skip()) for name in FORM_FROM_TRACE),
+                    example_label(shown, EXAMPLES) if shown is not None else gr.skip()]
         upload_evt = upload.upload(lambda f: views.write(load_file(f)), [upload], views.outputs,
                                    api_visibility="private").success(fill_form, [state], form_fill,
                                                                      api_visibility="private")
@@ -419,11 +428,10 @@ def build() -> gr.Blocks:
             def on_start(request: gr.Request = None):
                 params = dict(request.query_params) if request is not None and request.query_params else {}
                 link = links.parse_link(params, examples=EXAMPLES, recordings=RECORDINGS)
-                out = views.write(links.open_link(link, RECORDINGS))
-                out[example] = link.example["label"] if link.example else gr.skip()
+                out = views.write(links.open_link(link, RECORDINGS))  # the example's label: fill_form, from the prompt
                 out[present_box] = True if link.present else gr.skip()
                 return out
-            demo.load(on_start, None, [*views.outputs, example, present_box], api_visibility="private").success(
+            demo.load(on_start, None, [*views.outputs, present_box], api_visibility="private").success(
                 fill_form, [state], form_fill, api_visibility="private")
 
         # This machine: the probe of the pair the preset names (loaded or cached; nothing is loaded for it).

@@ -173,3 +173,41 @@ def test_the_theory_note_prints_each_value_as_its_slider_shows_it(page):
     assert "Optimal γ for α = 0.80, c = 0.175, v = 1.25:" in note
     assert "c = 0.17:" not in note and "c = 0.17," not in note
     assert by_id["sv-sweeps-intro"].value.startswith("Run the prompt")  # built from sweeps.GAMMAS (test_shootout)
+
+
+def test_the_example_dropdown_names_the_example_the_form_shows_or_none(page):
+    """After a deep link or a loaded recording the prompt changed but "Example prompts" still said
+    "Code: Fibonacci": every event that fills the form from a recording now sets the dropdown to the example
+    whose prompt it recorded, or blank; setting it does not re-apply the example's settings."""
+    import json
+    from pathlib import Path
+
+    import app
+    from specviz.trace import load_recording
+    from specviz.ui.form import example_label
+
+    demo, by_id = page
+    example, prompt = by_id["sv-example"], by_id["sv-prompt"]
+    chat = next(e for e in app.EXAMPLES if e["label"] == "Chat")
+    assert example_label(chat["prompt"], app.EXAMPLES) == "Chat"
+    assert example_label(chat["prompt"] + " ", app.EXAMPLES) is None and example_label(None, app.EXAMPLES) is None
+
+    fills = [fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "fill_form"]
+    assert len(fills) == 3 and all(fn.outputs[-1] is example for fn in fills)  # upload, recordings list, page load
+    root = Path(app.__file__).resolve().parent
+    spec, std = load_recording((root / "assets" / "traces" / "2-chat-greedy.json").read_bytes())
+    assert spec.prompt == chat["prompt"] != app.EXAMPLES[0]["prompt"]
+    out = fills[0].fn({"spec": spec, "std": std})
+    assert out[-1] == "Chat" and out[fills[0].outputs.index(prompt)] == chat["prompt"]
+    custom = dataclasses.replace(spec, prompt="A prompt of my own")
+    assert fills[0].fn({"spec": custom, "std": std})[-1] is None  # blank: no example says this
+    # The page-load link handler leaves the dropdown to fill_form (it set the link's example before).
+    loads = [fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "on_start"]
+    assert loads and example not in loads[0].outputs
+    # The example's settings are applied on the user's pick only, not when an event sets the dropdown.
+    picks = [fn for fn in demo.fns.values() if example in fn.inputs and prompt in fn.outputs]
+    assert len(picks) == 1 and picks[0].targets == [(example._id, "input")]
+    # Typing a prompt: the dropdown follows in the browser, from a map of the examples' prompts.
+    typed = [fn for fn in demo.fns.values() if fn.targets == [(prompt._id, "input")] and example in fn.outputs]
+    assert len(typed) == 1 and typed[0].fn is None
+    assert json.dumps({e["prompt"]: e["label"] for e in app.EXAMPLES}) in typed[0].js

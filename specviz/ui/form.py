@@ -53,3 +53,9 @@ def form_values(trace: Any) -> dict[str, Any]:
     if trace.prompt:
         out["prompt"] = trace.prompt
     return out
+
+
+def example_label(prompt: Any, examples: list[dict]) -> str | None:
+    """The "Example prompts" dropdown's value for a form showing ``prompt``: the label of the example whose
+    prompt it is, else None (blank: a custom prompt, an uploaded recording's, a run of another text)."""
+    return next((e["label"] for e in examples if e.get("prompt") == prompt), None) if prompt else None
