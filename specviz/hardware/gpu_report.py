@@ -145,6 +145,7 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
                    "alpha": a.alpha, "draft_step_ms": round(1000 * (a.t_draft_forward or 0), 2),
                    "target_step_ms": round(1000 * (b.t_target_forward or 0), 2),
                    "verify_ms": round(1000 * (a.t_target_forward or 0), 2)}
+            row.update(_race_row(pair, prompt, s, spec, std))
             print(json.dumps(row), flush=True)
             rows.append(row)
         for m in (draft, target):
@@ -152,6 +153,20 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
         del target, pair
         torch.cuda.empty_cache()
     return rows
+
+
+def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
+    """The app's race (serving.service.race) on the same pair: how it ran (interleaved, or in turn
+    where compiled steps own the one static cache), its tokens against the separate runs', its
+    speedup and what the noise detector said."""
+    from ..serving.service import Request, race
+
+    final = list(race(Request(pair, "", list(prompt), settings)))[-1]
+    a, b, t = final.spec, final.std, final.spec.timing
+    ids = lambda tr: [x.id for x in tr.tokens]  # noqa: E731
+    return {"race_how": t.how, "race_same_tokens": ids(a) == ids(spec) and ids(b) == ids(std),
+            "race_speedup": round(a.summary().tokens_per_s / b.summary().tokens_per_s, 3),
+            "race_spread": t.spread, "race_reliable": t.reliable, "race_why": t.why}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -111,10 +111,14 @@ class CompiledSteps:
         Writes the layers' length tensors only when they say otherwise (a draft step's steady state
         launches nothing extra)."""
         if n != self._held:
-            for layer in self.cache.layers:
-                length = getattr(layer, "cumulative_length", None)
-                if isinstance(length, torch.Tensor):
-                    length.fill_(n)
+            # The cache was allocated under inference mode (its tensors are inference tensors), and a
+            # caller (attach, the GPU report) may set the length outside it: an in-place write to an
+            # inference tensor is only allowed inside (first seen on the H100, transformers 5.17).
+            with torch.inference_mode():
+                for layer in self.cache.layers:
+                    length = getattr(layer, "cumulative_length", None)
+                    if isinstance(length, torch.Tensor):
+                        length.fill_(n)
         self.length = self._held = n
 
     def warm_up(self, sizes: tuple[int, ...] | None = None) -> None:
