@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import copy
+
 import pytest
 
 from specviz.core import engine
@@ -21,6 +23,7 @@ from specviz.experiments.challenge_checks import MACHINE_BANDS, corrections
 from specviz.experiments.challenges import BY_KEY, CHALLENGES, Given, Run, check_all
 from specviz.models.tiny import build_tiny_pair
 from specviz.trace import load_recording
+from specviz.trace.timing import Timing
 from specviz.ui import challenges_ui as CU
 from specviz.ui.store import STORE
 from specviz.views.challenges import board_html
@@ -170,15 +173,41 @@ def test_machine_accepts_the_answer_the_measured_verify_cost_supports(pair):
     assert not check([xeon], Given(answer="middle")).passed and not check([xeon], Given(answer="steep")).passed
 
 
-def test_machine_also_accepts_what_the_probe_measured_and_says_when_they_disagree(pair):
-    """A busy machine can slow the run's verify passes; the probe's curve (the This machine tab) counts too."""
+def test_machine_checks_the_probe_curve_not_a_noisy_race(pair):
+    """A busy machine can slow the run's verify passes; where the machine was probed, the probe's curve (the
+    This machine tab, timed on a quiet machine) decides, and the page says the race measured otherwise."""
     steep = race(pair, temperature=0, gamma=5, machine=COMPUTE_BOUND)
     key = (steep.spec.models.get("preset", ""), steep.spec.models.get("target_exec", ""))
     quiet = Given(answer="flat", probe_curves={key: {1: 80.0, 8: 84.0}})  # the probe measured a flat curve
     v = BY_KEY["machine"].check([steep], quiet)
-    assert v.passed and "The two disagree" in v.message
-    assert BY_KEY["machine"].check([steep], Given(answer="steep", probe_curves=quiet.probe_curves)).passed
+    assert v.passed and "Your race measured v =" in v.message and "memory-bound" in v.message
+    assert not BY_KEY["machine"].check([steep], Given(answer="steep", probe_curves=quiet.probe_curves)).passed
     assert not BY_KEY["machine"].check([steep], Given(answer="middle", probe_curves=quiet.probe_curves)).passed
+
+
+def _flagged(run: Run, predicted: float | None) -> Run:
+    """The same race, its timings flagged as disturbed (specviz.theory.timing), with a count-based figure."""
+    spec, std = copy.copy(run.spec), copy.copy(run.std)
+    spec.timing = std.timing = Timing(spread=0.4, reliable=False, why="passes varied by ±40%", predicted=predicted)
+    return Run(spec=spec, std=std)
+
+
+def test_a_flagged_race_is_judged_by_its_counts_or_not_credited(pair):
+    lost = race(pair, temperature=1.0, gamma=8, machine=COMPUTE_BOUND)
+    assert BY_KEY["lose"].check([lost]).passed
+    v = BY_KEY["lose"].check([_flagged(lost, predicted=1.4)])  # the clocks said it lost; the counts say it won
+    assert not v.passed and "won every race" in v.message
+    v = BY_KEY["lose"].check([_flagged(lost, predicted=None)])
+    assert not v.passed and "timed while the machine was busy" in v.message and "±40%" in v.message
+    v = BY_KEY["lose"].check([_flagged(lost, predicted=0.8)])
+    assert v.passed and "count-based" in v.message
+    won = race(pair, "abcabcabcabcabcabc", drafter="prompt-lookup", temperature=0, machine=MEMORY_BOUND)
+    assert BY_KEY["lookup"].check([won]).passed
+    assert not BY_KEY["lookup"].check([_flagged(won, predicted=0.9)]).passed  # a busy machine's win is not credited
+    assert "timed while the machine was busy" in BY_KEY["lookup"].check([_flagged(won, predicted=None)]).message
+    flat = race(pair, temperature=0, gamma=5, machine=MEMORY_BOUND)
+    v = BY_KEY["machine"].check([_flagged(flat, predicted=1.2)], Given(answer="flat"))  # no probe: v is noisy
+    assert not v.passed and "timed while the machine was busy" in v.message
 
 
 def test_machine_names_the_probe_curve_when_there_is_one(pair):

@@ -16,8 +16,9 @@ from ..core.rules import draft_odds, expected_kept
 from ..hardware.curves import interpolate
 from ..theory.costs import loss_cause, race_costs
 from ..trace import Picture, Round
-from .challenge_runs import (CLEAN_ENDS, MIN_ROUNDS, Given, Run, Verdict, describe, is_chain, none_yet,
-                             raced, speculative, speedup, tokens_text)
+from ..theory.timing import flagged
+from .challenge_runs import (CLEAN_ENDS, MIN_ROUNDS, Given, Run, Verdict, count_based, describe, is_chain, none_yet,
+                             not_timed, raced, speculative, speedup, tokens_text)
 
 BIAS_VISIBLE = 0.05  # mean TV(A, p) per verified position from which the ε challenge calls the bias visible
 MACHINE_BANDS = {"flat": (0.0, 1.25), "middle": (1.25, 2.0), "steep": (2.0, float("inf"))}  # v, in steps
@@ -66,7 +67,7 @@ def check_exact(runs: Sequence[Run], given: Given) -> Verdict:
 def check_lose(runs: Sequence[Run], given: Given) -> Verdict:
     timed = raced(runs)
     if not timed:
-        return none_yet(f"raced the standard run to the end with at least {MIN_ROUNDS} rounds")
+        return not_timed(runs, f"raced the standard run to the end with at least {MIN_ROUNDS} rounds")
     lost = [r for r in timed if speedup(r) < 1]
     if not lost:
         best = min(timed, key=speedup)
@@ -76,11 +77,11 @@ def check_lose(runs: Sequence[Run], given: Given) -> Verdict:
             "guesses badly."))
     r = lost[0]
     sp = speedup(r)
-    cause = loss_cause(race_costs(r.spec, r.std))
+    cause = None if flagged(r.spec) else loss_cause(race_costs(r.spec, r.std))
     why = f" Why, from the run's own numbers: {cause[1]}." if cause else ""
     return Verdict(passed=True, message=(
-        f"{describe(r)} ran at {sp:.2f}× the standard speed (speculative took {1 / sp:.2f}× as long per token)."
-        + why))
+        f"{describe(r)} ran at {sp:.2f}× the standard speed{count_based(r)} (speculative took {1 / sp:.2f}× as long "
+        "per token)." + why))
 
 
 # ---- 3. read this machine's verify cost --------------------------------------------------------
@@ -107,38 +108,41 @@ BOUND_WORDS = {"flat": "memory-bound", "middle": "partly compute-bound", "steep"
 
 
 def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
-    """The answer passes when it fits what the learner's run measured (its verify factor v) or what this
-    machine's probe measured for the same execution at the same tokens fed (the This machine tab's curve):
-    a run's timings swing when other work shares the cores, the probe's were taken on a quiet machine."""
+    """The answer is checked against this machine's probed curve for the run's execution at the tokens the
+    run fed (the This machine tab's curve), taken on a quiet machine; only where the machine was never
+    probed, against the run's own verify factor v -- and then only from a race whose timings held."""
     if given.answer not in MACHINE_BANDS:
         return Verdict(passed=False, message="Pick an answer first (just under the challenge), then check.")
     timed = [r for r in raced(runs) if is_chain(r.spec) and (r.spec.summary().mean_draft_length or 0) >= 3
              and race_costs(r.spec, r.std).v is not None]
     if not timed:
-        return none_yet("raced the standard run with a chain of at least 3 drafted tokens a round")
+        return not_timed(runs, "raced the standard run with a chain of at least 3 drafted tokens a round")
     r = timed[0]
     rc = race_costs(r.spec, r.std)
     v, fed = rc.v, (r.spec.summary().mean_draft_length or 0) + 1
     pv = probe_factor(r, given, fed)
-    if not (answer_fits(given.answer, v) or (pv is not None and answer_fits(given.answer, pv))):
+    if pv is None and flagged(r.spec):
+        return not_timed([r], "")
+    truth = pv if pv is not None else v
+    if not answer_fits(given.answer, truth):
         return Verdict(passed=False, message=(
             f"Not what this machine measured in {describe(r)}. Read it off the This machine tab (the chosen "
             f"execution's curve at k = {tokens_text(fed)} tokens fed ÷ its value at k = 1) or the Live tab's metrics (v)."))
     s = r.spec.summary()
     probe = ""
     if pv is not None:
-        probe = f" The probe's curve for this execution gives T({tokens_text(fed)})/T(1) = {pv:.2f}."
+        probe = f" The probe's curve for this execution gives T({tokens_text(fed)})/T(1) = {pv:.2f}: that is what was checked."
         if band_of(pv) != band_of(v):
-            probe += (" The two disagree: the probe timed the target on a quiet machine, and a run's timings swing "
-                      "when other runs or programs share the cores.")
+            probe += (f" Your race measured v = {v:.2f} instead: the probe timed the target on a quiet machine, and a "
+                      "race's timings swing when other runs or programs share the cores.")
     pred = ""
-    if rc.with_verify is not None and rc.textbook is not None:
+    if rc.with_verify is not None and rc.textbook is not None and not flagged(r.spec):
         pred = (f" With α = {s.alpha:.2f} and c = {rc.c:.2f} steps, Thm 3.8 predicts {rc.with_verify:.2f}× with your "
                 f"run's v against {rc.textbook:.2f}× textbook (v = 1); the race measured {rc.measured:.2f}×.")
     return Verdict(passed=True, message=(
         f"{describe(r)}: a verify pass over {tokens_text(fed)} tokens on average took {rc.t_verify * 1000:.0f} ms, "
-        f"{v:.2f} standard steps of {rc.t_step * 1000:.0f} ms (v = {v:.2f}: {BOUND_WORDS[band_of(v)]})."
-        + probe + pred))
+        f"{v:.2f} standard steps of {rc.t_step * 1000:.0f} ms (v = {v:.2f}); this machine: "
+        f"{BOUND_WORDS[band_of(truth)]}." + probe + pred))
 
 
 # ---- 4. a correction the draft did not expect ---------------------------------------------------
@@ -357,7 +361,7 @@ def check_lookup(runs: Sequence[Run], given: Given) -> Verdict:
         return none_yet("used prompt lookup")
     timed = [r for r in raced(looked)]
     if not timed:
-        return none_yet(f"with prompt lookup raced the standard run to the end with at least {MIN_ROUNDS} rounds")
+        return not_timed(looked, f"with prompt lookup raced the standard run to the end with at least {MIN_ROUNDS} rounds")
     won = [r for r in timed if speedup(r) > 1]
     if not won:
         r = timed[0]
@@ -369,7 +373,8 @@ def check_lookup(runs: Sequence[Run], given: Given) -> Verdict:
     r = won[0]
     s = r.spec.summary()
     return Verdict(passed=True, message=(
-        f"{describe(r)} ran at {speedup(r):.2f}× standard: {s.mean_accepted_length:.2f} tokens per target pass, "
+        f"{describe(r)} ran at {speedup(r):.2f}× standard{count_based(r)}: {s.mean_accepted_length:.2f} tokens per "
+        "target pass, "
         f"α = {s.alpha or 0:.2f}, and drafting cost no model pass at all."))
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..theory.costs import race_costs
+from ..theory.timing import flagged
 from ..trace import Trace
 
 MIN_ROUNDS = 3  # a timed race needs a few rounds to say anything
@@ -64,9 +65,30 @@ def describe(run: Run) -> str:
 
 
 def speedup(run: Run) -> float | None:
-    """The race's measured speedup (speculative tok/s ÷ standard tok/s), None without a standard run."""
+    """The race's measured speedup (speculative tok/s ÷ standard tok/s), None without a standard run.
+    A race whose timings were flagged (specviz.theory.timing: the machine was busy) is judged by its
+    count-based speedup instead, or not at all when it has none: its clocks are never credited."""
+    if flagged(run.spec):
+        return run.spec.timing.predicted
     rc = race_costs(run.spec, run.std)
     return rc.measured if rc is not None else None
+
+
+def count_based(run: Run) -> str:
+    """What the messages add after a flagged race's speedup."""
+    return " (count-based: the machine was busy during that race, so its clocks were not used)" \
+        if flagged(run.spec) else ""
+
+
+def not_timed(runs: Sequence[Run], what: str) -> Verdict:
+    """No race to judge: say so, and say it plainly when the only races there are were flagged."""
+    busy = [r for r in speculative(runs) if flagged(r.spec) and r.std is not None and len(r.spec.rounds) >= MIN_ROUNDS]
+    if busy:
+        t = busy[0].spec.timing
+        return Verdict(passed=False, message=(
+            f"Your race {describe(busy[0])} was timed while the machine was busy (timings ±{t.spread:.0%}: {t.why}), "
+            "so it cannot be credited. Run it again when the machine is quieter."))
+    return none_yet(what)
 
 
 def raced(runs: Sequence[Run]) -> list[Run]:
