@@ -175,9 +175,12 @@ def test_the_line_for_a_trace_and_for_an_old_recording():
     assert recorded == f"target: {WORDS['int8']}, recorded on {short_machine(EPYC.describe())}{cost}"
     spec, _ = load_recording((FIXTURES / "v1-recording.json").read_bytes())
     assert "target_exec" not in spec.models and "machine" not in spec.models
-    assert trace_exec_line(spec, recorded=True) == ("target: bfloat16, recorded on cpu (an older recording names "
-                                                    "no execution or machine)")
+    assert trace_exec_line(spec, recorded=True) == ("target: bfloat16, recorded on cpu (this recording is older: it "
+                                                    "does not say how the target ran or on which machine)")
     assert trace_exec_line(None) == ""
+    # brief: the execution's name and the machine, nothing more
+    assert trace_exec_line(tr, brief=True) == f"target: int8 on {short_machine(EPYC.describe())}"
+    assert trace_exec_line(spec, recorded=True, brief=True) == "target: bfloat16, recorded on cpu"
 
 
 def test_the_legend_and_the_recording_status_carry_the_line_escaped():
@@ -189,7 +192,28 @@ def test_the_legend_and_the_recording_status_carry_the_line_escaped():
     assert 'class="sv-legend-exec"' in html and "on &lt;script&gt;" in html and "<script" not in html
     old, _ = load_recording((FIXTURES / "v1-recording.json").read_bytes())
     frame = show_recording(old, None, "Loaded old.json")
-    assert "recorded on cpu (an older recording names no execution" in frame.status
+    assert "target: bfloat16, recorded on cpu" in frame.status and "older" not in frame.status  # said in the legend
+    assert "this recording is older: it does not say how the target ran" in legend_html(old)
+    if frame.export:
+        Path(frame.export).unlink(missing_ok=True)
+
+
+def test_the_first_view_spells_out_the_execution_once():
+    """The int8 sentence "(per-channel weights, per-token activations; … mean TV 0.033 …)" appeared three
+    times on the page (the status line, both race columns' headers, the legend): the legend says it in full,
+    the others name the execution and the machine."""
+    from specviz.ui.live import show_recording
+    from specviz.views.race import race_html
+    from tests.synthetic import make_std_trace
+
+    spec, std = make_trace(), make_std_trace()
+    for t in (spec, std):
+        t.models.update(target_exec="int8", machine=EPYC.describe())
+    frame = show_recording(spec, std, "Recorded example")
+    page = frame.status + race_html(spec, std) + legend_html(spec)
+    assert page.count("per-channel weights") == 1 and "per-channel weights" in legend_html(spec)
+    assert page.count("mean TV") == (1 if "mean TV" in legend_html(spec) else 0)
+    assert race_html(spec, std).count("target: int8 on AMD EPYC 7B13") == 2 and "target: int8" in frame.status
     if frame.export:
         Path(frame.export).unlink(missing_ok=True)
 

@@ -352,7 +352,7 @@ def replay(state: Any) -> Iterator[str]:
 def show_recording(spec: Trace | None, std: Trace | None, label: str) -> LiveFrame:
     where = spec or std
     msg = (f"{label}: {draft_source(where)} → {where.models.get('target', '')} · "
-           f"{trace_exec_line(where, recorded=True)}")
+           f"{trace_exec_line(where, recorded=True, brief=True)}")  # in full: the legend
     return final_frame(spec, std, status_html(msg, "ok"))
 
 

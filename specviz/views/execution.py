@@ -79,19 +79,29 @@ def pair_exec_line(pair: Any) -> str:
     return exec_line(execution, machine, how=chosen_how(execution, probe))
 
 
-def trace_exec_line(trace: Any, *, recorded: bool = False) -> str:
+OLDER = "this recording is older: it does not say how the target ran or on which machine"
+
+
+def trace_exec_line(trace: Any, *, recorded: bool = False, brief: bool = False) -> str:
     """The line for a trace (live or loaded): from its ``models``' "target_exec" and "machine".  A
     recording from before those keys says what it has (the dtype and device) and that the rest was
-    not recorded; "" without a trace."""
+    not recorded; "" without a trace.  ``brief``: the execution's name and the machine only
+    ("target: int8 on AMD EPYC 7B13, …"), for the places beside the one that spells it out (the page
+    said the int8 sentence, mean TV and all, three times)."""
     if trace is None:
         return ""
     models = getattr(trace, "models", None) or {}
     execution, machine = models.get("target_exec") or "", models.get("machine") or ""
     dtype, device = models.get("dtype") or "", getattr(trace, "device", "") or ""
     if execution or machine:  # the tiny pair names no execution: its dtype is what ran
+        if brief:
+            where = short_machine(machine)
+            line = f"target: {execution or dtype or 'execution unknown'}"
+            return line + ((f", recorded on {where}" if recorded else f" on {where}") if where else "")
         return exec_line(execution or dtype, machine, recorded=recorded)
     where = (f", recorded on {device}" if recorded else f" on {device}") if device else ""
-    return f"target: {dtype or 'dtype unknown'}{where} (an older recording names no execution or machine)"
+    line = f"target: {dtype or 'dtype unknown'}{where}"
+    return line if brief else f"{line} ({OLDER})"
 
 
 __all__ = ["chosen_how", "exec_line", "exec_words", "pair_exec_line", "precision_cost", "short_machine",

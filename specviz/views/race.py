@@ -189,7 +189,7 @@ def _column(name: str, css: str, trace: Trace | None, side: RaceSide, denom: int
         sub = f"{draft_source(trace)} → target {models.get('target', '?')} · γ = {trace.gamma}"
     else:
         sub = f"target {models.get('target', '?')}"
-    line = trace_exec_line(trace)  # how the target executed, and where
+    line = trace_exec_line(trace, brief=True)  # how the target executed, and where (in full: the legend)
     if line:
         sub += f" · {line}"
     pct = 100.0 * side.tokens / denom if denom > 0 else 0.0
