@@ -27,7 +27,7 @@ from specviz.core.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, S
                                    DecodeSettings)
 from specviz.drafters import DRAFTERS
 from specviz.models import PRESETS
-from specviz.serving import hosting, replay, stream_log, temp_files
+from specviz.serving import hosting, long_urls, replay, stream_log, temp_files
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
 from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, present, shootout_ui, tabs, tree_ui
@@ -514,6 +514,13 @@ def preload_default() -> None:
     threading.Thread(target=work, daemon=True, name="preload").start()
 
 
+def launch_options() -> dict[str, Any]:
+    """The server's own launch arguments (the page's look aside): upload size, threads, sessions, and the
+    middleware that lets the page open whatever its URL holds (serving.long_urls)."""
+    return dict(max_file_size=MAX_UPLOAD, max_threads=MAX_THREADS, state_session_capacity=SESSIONS,
+                app_kwargs=long_urls.app_kwargs())
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stream_log.install()  # a client's queue stream ending early: one line, not gradio's traceback
@@ -526,8 +533,7 @@ def main() -> None:
     demo = build()
     temp_files.start(demo)  # Gradio's file copies bounded by size and count too, not only by age
     host, port = hosting.server_address()
-    demo.launch(server_name=host, server_port=port, max_file_size=MAX_UPLOAD, max_threads=MAX_THREADS,
-                state_session_capacity=SESSIONS,
+    demo.launch(server_name=host, server_port=port, **launch_options(),
                 css=V.load_css(), head=present.head(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
 
 

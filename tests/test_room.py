@@ -235,3 +235,87 @@ def test_trim_bounds_the_blocks_files_and_forgets_them(tmp_path):
     assert not any(os.path.exists(os.path.dirname(f)) for f in files[:4])  # their hashed folders too
     assert tmp_path.is_dir() and all(os.path.exists(f) for f in files[4:])
     assert trim(blocks) == set()  # within the defaults
+
+
+# ---- 2. a URL too long for the server's URL parser ------------------------------------------------
+
+
+def _get(path: str, query: str = "") -> tuple[int, dict, str]:
+    """GET through LongUrls in front of an app that answers with the query string it was given, as raw
+    ASGI (httpx, under Starlette's test client, refuses a URL over 64 KiB before sending it)."""
+    import asyncio
+
+    from specviz.serving.long_urls import LongUrls
+
+    async def echo(scope, receive, send):
+        body = scope["query_string"]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": body})
+
+    out: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        out.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+             "headers": [], "http_version": "1.1", "scheme": "http", "server": ("x", 80), "client": ("y", 1)}
+    asyncio.run(LongUrls(echo)(scope, receive, send))
+    start, body = out[0], b"".join(m.get("body", b"") for m in out[1:])
+    return start["status"], dict(start["headers"]), body.decode()
+
+
+def test_an_over_long_query_reaches_the_app_as_one_short_note():
+    from specviz.serving.long_urls import MAX_QUERY
+
+    assert _get("/", "recording=1-code-greedy&round=3") == (200, {b"content-type": b"text/plain"},
+                                                            "recording=1-code-greedy&round=3")
+    query = "recording=1-code-greedy&x=" + "a" * 70_000
+    assert _get("/", query)[::2] == (200, f"link_too_long={len(query)}")
+    assert _get("/gradio_api/queue/join", query)[2] == f"link_too_long={len(query)}"  # the page's requests repeat it
+    at_limit = "x=" + "a" * (MAX_QUERY - 2)
+    assert _get("/", at_limit)[2] == at_limit
+
+
+def test_an_over_long_path_is_a_plain_414():
+    status, headers, text = _get("/" + "a" * 70_000)
+    assert status == 414 and headers[b"content-type"].startswith(b"text/plain")
+    assert text.startswith("URL too long") and "Traceback" not in text
+
+
+def test_the_link_note_says_the_link_was_too_long():
+    from specviz.ui.links import parse_link
+
+    link = parse_link({"link_too_long": "70026"}, examples=[{"label": "a", "prompt": "p"}], recordings=[])
+    assert link.recording is None and link.example is None and link.round is None
+    assert link.note == "link ignored: it is too long (70,026 characters)"
+    assert "too long" in parse_link({"link_too_long": "x" * 99}, examples=[], recordings=[]).note
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_gradio_page_opens_whatever_its_url_holds():
+    """The real server stack (uvicorn, Gradio's routes) with the launch arguments app.main passes: a 70 KB
+    query used to end in httpx's "URL too long", a 500 and a traceback."""
+    import socket
+    import urllib.request
+
+    import gradio as gr
+
+    import app
+
+    with gr.Blocks() as demo:
+        gr.Textbox()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **app.launch_options())
+    try:
+        query = "recording=1-code-greedy&round=2&x=" + "a" * 70_000
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/?{query}", timeout=60) as r:
+            assert r.status == 200 and b"<html" in r.read().lower()
+    finally:
+        demo.close()

@@ -8,7 +8,8 @@
                                          drive step mode; see specviz.ui.present); with any of the above
 
 Whatever a URL holds, the page opens: a value that names nothing, or is not a round number, is
-ignored and the status line says so in a short note (never an error).  "Copy link" in step mode
+ignored and the status line says so in a short note (never an error); so is a query too long to
+read (over 8 KB: specviz.serving.long_urls).  "Copy link" in step mode
 writes the query for what is on screen (`link_query`).
 """
 
@@ -25,6 +26,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
+from ..serving.long_urls import TOO_LONG
 from . import live
 from .frames import round_number
 
@@ -68,6 +70,10 @@ def parse_link(params: Mapping[str, Any] | None, *, examples: list[dict], record
     params = params or {}
     notes: list[str] = []
     rec = ex = rnd = None
+    too_long = _first(params, TOO_LONG)  # the server dropped an over-long query (specviz.serving.long_urls)
+    if too_long is not None:
+        known = too_long.isascii() and too_long.isdigit() and len(too_long) <= 12
+        notes.append(f"it is too long ({int(too_long):,} characters)" if known else "it is too long")
     name = _first(params, "recording")
     if name:
         stem = name.removesuffix(".json")
