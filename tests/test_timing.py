@@ -27,9 +27,12 @@ PLAN = [dict(accept=3, extra="correction")] * 20  # 20 rounds of 4 drafts, 4 tok
 
 
 def _probe(step_ms=100.0, verify_ms=110.0, draft_ms=40.0, threads=2):
-    """A probe as the pair carries it: T(k) in ms for the target's execution, the draft's step."""
-    return SimpleNamespace(curves={"int8": {1: step_ms, 2: step_ms + 2, 4: step_ms + 6, 8: verify_ms + 10}},
-                           draft_ms=draft_ms, machine={"threads": threads})
+    """The probe's prices as the race reads them off the pair (service.probe_prices): T(k) for the
+    target's execution, the draft's step."""
+    pair = SimpleNamespace(probe=SimpleNamespace(
+        curves={"int8": {1: step_ms, 2: step_ms + 2, 4: step_ms + 6, 8: verify_ms + 10}}, draft_ms=draft_ms,
+        machine={"threads": threads}), target_exec="int8")
+    return service.probe_prices(pair)
 
 
 def _race(stall_every=0, stall_s=0.0, std_scale=1.0, spec_scale=1.0, draft_scale=1.0):
@@ -55,7 +58,7 @@ def _race(stall_every=0, stall_s=0.0, std_scale=1.0, spec_scale=1.0, draft_scale
 
 def test_steady_clocks_are_reliable_and_the_counts_agree():
     spec, std = _race()
-    t = TM.assess_race(spec, std, probe=_probe(), execution="int8", threads=2)
+    t = TM.assess_race(spec, std, prices=_probe(), threads=2)
     assert t.reliable and t.why == ""
     assert t.spread == 0.0
     assert t.predicted == pytest.approx(service_speedup(spec, std), rel=0.02)
@@ -71,7 +74,7 @@ def service_speedup(spec, std):
 @pytest.mark.parametrize("stall_every,stall_s", [(3, 0.2), (2, 0.5), (4, 1.0)])
 def test_injected_stalls_are_flagged(stall_every, stall_s):
     spec, std = _race(stall_every, stall_s)
-    t = TM.assess_race(spec, std, probe=_probe(), execution="int8")
+    t = TM.assess_race(spec, std, prices=_probe())
     assert not t.reliable
     assert t.spread > TM.SPREAD_MAX
     assert "varied" in t.why
@@ -81,7 +84,7 @@ def test_small_jitter_is_left_alone():
     spec, std = _race()
     for i, r in enumerate(itertools.chain(spec.rounds, std.rounds)):
         r.t_verify *= 1 + 0.03 * ((i * 7) % 5 - 2) / 2  # ±3 %
-    t = TM.assess_race(spec, std, probe=_probe(), execution="int8")
+    t = TM.assess_race(spec, std, prices=_probe())
     assert t.reliable, t.why
     assert 0 < t.spread < 0.05
 
@@ -90,7 +93,7 @@ def test_a_uniformly_slow_draft_is_caught_by_the_counts():
     """Two threads on an oversubscribed CPU: every draft pass 3× slower, steadily (no scatter);
     the wall-clock speedup collapses, the counts at the probe's costs do not: flagged."""
     spec, std = _race(draft_scale=3.0)
-    t = TM.assess_race(spec, std, probe=_probe(), execution="int8", threads=2)
+    t = TM.assess_race(spec, std, prices=_probe(), threads=2)
     assert t.spread == 0.0
     assert not t.reliable and "disagree" in t.why
     assert t.predicted > service_speedup(spec, std) * 1.3
@@ -107,15 +110,15 @@ def test_an_impossible_verify_cost_is_never_reliable():
 
 def test_without_a_probe_the_spread_still_flags():
     spec, std = _race(3, 0.3)
-    t = TM.assess_race(spec, std, probe=None)
+    t = TM.assess_race(spec, std, prices=None)
     assert not t.reliable and t.predicted is None and t.slowdown is None
 
 
 def test_a_probe_at_other_threads_gives_no_slowdown():
     spec, std = _race(std_scale=2.0, spec_scale=2.0)
-    t = TM.assess_race(spec, std, probe=_probe(threads=2), execution="int8", threads=1)
+    t = TM.assess_race(spec, std, prices=_probe(threads=2), threads=1)
     assert t.slowdown is None  # one thread against a two-thread probe: not comparable
-    t2 = TM.assess_race(spec, std, probe=_probe(threads=2), execution="int8", threads=2)
+    t2 = TM.assess_race(spec, std, prices=_probe(threads=2), threads=2)
     assert t2.slowdown == pytest.approx(2.0, rel=0.01)
 
 
@@ -124,7 +127,7 @@ def test_a_probe_at_other_threads_gives_no_slowdown():
 
 def test_a_flagged_race_says_so_and_states_no_impossible_number():
     spec, std = _race(std_scale=3.6)
-    spec.timing = std.timing = TM.assess_race(spec, std, probe=_probe(), execution="int8")
+    spec.timing = std.timing = TM.assess_race(spec, std, prices=_probe())
     assert not spec.timing.reliable
     html = race_html(spec, std)
     assert 'data-reliable="false"' in html
@@ -138,7 +141,7 @@ def test_a_flagged_race_says_so_and_states_no_impossible_number():
 
 def test_a_reliable_race_shows_its_second_opinion():
     spec, std = _race()
-    spec.timing = std.timing = TM.assess_race(spec, std, probe=_probe(), execution="int8", threads=2)
+    spec.timing = std.timing = TM.assess_race(spec, std, prices=_probe(), threads=2)
     html = race_html(spec, std)
     assert 'data-reliable="true"' in html
     assert "timed with the two runs interleaved on 2 threads" in html

@@ -156,17 +156,21 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
 
 
 def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
-    """The app's race (serving.service.race) on the same pair: how it ran (interleaved, or in turn
-    where compiled steps own the one static cache), its tokens against the separate runs', its
-    speedup and what the noise detector said."""
-    from ..serving.service import Request, race
+    """The app's race on the same pair: its two runs interleaved (core.race.interleave), or one after
+    the other where compiled steps own the one static cache (hardware.load.race_can_interleave, as the
+    service decides); its tokens against the separate runs' and its speedup."""
+    from ..core.engine import speculative_stream, standard_stream
+    from ..core.race import interleave
+    from .load import race_can_interleave
 
-    final = list(race(Request(pair, "", list(prompt), settings)))[-1]
-    a, b, t = final.spec, final.std, final.spec.timing
+    streams = {"spec": speculative_stream(pair, prompt, settings), "std": standard_stream(pair, prompt, settings)}
+    how = "interleaved" if race_can_interleave(pair) else "sequential"
+    events = interleave(streams) if how == "interleaved" else ((n, ev) for n, s in streams.items() for ev in s)
+    last = {name: ev.trace for name, ev in events}
+    a, b = last["spec"], last["std"]
     ids = lambda tr: [x.id for x in tr.tokens]  # noqa: E731
-    return {"race_how": t.how, "race_same_tokens": ids(a) == ids(spec) and ids(b) == ids(std),
-            "race_speedup": round(a.summary().tokens_per_s / b.summary().tokens_per_s, 3),
-            "race_spread": t.spread, "race_reliable": t.reliable, "race_why": t.why}
+    return {"race_how": how, "race_same_tokens": ids(a) == ids(spec) and ids(b) == ids(std),
+            "race_speedup": round(a.summary().tokens_per_s / b.summary().tokens_per_s, 3)}
 
 
 def main(argv: list[str] | None = None) -> None:

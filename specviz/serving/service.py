@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator
 from ..core.engine import Event, speculative_stream, standard_stream
 from ..core.race import interleave
 from ..hardware.load import race_can_interleave, race_threads
-from ..theory.timing import assess_race
+from ..hardware.curves import interpolate
+from ..theory.timing import Prices, assess_race
 from ..core.settings import DecodeSettings, SettingsError
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
@@ -379,11 +380,22 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
         finally:
             release_memory()
         if spec is not None:
-            spec.timing = assess_race(spec, std, how=how, threads=threads, probe=getattr(req.pair, "probe", None),
-                                      execution=str(getattr(req.pair, "target_exec", "") or ""))
+            spec.timing = assess_race(spec, std, how=how, threads=threads, prices=probe_prices(req.pair))
             if std is not None:
                 std.timing = spec.timing
     yield Update("done", None, spec, std, spec_done=True, std_done=True)
+
+
+def probe_prices(pair: Any) -> Prices | None:
+    """The probe's costs for the pair's target execution on this machine (None when it was not measured)."""
+    probe = getattr(pair, "probe", None)
+    curve = (getattr(probe, "curves", None) or {}).get(str(getattr(pair, "target_exec", "") or ""))
+    if not curve or 1 not in curve:
+        return None
+    draft_ms = getattr(probe, "draft_ms", None)
+    seconds = {k: ms / 1000 for k, ms in curve.items()}
+    return Prices(target=lambda k: interpolate(seconds, k), draft=draft_ms / 1000 if draft_ms else None,
+                  threads=(getattr(probe, "machine", None) or {}).get("threads"))
 
 
 def _standard(req: Request, budget: "JobBudget", *, sequential: bool) -> Iterator[Event]:

@@ -17,16 +17,16 @@ when its spread is small, its measured costs are physically possible (a verify p
 tokens is never cheaper than one step), and the two speedups agree within the spread (or within
 DISAGREE, whichever is larger).  Otherwise the page says so and trusts the counts.
 
-No models, no UI: plain functions of traces (and the probe's curve as plain numbers).
+No models, no UI: plain functions of traces and of the probe's costs, which the caller hands in (`Prices`:
+serving.service.probe_prices reads them off the loaded pair).
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Callable
 
-from ..hardware.curves import interpolate
 from ..trace import Trace
 from ..trace.timing import Timing
 from .costs import race_costs
@@ -89,21 +89,11 @@ def excess(ps: list[Pass]) -> float:
 
 @dataclass(frozen=True)
 class Prices:
-    """The probe's costs in seconds: T(k) of the target's passes, and the draft model's step."""
+    """The probe's measured costs in seconds (built by the caller from specviz.hardware.probe)."""
 
-    curve: Mapping[int, float]  # tokens fed -> seconds
-    draft: float | None  # the draft model's one-token step; None: no draft model (use the run's own)
-
-    @classmethod
-    def from_probe(cls, probe: Any, execution: str) -> "Prices | None":
-        curve = getattr(probe, "curves", {}).get(execution) if probe is not None else None
-        if not curve or 1 not in curve:
-            return None
-        draft_ms = getattr(probe, "draft_ms", None)
-        return cls({k: ms / 1000 for k, ms in curve.items()}, draft_ms / 1000 if draft_ms else None)
-
-    def target(self, fed: int) -> float:
-        return interpolate(self.curve, fed)
+    target: Callable[[int], float]  # a target pass feeding k tokens: the probe's curve T(k), read between points
+    draft: float | None  # the draft model's one-token step; None: no draft model (the run's own median is used)
+    threads: int | None = None  # the threads the probe ran with (its times hold for those)
 
 
 def _priced_time(trace: Trace, prices: Prices, own_draft: float | None) -> float:
@@ -129,7 +119,7 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
     if not spec.rounds or not std.rounds:
         return None
     if not _uses_draft_model(spec):
-        prices = Prices(prices.curve, None)
+        prices = Prices(prices.target, None, prices.threads)
     own = medians(passes(spec))
     own_draft = own.get(("draft", 1))
     t_spec, t_std = _priced_time(spec, prices, own_draft), _priced_time(std, prices, None)
@@ -139,16 +129,14 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 
 
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
-                probe: Any = None, execution: str = "") -> Timing:
+                prices: Prices | None = None) -> Timing:
     """How far this race's timings hold (see the module's docstring)."""
     e_spec = excess(passes(spec))
     if std is None or not std.rounds or not spec.rounds:
         return Timing(how=how, threads=threads, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
     e_std = excess(passes(std))
     spread = (e_spec ** 2 + e_std ** 2) ** 0.5
-    prices = Prices.from_probe(probe, execution)
-    probe_threads = (getattr(probe, "machine", None) or {}).get("threads") if probe is not None else None
-    comparable = prices is not None and (threads is None or probe_threads is None or threads == probe_threads)
+    comparable = prices is not None and (threads is None or prices.threads is None or threads == prices.threads)
     predicted = count_based_speedup(spec, std, prices) if prices is not None else None
     rc = race_costs(spec, std)
     measured = rc.measured if rc is not None else None
@@ -164,7 +152,7 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
 
     why = []
     if spread > SPREAD_MAX:
-        why.append(f"passes that fed the same tokens varied by ±{spread:.0%} (another program used the CPU)")
+        why.append(f"passes that fed the same tokens varied by ±{spread:.0%}: other work on the machine stretched some of them")
     if rc is not None and rc.v is not None and rc.v < V_MIN and (rc.drafted_per_round or 0) >= 1:
         why.append(f"a verify pass measured {rc.v:.2f} standard steps, which cannot be: it reads the same weights "
                     "as a step and more tokens")
