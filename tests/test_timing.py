@@ -277,3 +277,11 @@ def test_flagged_reads_old_recordings_as_unjudged():
     assert not TM.flagged(spec) and not TM.flagged(None)
     spec.timing = dataclasses.replace(Timing(), reliable=False)
     assert TM.flagged(spec)
+
+
+def test_the_bench_can_ask_for_the_old_race():
+    """cli.race_load's contrast: sequential, on the process's own threads (as specviz raced before)."""
+    pair = make_pair(vocab=8)
+    s = DecodeSettings(gamma=3, temperature=0.0, max_new_tokens=8)
+    final = list(service.race(service.Request(pair, "", list(PROMPT), s), order="sequential", threads=0))[-1]
+    assert final.spec.timing.how == "sequential" and final.spec.timing.threads == torch.get_num_threads()

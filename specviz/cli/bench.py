@@ -154,6 +154,22 @@ def _gamma_for(policy: str, args: argparse.Namespace) -> int:
     return args.gamma_max if dynamic and args.gamma_max is not None else args.gamma
 
 
+def race_under_load(argv: list[str]) -> int:
+    """--race-under-load: the default example's race idle and under load (specviz.cli.race_load)."""
+    from .race_load import CONDITIONS, run
+
+    ap = argparse.ArgumentParser(prog="python -m specviz.cli.bench --race-under-load")
+    ap.add_argument("--race-under-load", action="store_true")
+    ap.add_argument("--races", type=int, default=5, help="races per condition and race kind")
+    ap.add_argument("--hogs", type=int, default=3, help="CPU-hog processes beside the app")
+    ap.add_argument("--switch-s", type=float, default=3.0, help="the switching condition's on/off period")
+    ap.add_argument("--conditions", default=",".join(CONDITIONS), help="of " + ", ".join(CONDITIONS))
+    ap.add_argument("--json", type=Path, default=None, help="write everything to this JSON file")
+    args = ap.parse_args(argv)
+    run(args.races, args.hogs, args.switch_s, args.conditions.split(","), args.json)
+    return 0
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m specviz.cli.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", help="model pair, by id or display name: " + preset_help())
@@ -241,6 +257,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--race-under-load" in argv:
+        return race_under_load(argv)
     args = parse_args(argv)
     settings: dict[str, DecodeSettings] = args.settings
     base = settings["base"]

@@ -64,16 +64,21 @@ def _fixed() -> int | None:
 
 
 @contextlib.contextmanager
-def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores) -> Iterator[int | None]:
+def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores,
+                 fixed: int | None = None) -> Iterator[int | None]:
     """Run the block with the thread count chosen for this moment; yields it (None on a GPU, where
-    the threads do not time the models).  The process's count is restored afterwards."""
+    the threads do not time the models).  ``fixed``: this count instead (0: the process's own).
+    The process's count is restored afterwards."""
     device = getattr(pair, "device", None)
     if getattr(device, "type", "cpu") != "cpu":
         yield None
         return
     before = torch.get_num_threads()
     cores = getattr(pair, "threads", None) or before
-    chosen = _fixed() or choose_threads(cores, measure())
+    if fixed is not None:
+        chosen = fixed or before
+    else:
+        chosen = _fixed() or choose_threads(cores, measure())
     torch.set_num_threads(chosen)
     try:
         yield chosen

@@ -345,7 +345,8 @@ def release_memory() -> None:
             pass
 
 
-def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard: bool = True) -> Iterator[Update]:
+def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard: bool = True, *,
+         order: str | None = None, threads: int | None = None) -> Iterator[Update]:
     """Speculative and standard decoding on the same prompt, seed and settings, interleaved.
 
     The two runs advance in alternation, whichever's own clock is behind going next
@@ -353,12 +354,16 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     concurrently, so neither slows the other.  A target with compiled steps over one static cache
     (the GPU's graphs) cannot hold two runs at once: there the runs go one after the other, and the
     trace says so.  Both share the job's time budget (`job_seconds()`).  The number of threads is
-    chosen for the moment (:func:`specviz.hardware.load.race_threads`) and the same for both runs."""
+    chosen for the moment (:func:`specviz.hardware.load.race_threads`) and the same for both runs.
+
+    ``order="sequential"`` and ``threads`` (0: the process's count, unchanged) reproduce the race as
+    it was measured before, for the bench's contrast (cli.race_load)."""
     budget = JobBudget(job_seconds(), should_stop)
-    how = ("interleaved" if race_can_interleave(req.pair) else "sequential") if standard else "alone"
+    interleaved = order != "sequential" and race_can_interleave(req.pair)
+    how = ("interleaved" if interleaved else "sequential") if standard else "alone"
     spec = std = None
     done = {"speculative": False, "standard": not standard}
-    with race_threads(req.pair) as threads:
+    with race_threads(req.pair, fixed=threads) as threads:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
                                                          should_stop=budget)}
