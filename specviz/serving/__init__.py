@@ -1,7 +1,7 @@
 """Jobs behind the UI and the API, with no Gradio in them.
 
 jobs.py          one run from a click or an API call: checked once, claimed, gated, decoded
-service.py       input checks, the model lock, the race (speculative then standard)
+service.py       input checks, the model lock, the race (speculative and standard, interleaved)
 replay.py        finished runs served again from a bounded cache; the live gate (LiveGate)
 sweep_budget.py  a sweep's wall-time limit (any sweep or shoot-out)
 hosting.py       where the server runs (port, Hugging Face Spaces)

@@ -123,7 +123,7 @@ def prune(folder: Path, pattern: str, keep: int) -> None:
 
 def run(form: RunForm, session: str | None = None,
         progress: Callable[..., Any] | None = None) -> Iterator[LiveFrame]:
-    """Speculative then standard decoding, streamed to the page round by round.
+    """Speculative and standard decoding, interleaved (serving.service.race), streamed to the page round by round.
 
     Every drafted token is drawn (dashed, pending) while the next one is drafted,
     at most every UI_THROTTLE_S seconds.  A request identical to a finished run is

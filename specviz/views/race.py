@@ -173,8 +173,8 @@ def _column(name: str, css: str, trace: Trace | None, side: RaceSide, denom: int
             f'<div class="sv-race-col {css} sv-race-col--absent">'
             f'<div class="sv-race-head"><span class="sv-race-title">{esc(name)}</span>'
             f'<span class="sv-badge sv-badge--idle">not run</span></div>'
-            '<div class="sv-text sv-text--empty">Not run yet: each Run decodes speculatively first, then the '
-            'standard way, one after the other so the timings are fair.</div>'
+            '<div class="sv-text sv-text--empty">Not run yet: each Run races speculative against standard '
+            'decoding, the two advancing in turns so both see the same machine.</div>'
             f"{_stats(None)}</div>"
         )
     if side.error:
