@@ -802,15 +802,17 @@ def test_block_verification_names_h_apart_from_p_over_q():
     assert "(b = p: 1.00, 1.00, 0.88, 1.00)" in narrate(match.rounds[0], match)
 
 
-@pytest.mark.parametrize("rule, name", [("token", "token-wise verification"), ("block", "block verification"),
-                                        ("match", "exact-match verification")])
-def test_the_legend_and_the_rounds_header_name_the_rule_that_ran(rule, name):
+@pytest.mark.parametrize("rule, name, short", [("token", "token-wise verification", "token rule"),
+                                               ("block", "block verification", "block rule"),
+                                               ("match", "exact-match verification", "match rule")])
+def test_the_legend_and_the_rounds_header_name_the_rule_that_ran(rule, name, short):
     tr = _block_trace(rule)
     legend = "".join(parse(legend_html(tr)).text)
     assert f"constant policy, γ = 5 · {name}" in legend
     head = "".join(parse(rounds_html(tr)).text)
-    assert f"constant policy, γ = 5 · {name}" in head
-    others = {"token-wise verification", "block verification", "exact-match verification"} - {name}
+    assert f"constant policy, γ = 5 · {short} · times: draft + verify" in head  # short: the header keeps one line
+    others = {"token-wise verification", "block verification", "exact-match verification", "token rule", "block rule",
+              "match rule"} - {name, short}
     assert not any(o in legend or o in head for o in others)
     if rule == "block":
         assert "u < h here, or at a later position" in legend and "norm(max(0, w·p − q))" in legend

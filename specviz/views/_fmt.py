@@ -262,15 +262,22 @@ def run_text(trace: Any, *, short: bool = False) -> str:
 RULE_TEXT = {"token": "token-wise verification", "block": "block verification", "match": "exact-match verification"}
 
 
-def rule_text(trace: Any) -> str:
+# ... and in a few words, for the rounds' header (one line at 1280 px, beside the drafter, policy and times).
+RULE_SHORT = {"token": "token rule", "block": "block rule", "match": "match rule"}
+
+
+def rule_text(trace: Any, *, short: bool = False) -> str:
     """"token-wise verification" / "block verification" / "exact-match verification", "tree verification
-    (multi-candidate)" for the tree drafter; "" for standard decoding (plain text)."""
+    (multi-candidate)" for the tree drafter; "" for standard decoding (plain text).  ``short``: "token rule",
+    "block rule", "match rule", "tree rule"."""
     if trace is None or getattr(trace, "kind", None) != "speculative":
         return ""
     settings = getattr(trace, "settings", None)
     if getattr(settings, "drafter", "") == "tree":
-        return "tree verification (multi-candidate)"
+        return "tree rule" if short else "tree verification (multi-candidate)"
     rule = getattr(settings, "rule", "token")
+    if short:
+        return RULE_SHORT.get(rule, f"{rule} rule")
     return RULE_TEXT.get(rule, f"{rule} verification")
 
 

@@ -292,7 +292,7 @@ def rounds_html(
         f'<div class="sv-more">… {plural(hidden, "earlier round")} not shown</div>' if hidden > 0 else ""
     )
     kind = "Standard decoding" if trace.kind == "standard" else \
-        f"Speculative · {run_text(trace, short=True)} · {rule_text(trace)}"
+        f"Speculative · {run_text(trace, short=True)} · {rule_text(trace, short=True)}"
     if eps > 0 and trace.kind != "standard":
         kind += f" · ε = {eps:g}"
     kind += " · times: target pass" if trace.kind == "standard" else " · times: draft + verify"
