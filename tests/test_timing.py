@@ -99,6 +99,18 @@ def test_a_uniformly_slow_draft_is_caught_by_the_counts():
     assert t.predicted > service_speedup(spec, std) * 1.3
 
 
+def test_a_uniformly_busy_machine_predicts_what_an_idle_one_does():
+    """Every pass 3× slower (the prompt pass too): the count-based figure is the idle race's."""
+    idle_spec, idle_std = _race()
+    busy_spec, busy_std = _race(spec_scale=3.0, std_scale=3.0)
+    for t in (busy_spec, busy_std):
+        t.t_total += 2 * t.t_prefill  # the prompt pass (before the first round) stretched 3× too
+    idle = TM.assess_race(idle_spec, idle_std, prices=_probe())
+    busy = TM.assess_race(busy_spec, busy_std, prices=_probe())
+    assert busy.predicted == pytest.approx(idle.predicted, rel=0.01)
+    assert busy.slowdown == pytest.approx(3.0, rel=0.01)
+
+
 def test_an_impossible_verify_cost_is_never_reliable():
     """A verify pass over 5 tokens measured at 0.3 standard steps: the standard run was slowed
     (the sequential race's 5.13×)."""

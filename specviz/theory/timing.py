@@ -97,16 +97,23 @@ class Prices:
 
 
 def _priced_time(trace: Trace, prices: Prices, own_draft: float | None) -> float:
-    """The run's time with every typical pass priced by the probe and everything else (the prompt
-    passes, a drafter's work that is not a draft-model pass) at its measured time."""
-    measured_rest = trace.t_total - sum(p.seconds * p.weight for p in passes(trace))
-    priced = 0.0
-    for p in passes(trace):
+    """The run's time with every typical pass priced by the probe, and everything else (the prompt
+    passes, a drafter's work that is not a draft-model pass) at its measured time divided by how much
+    slower than the probe this run's passes ran (their median ratio): a busy machine stretches the
+    prompt pass too, and the prediction is of the same race on the machine the probe timed."""
+    ps = passes(trace)
+    measured_rest = max(trace.t_total - sum(p.seconds * p.weight for p in ps), 0.0)
+    priced, ratios = 0.0, []
+    for p in ps:
         if p.kind == "draft":
-            priced += p.weight * (prices.draft if prices.draft is not None else (own_draft or p.seconds))
+            price = prices.draft if prices.draft is not None else (own_draft or p.seconds)
         else:
-            priced += prices.target(p.fed)
-    return max(measured_rest, 0.0) + priced
+            price = prices.target(p.fed)
+        priced += p.weight * price
+        if price > 0:
+            ratios.extend([p.seconds / price] * p.weight)
+    slower = statistics.median(ratios) if ratios else 1.0
+    return measured_rest / max(slower, 1e-9) + priced
 
 
 def _uses_draft_model(trace: Trace) -> bool:
