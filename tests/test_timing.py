@@ -153,16 +153,20 @@ def test_a_flagged_race_says_so_and_states_no_impossible_number():
 
 def test_a_reliable_race_shows_its_second_opinion():
     spec, std = _race()
-    spec.timing = std.timing = TM.assess_race(spec, std, prices=_probe(), threads=2)
+    spec.timing = std.timing = TM.assess_race(spec, std, prices=_probe(), threads=2, busy=0.1)
     html = race_html(spec, std)
     assert 'data-reliable="true"' in html
     assert "timed with the two runs interleaved on 2 threads" in html
-    assert "count-based" in html and "Timings ±" not in html
+    assert "count-based" in html and "Timings ±" not in html and "busy" not in html
+    spec.timing = TM.assess_race(spec, std, prices=_probe(), threads=1, busy=1.8)  # a busy machine, held steady
+    html = race_html(spec, std)
+    assert 'data-reliable="true"' in html and "on 1 thread," in html
+    assert "the machine was busy (other work used 1.8 cores as the race began)" in html
 
 
 def test_timing_round_trips_and_old_recordings_load():
     spec, _ = _race()
-    spec.timing = Timing(how="interleaved", threads=1, spread=0.35, reliable=False, why="busy", predicted=1.6)
+    spec.timing = Timing(how="interleaved", threads=1, busy=1.9, spread=0.35, reliable=False, why="busy", predicted=1.6)
     back = trace_from_json(spec.to_json())
     assert back.timing == spec.timing
     spec.timing = None
@@ -251,14 +255,16 @@ def test_race_threads_sets_and_restores(monkeypatch):
     before = torch.get_num_threads()
     pair = SimpleNamespace(device=torch.device("cpu"))
     monkeypatch.delenv("SPECVIZ_THREADS", raising=False)
-    with load.race_threads(pair, measure=lambda: 5.0) as n:
-        assert n == 1 and torch.get_num_threads() == 1
+    with load.race_threads(pair, measure=lambda: 5.0) as choice:
+        assert choice.count == 1 and choice.busy == 5.0 and torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
     monkeypatch.setenv("SPECVIZ_THREADS", "3")
-    with load.race_threads(pair, measure=lambda: 5.0) as n:
-        assert n == 3
-    with load.race_threads(SimpleNamespace(device=torch.device("meta"))) as n:
-        assert n is None
+    with load.race_threads(pair, measure=lambda: 5.0) as choice:
+        assert choice.count == 3
+    with load.race_threads(pair, fixed=0) as choice:
+        assert choice.count == before and choice.busy is None
+    with load.race_threads(SimpleNamespace(device=torch.device("meta"))) as choice:
+        assert choice.count is None
 
 
 # ---- nothing false is kept ---------------------------------------------------------------------------

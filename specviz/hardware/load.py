@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -63,25 +64,32 @@ def _fixed() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+@dataclass(frozen=True)
+class ThreadChoice:
+    count: int | None  # torch threads both runs use (None: not chosen, on a GPU)
+    busy: float | None = None  # cores' worth of CPU other work used just before (None: not measured)
+
+
 @contextlib.contextmanager
 def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores,
-                 fixed: int | None = None) -> Iterator[int | None]:
-    """Run the block with the thread count chosen for this moment; yields it (None on a GPU, where
-    the threads do not time the models).  ``fixed``: this count instead (0: the process's own).
-    The process's count is restored afterwards."""
+                 fixed: int | None = None) -> Iterator[ThreadChoice]:
+    """Run the block with the thread count chosen for this moment; yields the choice (count None on a
+    GPU, where the threads do not time the models).  ``fixed``: this count instead (0: the process's
+    own).  The process's count is restored afterwards."""
     device = getattr(pair, "device", None)
     if getattr(device, "type", "cpu") != "cpu":
-        yield None
+        yield ThreadChoice(None)
         return
     before = torch.get_num_threads()
-    cores = getattr(pair, "threads", None) or before
+    busy = None
     if fixed is not None:
         chosen = fixed or before
     else:
-        chosen = _fixed() or choose_threads(cores, measure())
+        busy = measure()
+        chosen = _fixed() or choose_threads(before, busy)
     torch.set_num_threads(chosen)
     try:
-        yield chosen
+        yield ThreadChoice(chosen, None if busy is None else round(busy, 2))
     finally:
         torch.set_num_threads(before)
 
@@ -95,4 +103,4 @@ def race_can_interleave(pair: Any) -> bool:
     return steps_of(getattr(pair, "target", None)) is None
 
 
-__all__ = ["BUSY_CORES", "WINDOW_S", "busy_cores", "choose_threads", "race_can_interleave", "race_threads"]
+__all__ = ["BUSY_CORES", "WINDOW_S", "ThreadChoice", "busy_cores", "choose_threads", "race_can_interleave", "race_threads"]

@@ -363,7 +363,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     how = ("interleaved" if interleaved else "sequential") if standard else "alone"
     spec = std = None
     done = {"speculative": False, "standard": not standard}
-    with race_threads(req.pair, fixed=threads) as threads:
+    with race_threads(req.pair, fixed=threads) as choice:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
                                                          should_stop=budget)}
@@ -385,7 +385,8 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
         finally:
             release_memory()
         if spec is not None:
-            spec.timing = assess_race(spec, std, how=how, threads=threads, prices=probe_prices(req.pair))
+            spec.timing = assess_race(spec, std, how=how, threads=choice.count, busy=choice.busy,
+                                      prices=probe_prices(req.pair))
             if std is not None:
                 std.timing = spec.timing
     yield Update("done", None, spec, std, spec_done=True, std_done=True)

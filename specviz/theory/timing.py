@@ -136,11 +136,11 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 
 
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
-                prices: Prices | None = None) -> Timing:
+                busy: float | None = None, prices: Prices | None = None) -> Timing:
     """How far this race's timings hold (see the module's docstring)."""
     e_spec = excess(passes(spec))
     if std is None or not std.rounds or not spec.rounds:
-        return Timing(how=how, threads=threads, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
+        return Timing(how=how, threads=threads, busy=busy, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
     e_std = excess(passes(std))
     spread = (e_spec ** 2 + e_std ** 2) ** 0.5
     comparable = prices is not None and (threads is None or prices.threads is None or threads == prices.threads)
@@ -169,7 +169,7 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
             why.append(f"the wall clock's {measured:.2f}× and the count-based {predicted:.2f}× disagree by {off:.0%}")
     if slowdown is not None and slowdown > BUSY_SLOWDOWN and why:
         why.append(f"standard steps ran {slowdown:.1f}× slower than when this machine was probed")
-    return Timing(how=how, threads=threads, spread=round(spread, 4), spread_spec=round(e_spec, 4),
+    return Timing(how=how, threads=threads, busy=busy, spread=round(spread, 4), spread_spec=round(e_spec, 4),
                   spread_std=round(e_std, 4), reliable=not why, why="; ".join(why),
                   predicted=None if predicted is None else round(predicted, 4),
                   slowdown=None if slowdown is None else round(slowdown, 4),

@@ -280,6 +280,7 @@ class TimingIn(_In):
     target = Timing
     how: Literal[RACE_HOWS] = "interleaved"
     threads: Annotated[int, AfterValidator(_threads)] | None = None
+    busy: Ratio | None = None
     spread: Ratio = 0.0
     spread_spec: Ratio = 0.0
     spread_std: Ratio = 0.0

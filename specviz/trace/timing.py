@@ -7,6 +7,8 @@ stored on both traces of a race: a recording keeps what the page said about its 
                  "sequential" (one after the other: a target whose compiled steps hold one run at a
                  time) or "alone" (no standard run)
     threads      torch threads both runs used (chosen for the moment: 1 on a busy CPU); None: not chosen
+    busy         cores' worth of CPU other work used just before the race (what chose the threads); None:
+                 not measured
     spread       relative uncertainty of the speedup from the passes' own scatter (0.35 = ±35 %)
     spread_spec, spread_std
                  the same for each run's tokens/s
@@ -35,6 +37,7 @@ RACE_HOWS = ("interleaved", "sequential", "alone")
 class Timing:
     how: str = "interleaved"
     threads: int | None = None
+    busy: float | None = None
     spread: float = 0.0
     spread_spec: float = 0.0
     spread_std: float = 0.0

@@ -144,6 +144,9 @@ def timing_note(timing: Timing, sp: float) -> str:
     if timing.threads:
         text += f" on {timing.threads} thread{'s' if timing.threads != 1 else ''}"
     text += f", ±{timing.spread:.0%}"
+    if timing.busy is not None and timing.busy >= 0.5:
+        text += (f"; the machine was busy (other work used {timing.busy:.1f} cores as the race began), so both runs "
+                 "shared the same load")
     if timing.predicted is not None:
         text += f" · count-based {timing.predicted:.2f}× (this race's passes at the probe's costs)"
         off = abs(sp / timing.predicted - 1)
