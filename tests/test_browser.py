@@ -219,6 +219,10 @@ def wait_race_finished(page, server, timeout_s: float, *, replayed: bool) -> flo
     sp = page.locator("#sv-race .sv-speedup[data-speedup]")
     value = float(sp.get_attribute("data-speedup"))
     shown = sp.locator(".sv-speedup-v").inner_text()
+    if sp.get_attribute("data-reliable") == "false":  # a busy machine (CI's other worker): the count-based figure
+        assert re.fullmatch(r"≈\d+\.\d\d×", shown) or re.fullmatch(r"\d+\.\d\d×", shown), f"speedup shown as {shown!r}"
+        assert "Timings ±" in sp.inner_text(), "a flagged race does not say its timings were disturbed"
+        return float(shown.lstrip("≈")[:-1]) if shown.startswith("≈") else value
     assert re.fullmatch(r"\d+\.\d\d×", shown), f"speedup shown as {shown!r}"
     assert value > 0 and abs(float(shown[:-1]) - value) < 0.006, f"speedup {shown!r} vs data-speedup {value}"
     return value

@@ -319,3 +319,22 @@ def test_a_gradio_page_opens_whatever_its_url_holds():
             assert r.status == 200 and b"<html" in r.read().lower()
     finally:
         demo.close()
+
+
+def test_asking_by_name_for_the_execution_auto_chose_reuses_the_loaded_pair(monkeypatch):
+    """Issue 33: `target_exec="int8"` after the default ("auto", which chose int8) loaded a second copy."""
+    from specviz.models import loading
+
+    loads = []
+
+    def fake_load(label, draft_ref, target_ref, dev, dt, quant, progress, t0, *, target_exec, alpha):
+        loads.append(target_exec)
+        return SimpleNamespace(preset=label, target_exec="int8" if target_exec == "auto" else target_exec)
+
+    monkeypatch.setattr(loading, "_load_uncached", fake_load)
+    monkeypatch.setattr(loading, "_PAIRS", type(loading._PAIRS)())
+    a = loading.load_pair(draft="some/draft", target="some/target", device="cpu", target_exec="auto")
+    b = loading.load_pair(draft="some/draft", target="some/target", device="cpu", target_exec="int8")
+    assert b is a and loads == ["auto"]
+    c = loading.load_pair(draft="some/draft", target="some/target", device="cpu", target_exec="bf16")
+    assert c is not a and loads == ["auto", "bf16"]

@@ -303,3 +303,15 @@ def test_the_bench_can_ask_for_the_old_race():
     s = DecodeSettings(gamma=3, temperature=0.0, max_new_tokens=8)
     final = list(service.race(service.Request(pair, "", list(PROMPT), s), order="sequential", threads=0))[-1]
     assert final.spec.timing.how == "sequential" and final.spec.timing.threads == torch.get_num_threads()
+
+
+def test_a_race_too_short_to_time_is_not_judged():
+    """A tiny model's race (milliseconds a run): its scatter is Python's, not the machine's load."""
+    spec = make_trace(plan=PLAN[:4], draft_token_s=0.001, verify_s=0.002, t_prefill=0.001)
+    std = make_std_trace(n_tokens=16, step=0.002, t_prefill=0.001)
+    std.rounds[3].t_verify += 0.05  # a stall that would be ±100 % of such a run
+    t = TM.assess_race(spec, std, prices=_probe())
+    assert not t.judged and t.reliable and t.spread == 0.0 and t.predicted is None
+    spec.timing = std.timing = t
+    assert "too short a race to judge its clocks" in race_html(spec, std)
+

@@ -253,9 +253,10 @@ def load_pair(
         requested_exec = executions.dtype_name(dt)  # a dtype asked for is the execution asked for: no probe
     key = (draft_ref, target_ref, str(dev), str(dt), requested_quant, requested_exec)
     with _LOCK:
-        if key in _PAIRS:
-            _PAIRS.move_to_end(key)
-            pair = _PAIRS[key]
+        found = key if key in _PAIRS else _loaded_as(key)
+        if found is not None:
+            _PAIRS.move_to_end(found)
+            pair = _PAIRS[found]
             # Same models reached through a preset or as a custom pair: share them, keep the label.
             return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
         _make_room()
@@ -264,6 +265,17 @@ def load_pair(
                               target_exec=requested_exec, alpha=alpha)
         _remember(key, pair)
         return pair
+
+
+def _loaded_as(key: tuple) -> tuple | None:
+    """The key of a loaded pair that already runs the execution ``key`` asks for by name: the pair
+    "auto" chose int8 for is the int8 pair (asking for it by name must not load a second copy)."""
+    *models, execution = key
+    for other, pair in _PAIRS.items():
+        if len(other) == len(key) and list(other[:-1]) == models and other[-1] == "auto" \
+                and getattr(pair, "target_exec", None) == execution:
+            return other
+    return None
 
 
 def _make_room() -> None:

@@ -35,6 +35,9 @@ SPREAD_MAX = 0.15  # above this uncertainty of the speedup, the race is flagged
 DISAGREE = 0.25  # measured vs count-based speedup: flagged beyond max(this, 2 × spread)
 V_MIN = 0.9  # a verify pass feeding several tokens measured below this many steps: the clocks lied
 MIN_GROUP = 3  # passes with the same (kind, tokens fed) needed for a median to judge them by
+# A run shorter than this is not judged: its passes last a millisecond or so (a tiny model), where Python's own
+# overhead and first-call costs, not the machine's load, make the scatter.
+MIN_JUDGED_S = 0.5
 # Where a busy machine shows first: the standard step this much slower than the probe's.
 BUSY_SLOWDOWN = 1.3
 
@@ -138,6 +141,8 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
                 busy: float | None = None, prices: Prices | None = None) -> Timing:
     """How far this race's timings hold (see the module's docstring)."""
+    if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
+        return Timing(how=how, threads=threads, busy=busy, judged=False)
     e_spec = excess(passes(spec))
     if std is None or not std.rounds or not spec.rounds:
         return Timing(how=how, threads=threads, busy=busy, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
@@ -182,5 +187,5 @@ def flagged(trace: Trace | None) -> bool:
     return trace is not None and trace.timing is not None and not trace.timing.reliable
 
 
-__all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
+__all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
            "count_based_speedup", "excess", "flagged", "medians", "passes"]

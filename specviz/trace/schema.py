@@ -281,6 +281,7 @@ class TimingIn(_In):
     how: Literal[RACE_HOWS] = "interleaved"
     threads: Annotated[int, AfterValidator(_threads)] | None = None
     busy: Ratio | None = None
+    judged: bool = True
     spread: Ratio = 0.0
     spread_spec: Ratio = 0.0
     spread_std: Ratio = 0.0

@@ -9,6 +9,8 @@ stored on both traces of a race: a recording keeps what the page said about its 
     threads      torch threads both runs used (chosen for the moment: 1 on a busy CPU); None: not chosen
     busy         cores' worth of CPU other work used just before the race (what chose the threads); None:
                  not measured
+    judged       False: the runs were too short to judge (under theory.timing.MIN_JUDGED_S: a tiny model's
+                 passes, where Python's overhead makes the scatter); nothing below is measured then
     spread       relative uncertainty of the speedup from the passes' own scatter (0.35 = ±35 %)
     spread_spec, spread_std
                  the same for each run's tokens/s
@@ -38,6 +40,7 @@ class Timing:
     how: str = "interleaved"
     threads: int | None = None
     busy: float | None = None
+    judged: bool = True
     spread: float = 0.0
     spread_spec: float = 0.0
     spread_std: float = 0.0

@@ -208,8 +208,9 @@ class _Shown:
             if step is None:
                 step = self.walks.due()  # a walk still playing goes on beside the baseline
             msg = f"Standard decoding (the baseline) · {std.n_tokens} tokens"
-            if spec is not None and not up.spec_done:
-                msg = f"Speculative {spec.n_tokens} tokens · standard {std.n_tokens} tokens"
+            if spec is not None and not up.spec_done:  # the two runs interleave: the same line as the other side's
+                msg = (f"Speculative decoding · round {len(spec.rounds)} · {spec.n_tokens} tokens · "
+                       f"standard {std.n_tokens}")
             frame = LiveFrame(status=status_html(msg), race=race)
             if step is not None:
                 frame.status = status_html(f"{msg} · {Walks.status(step)}")
@@ -249,6 +250,11 @@ def done_message(spec: Trace, std: Trace | None) -> str:
     summ = spec.summary()
     sp = V.race_speedup(spec, std)
     msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.alpha or 0:.2f}"
+    timing = spec.timing
+    if sp and timing is not None and not timing.reliable:  # the clocks were disturbed: say so, never state them
+        shown = (f", count-based ≈{timing.predicted:.2f}× standard decoding" if timing.predicted
+                 else f", {sp:.2f}× by a wall clock that cannot be trusted")
+        return msg + f"{shown}; timings ±{timing.spread:.0%}: the machine was busy during this race"
     if sp and sp < 1:  # a loss in plain words, never "0.58× faster" (nor "0.58× slower")
         return msg + f", speculative took {1 / sp:.2f}× as long per token ({sp:.2f}× the speed of standard decoding)"
     return msg + (f", speedup {sp:.2f}× over standard decoding" if sp else "")

@@ -143,6 +143,8 @@ def timing_note(timing: Timing, sp: float) -> str:
     text = f"timed with {how}"
     if timing.threads:
         text += f" on {timing.threads} thread{'s' if timing.threads != 1 else ''}"
+    if not timing.judged:
+        return text + "; too short a race to judge its clocks (under half a second a run)"
     text += f", ±{timing.spread:.0%}"
     if timing.busy is not None and timing.busy >= 0.5:
         text += (f"; the machine was busy (other work used {timing.busy:.1f} cores as the race began), so both runs "
