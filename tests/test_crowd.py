@@ -159,9 +159,11 @@ def test_replay_keeps_the_recorded_times_and_is_capped():
     entry = R.Entry(R.RunKey("x", spec.prompt, spec.settings, True), None, "cpu", spec=spec, std=std, done=True)
     now = [0.0]
     snaps = list(R.replay(entry, max_s=60, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)))
-    total = spec.t_total + std.t_total
+    total = max(spec.t_total, std.t_total)  # both runs advance together, each by its own clock
     assert total < 60 and now[0] == pytest.approx(total)  # real time
-    assert [len(s.spec.rounds) for s in snaps if s.phase == "speculative"] == list(range(1, len(spec.rounds) + 1))
+    counts = [len(s.spec.rounds) for s in snaps]
+    assert counts == sorted(counts) and set(range(1, len(spec.rounds) + 1)) <= set(counts)
+    assert any(0 < len(s.std.rounds) < len(std.rounds) and 0 < len(s.spec.rounds) < len(spec.rounds) for s in snaps)
     assert snaps[-1].phase == "done" and snaps[-1].std is std
     # a run recorded as lasting 10⁶ s replays in max_s
     long = Trace(**{**spec.__dict__, "t_total": 1e6})

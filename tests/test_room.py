@@ -323,6 +323,8 @@ def test_a_gradio_page_opens_whatever_its_url_holds():
 
 def test_asking_by_name_for_the_execution_auto_chose_reuses_the_loaded_pair(monkeypatch):
     """Issue 33: `target_exec="int8"` after the default ("auto", which chose int8) loaded a second copy."""
+    from types import SimpleNamespace
+
     from specviz.models import loading
 
     loads = []

@@ -215,6 +215,8 @@ def test_the_interleaved_race_makes_the_tokens_of_separate_runs(temperature):
         assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
     assert spec.timing is not None and spec.timing.how == "interleaved" and std.timing == spec.timing
     assert ups[-1].spec_done and ups[-1].std_done
+    # Neither engine held inference mode across its yields: the thread is as it was (training after a race works).
+    assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
 
 
 def test_a_target_with_compiled_steps_races_in_turn(monkeypatch):

@@ -136,7 +136,7 @@ def _relay(steps: Iterator[None], clock: Clock, trace: Trace, rnd: Round) -> Ite
 # ---- speculative decoding ---------------------------------------------------------
 
 
-def speculative_stream(
+def _speculative_events(
     pair: Any,
     prompt_ids: list[int],
     settings: DecodeSettings,
@@ -168,127 +168,126 @@ def speculative_stream(
     tree = TreeRun(drafter=drafter, target=target, ids=ids, warp=warp, gen=gen, device=device, eos=eos, piece=piece,
                    detok=detok, clock=clock, mode=settings.tree_mode) if is_tree else None
     try:
-        with torch.inference_mode():
-            drafter.start(ids)
-            trace.draft_prefill = clock()
-            # The target's prompt pass is merged into the first verify pass (one pass fewer, as in
-            # transformers' assisted generation; a tree's mask lets the prompt attend causally and
-            # the nodes attend to it), except for a drafter that reads the target's hidden state
-            # before it drafts (the learned head).
-            hidden = None
-            if drafter.needs_hidden:
-                # The target's hidden state that produced ids[-1], for drafters that read it.
-                hidden = target.prefill(ids, hidden=drafter.needs_hidden)
-            trace.t_prefill = clock()
-            trace.target_prefill = trace.t_prefill - trace.draft_prefill
-            done = False
-            while not done:
-                if should_stop():
-                    trace.stop_reason = "stopped"
-                    break
-                n_gen = len(ids) - n_prompt
-                rnd = Round(index=len(trace.rounds), n_before=n_gen, t_start=clock())
-                # Never draft past the token budget: the round emits at most limit + 1 tokens.
-                room = budget - n_gen - 1
-                limit = min(policy.limit(), room)
-                if tree is not None:
-                    if (yield from _relay(tree.round(rnd, limit, settings.gamma, policy), clock, trace, rnd)):
-                        done, trace.stop_reason = True, "eos"
-                    trace.t_tracing, tree.tracing = trace.t_tracing + tree.tracing, 0.0
-                    if not done and len(ids) - n_prompt >= budget:
-                        done, trace.stop_reason = True, "max_new_tokens"
-                    trace.rounds.append(rnd)
-                    trace.t_total = rnd.t_end
-                    yield from clock.hold(Event("round", trace, rnd))
-                    continue
-
-                # 1. Draft, one token at a time, each shown as soon as it exists.
-                tokens: list[int] = []
-                qs: list[torch.Tensor] = []
-                beliefs: list[torch.Tensor | None] = []  # the drafter's raw logits (the picture, greedy runs)
-                confs: list[float] = []
-                rnd.draft_stop = "none"
-                if limit > 0:
-                    ctx = DraftContext(ids, limit, warp, gen, device, hidden if drafter.needs_hidden else None)
-                    steps = drafter.draft(ctx)
-                    rnd.draft_stop = "exhausted"
-                    try:
-                        for step in steps:
-                            tokens.append(step.token)
-                            qs.append(step.q)
-                            beliefs.append(step.logits)
-                            confs.append(step.confidence)
-                            rnd.draft_forwards += step.forwards
-                            t_s = time.perf_counter()
-                            rnd.draft.append(DraftToken(step.token, piece(step.token), float(step.q[step.token]),
-                                                        step.confidence))
-                            trace.t_tracing += time.perf_counter() - t_s
-                            rnd.t_draft = clock() - rnd.t_start
-                            yield from clock.hold(Event("draft", trace, rnd))
-                            # Stop on EOS for every drafter: nothing after an end of text can be emitted.
-                            if step.token in eos:
-                                why = "eos"
-                            elif len(tokens) >= limit:
-                                why = "budget" if room < policy.limit() else "limit"
-                            else:
-                                why = policy.stop(confs)  # the draft-length policy (draft side only)
-                            if why:
-                                rnd.draft_stop = why
-                                break
-                    finally:
-                        steps.close()
-                t_v0 = clock()
-                rnd.t_draft = t_v0 - rnd.t_start
-                k = len(tokens)
-
-                # 2. Verify: one target forward over the uncached suffix + the k drafts.
-                fed = len(ids) + k - target.cached
-                rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
-                out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
-                verdict = verify_chain(tokens=tokens, q=torch.stack(qs) if qs and not warp.greedy else None,
-                                       logits=out.logits, warp=warp, epsilon=eps, variant=settings.variant,
-                                       generator=gen, stop_tokens=eos, rule=settings.rule)
-                trace.t_tracing += verdict.tracing_seconds
-                rnd.positions.extend(Position(**vars(j)) for j in verdict.judged)
-                t_s = time.perf_counter()  # the acceptance picture's numbers: tracing
-                for pos, pic in zip(rnd.positions, _pictures(tokens, qs, beliefs, out.logits, verdict, warp, settings,
-                                                              piece)):
-                    pos.picture = pic
-                trace.t_tracing += time.perf_counter() - t_s
-                for d, o in zip(rnd.draft, verdict.odds):  # for "same draft, three rules"
-                    d.p, d.h = o.p, o.h
-                n_acc = verdict.accepted
-                for tok in tokens[:n_acc]:
-                    rnd.emitted.append(Token(tok, detok.push(tok), "accepted"))
-                ids.extend(tokens[:n_acc])
-                if verdict.token is None:  # the accepted draft ended in EOS: the text ends there
+        drafter.start(ids)
+        trace.draft_prefill = clock()
+        # The target's prompt pass is merged into the first verify pass (one pass fewer, as in
+        # transformers' assisted generation; a tree's mask lets the prompt attend causally and
+        # the nodes attend to it), except for a drafter that reads the target's hidden state
+        # before it drafts (the learned head).
+        hidden = None
+        if drafter.needs_hidden:
+            # The target's hidden state that produced ids[-1], for drafters that read it.
+            hidden = target.prefill(ids, hidden=drafter.needs_hidden)
+        trace.t_prefill = clock()
+        trace.target_prefill = trace.t_prefill - trace.draft_prefill
+        done = False
+        while not done:
+            if should_stop():
+                trace.stop_reason = "stopped"
+                break
+            n_gen = len(ids) - n_prompt
+            rnd = Round(index=len(trace.rounds), n_before=n_gen, t_start=clock())
+            # Never draft past the token budget: the round emits at most limit + 1 tokens.
+            room = budget - n_gen - 1
+            limit = min(policy.limit(), room)
+            if tree is not None:
+                if (yield from _relay(tree.round(rnd, limit, settings.gamma, policy), clock, trace, rnd)):
                     done, trace.stop_reason = True, "eos"
-                else:
-                    y = verdict.token
-                    rnd.extra = Extra(y, piece(y), verdict.kind, verdict.p_token)
-                    rnd.emitted.append(Token(y, detok.push(y), verdict.kind))
-                    ids.append(y)
-                    if out.hidden is not None:
-                        hidden = out.hidden[n_acc]
-                    if y in eos:
-                        done, trace.stop_reason = True, "eos"
-
-                # 3. Roll both caches back to the accepted prefix (the correction or
-                # bonus token is not in either cache yet; the next round feeds it).
-                keep = n_prompt + n_gen + n_acc
-                target.crop(keep)
-                drafter.rollback(keep)
-                rnd.t_end = clock()
-                rnd.t_verify = rnd.t_end - t_v0
-                policy.observe(RoundReport(
-                    verdicts=[(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], drafted=k,
-                    t_draft=rnd.t_draft, draft_forwards=rnd.draft_forwards, fed=fed,
-                    t_verify=None if rnd.prompt_fed else rnd.t_verify))
+                trace.t_tracing, tree.tracing = trace.t_tracing + tree.tracing, 0.0
                 if not done and len(ids) - n_prompt >= budget:
                     done, trace.stop_reason = True, "max_new_tokens"
                 trace.rounds.append(rnd)
                 trace.t_total = rnd.t_end
                 yield from clock.hold(Event("round", trace, rnd))
+                continue
+
+            # 1. Draft, one token at a time, each shown as soon as it exists.
+            tokens: list[int] = []
+            qs: list[torch.Tensor] = []
+            beliefs: list[torch.Tensor | None] = []  # the drafter's raw logits (the picture, greedy runs)
+            confs: list[float] = []
+            rnd.draft_stop = "none"
+            if limit > 0:
+                ctx = DraftContext(ids, limit, warp, gen, device, hidden if drafter.needs_hidden else None)
+                steps = drafter.draft(ctx)
+                rnd.draft_stop = "exhausted"
+                try:
+                    for step in steps:
+                        tokens.append(step.token)
+                        qs.append(step.q)
+                        beliefs.append(step.logits)
+                        confs.append(step.confidence)
+                        rnd.draft_forwards += step.forwards
+                        t_s = time.perf_counter()
+                        rnd.draft.append(DraftToken(step.token, piece(step.token), float(step.q[step.token]),
+                                                    step.confidence))
+                        trace.t_tracing += time.perf_counter() - t_s
+                        rnd.t_draft = clock() - rnd.t_start
+                        yield from clock.hold(Event("draft", trace, rnd))
+                        # Stop on EOS for every drafter: nothing after an end of text can be emitted.
+                        if step.token in eos:
+                            why = "eos"
+                        elif len(tokens) >= limit:
+                            why = "budget" if room < policy.limit() else "limit"
+                        else:
+                            why = policy.stop(confs)  # the draft-length policy (draft side only)
+                        if why:
+                            rnd.draft_stop = why
+                            break
+                finally:
+                    steps.close()
+            t_v0 = clock()
+            rnd.t_draft = t_v0 - rnd.t_start
+            k = len(tokens)
+
+            # 2. Verify: one target forward over the uncached suffix + the k drafts.
+            fed = len(ids) + k - target.cached
+            rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
+            out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
+            verdict = verify_chain(tokens=tokens, q=torch.stack(qs) if qs and not warp.greedy else None,
+                                   logits=out.logits, warp=warp, epsilon=eps, variant=settings.variant,
+                                   generator=gen, stop_tokens=eos, rule=settings.rule)
+            trace.t_tracing += verdict.tracing_seconds
+            rnd.positions.extend(Position(**vars(j)) for j in verdict.judged)
+            t_s = time.perf_counter()  # the acceptance picture's numbers: tracing
+            for pos, pic in zip(rnd.positions, _pictures(tokens, qs, beliefs, out.logits, verdict, warp, settings,
+                                                          piece)):
+                pos.picture = pic
+            trace.t_tracing += time.perf_counter() - t_s
+            for d, o in zip(rnd.draft, verdict.odds):  # for "same draft, three rules"
+                d.p, d.h = o.p, o.h
+            n_acc = verdict.accepted
+            for tok in tokens[:n_acc]:
+                rnd.emitted.append(Token(tok, detok.push(tok), "accepted"))
+            ids.extend(tokens[:n_acc])
+            if verdict.token is None:  # the accepted draft ended in EOS: the text ends there
+                done, trace.stop_reason = True, "eos"
+            else:
+                y = verdict.token
+                rnd.extra = Extra(y, piece(y), verdict.kind, verdict.p_token)
+                rnd.emitted.append(Token(y, detok.push(y), verdict.kind))
+                ids.append(y)
+                if out.hidden is not None:
+                    hidden = out.hidden[n_acc]
+                if y in eos:
+                    done, trace.stop_reason = True, "eos"
+
+            # 3. Roll both caches back to the accepted prefix (the correction or
+            # bonus token is not in either cache yet; the next round feeds it).
+            keep = n_prompt + n_gen + n_acc
+            target.crop(keep)
+            drafter.rollback(keep)
+            rnd.t_end = clock()
+            rnd.t_verify = rnd.t_end - t_v0
+            policy.observe(RoundReport(
+                verdicts=[(confs[pos.i - 1], pos.accepted) for pos in rnd.positions], drafted=k,
+                t_draft=rnd.t_draft, draft_forwards=rnd.draft_forwards, fed=fed,
+                t_verify=None if rnd.prompt_fed else rnd.t_verify))
+            if not done and len(ids) - n_prompt >= budget:
+                done, trace.stop_reason = True, "max_new_tokens"
+            trace.rounds.append(rnd)
+            trace.t_total = rnd.t_end
+            yield from clock.hold(Event("round", trace, rnd))
     finally:
         # Free the KV caches whether the run finished, failed or was cancelled.
         target.free()
@@ -317,7 +316,7 @@ def _pictures(tokens, qs, beliefs, logits, verdict, warp, settings, piece):
 # ---- standard decoding ---------------------------------------------------------------
 
 
-def standard_stream(
+def _standard_events(
     pair: Any,
     prompt_ids: list[int],
     settings: DecodeSettings,
@@ -337,33 +336,62 @@ def standard_stream(
     n_prompt = len(ids)
     clock = Clock(device)
     try:
-        with torch.inference_mode():
-            # No separate prompt pass: the first step feeds the prompt and gives the first token
-            # (one pass fewer, as transformers' generate does; the speculative loop does the same).
-            trace.t_prefill = trace.target_prefill = 0.0
-            while len(ids) - n_prompt < settings.max_new_tokens:
-                if should_stop():
-                    trace.stop_reason = "stopped"
-                    break
-                rnd = Round(index=len(trace.rounds), n_before=len(ids) - n_prompt, t_start=clock())
-                rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
-                p = warp(target.feed(ids).logits[-1])
-                y = sample(p, gen, warp.greedy)
-                rnd.extra = Extra(y, piece(y), "target", float(p[y]))
-                rnd.emitted.append(Token(y, detok.push(y), "target"))
-                ids.append(y)
-                rnd.t_end = clock()
-                rnd.t_verify = rnd.t_end - rnd.t_start
-                trace.rounds.append(rnd)
-                trace.t_total = rnd.t_end
-                yield from clock.hold(Event("round", trace, rnd))
-                if y in eos:
-                    trace.stop_reason = "eos"
-                    break
+        # No separate prompt pass: the first step feeds the prompt and gives the first token
+        # (one pass fewer, as transformers' generate does; the speculative loop does the same).
+        trace.t_prefill = trace.target_prefill = 0.0
+        while len(ids) - n_prompt < settings.max_new_tokens:
+            if should_stop():
+                trace.stop_reason = "stopped"
+                break
+            rnd = Round(index=len(trace.rounds), n_before=len(ids) - n_prompt, t_start=clock())
+            rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
+            p = warp(target.feed(ids).logits[-1])
+            y = sample(p, gen, warp.greedy)
+            rnd.extra = Extra(y, piece(y), "target", float(p[y]))
+            rnd.emitted.append(Token(y, detok.push(y), "target"))
+            ids.append(y)
+            rnd.t_end = clock()
+            rnd.t_verify = rnd.t_end - rnd.t_start
+            trace.rounds.append(rnd)
+            trace.t_total = rnd.t_end
+            yield from clock.hold(Event("round", trace, rnd))
+            if y in eos:
+                trace.stop_reason = "eos"
+                break
     finally:
         target.free()
     trace.t_total = clock() if not trace.rounds else trace.rounds[-1].t_end
     yield Event("done", trace)
+
+
+def stepwise_inference(events: Iterator[Event]) -> Iterator[Event]:
+    """Run each step of an engine generator in inference mode, the mode never held across a yield.
+
+    A ``with torch.inference_mode():`` around a loop that yields would hand the mode to whoever holds
+    the event, and two such generators interleaved (specviz.core.race) exit their blocks out of order:
+    the second to finish restores the mode the first had set, leaving the thread in inference mode
+    after the race (it broke training later in the same process)."""
+    try:
+        while True:
+            with torch.inference_mode():
+                try:
+                    event = next(events)
+                except StopIteration:
+                    return
+            yield event
+    finally:
+        with torch.inference_mode():
+            events.close()  # a cancelled run: the engine's `finally` frees its caches
+
+
+def speculative_stream(pair: Any, prompt_ids: list[int], settings: DecodeSettings, **kw: Any) -> Iterator[Event]:
+    """Speculative decoding as a stream of events; the last event is "done" (see _speculative_events)."""
+    return stepwise_inference(_speculative_events(pair, prompt_ids, settings, **kw))
+
+
+def standard_stream(pair: Any, prompt_ids: list[int], settings: DecodeSettings, **kw: Any) -> Iterator[Event]:
+    """Standard decoding as a stream of events; the last event is "done" (see _standard_events)."""
+    return stepwise_inference(_standard_events(pair, prompt_ids, settings, **kw))
 
 
 def _final(stream: Iterator[Event]) -> Trace:
