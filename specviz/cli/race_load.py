@@ -81,9 +81,9 @@ class Load:
                 os.kill(p.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-            p.terminate() if hasattr(p, "terminate") else None
+            p.terminate()  # a hog (multiprocessing.Process) or the second specviz (subprocess.Popen)
         for p in self.procs:
-            (p.join if hasattr(p, "join") else p.wait)(10)
+            p.join(10) if isinstance(p, mp.Process) else p.wait(10)
 
 
 def _example() -> tuple[str, dict]:

@@ -130,22 +130,23 @@ def fsig(x: float | None, sig: int = 3) -> str:
     return f"{x:#.{sig}g}"
 
 
-def fsig_pair(a: float, b: float, sig: int = 3) -> tuple[str, str]:
-    """:func:`fsig` for two numbers compared in a verdict, with more digits until unequal ones look unequal."""
-    for d in range(sig, 10):
-        sa, sb = fsig(a, d), fsig(b, d)
+def _distinct(fmt, a: float, b: float, first: int, last: int) -> tuple[str, str]:
+    """a and b through fmt(x, d) for d = first, first + 1, … until unequal values look unequal (at most last)."""
+    for d in range(first, last):
+        sa, sb = fmt(a, d), fmt(b, d)
         if sa != sb or a == b:
             return sa, sb
-    return fsig(a, 10), fsig(b, 10)
+    return fmt(a, last), fmt(b, last)
+
+
+def fsig_pair(a: float, b: float, sig: int = 3) -> tuple[str, str]:
+    """:func:`fsig` for two numbers compared in a verdict, with more digits until unequal ones look unequal."""
+    return _distinct(fsig, a, b, sig, 10)
 
 
 def fpair(a: float, b: float, digits: int = 2) -> tuple[str, str]:
     """Format two numbers with just enough decimals that unequal values look unequal."""
-    for d in range(digits, 7):
-        sa, sb = fnum(a, d), fnum(b, d)
-        if sa != sb or a == b:
-            return sa, sb
-    return fnum(a, 6), fnum(b, 6)
+    return _distinct(fnum, a, b, digits, 6)
 
 
 def fsec(x: float | None) -> str:
