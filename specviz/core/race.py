@@ -42,4 +42,12 @@ def interleave(streams: dict[str, Iterator[E]], now: Callable[[], float] = time.
         yield name, event
 
 
-__all__ = ["interleave"]
+def in_turn(streams: dict[str, Iterator[E]]) -> Iterator[tuple[str, E]]:
+    """Yield (name, event) from each stream to its end, one after the other in the order given (a
+    sequential race: where the two runs cannot both be alive)."""
+    for name, stream in streams.items():
+        for event in stream:
+            yield name, event
+
+
+__all__ = ["in_turn", "interleave"]

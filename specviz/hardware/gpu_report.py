@@ -160,12 +160,12 @@ def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
     the other where compiled steps own the one static cache (hardware.load.race_can_interleave, as the
     service decides); its tokens against the separate runs' and its speedup."""
     from ..core.engine import speculative_stream, standard_stream
-    from ..core.race import interleave
+    from ..core.race import in_turn, interleave
     from .load import race_can_interleave
 
     streams = {"spec": speculative_stream(pair, prompt, settings), "std": standard_stream(pair, prompt, settings)}
     how = "interleaved" if race_can_interleave(pair) else "sequential"
-    events = interleave(streams) if how == "interleaved" else ((n, ev) for n, s in streams.items() for ev in s)
+    events = interleave(streams) if how == "interleaved" else in_turn(streams)
     last = {name: ev.trace for name, ev in events}
     a, b = last["spec"], last["std"]
     ids = lambda tr: [x.id for x in tr.tokens]  # noqa: E731

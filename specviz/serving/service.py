@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..core.engine import Event, speculative_stream, standard_stream
-from ..core.race import interleave
+from ..core.race import in_turn, interleave
 from ..hardware.load import race_can_interleave, race_threads
 from ..hardware.curves import interpolate
 from ..theory.timing import Prices, assess_race
@@ -373,7 +373,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
             with contextlib.ExitStack() as stack:
                 for stream in streams.values():
                     stack.enter_context(contextlib.closing(stream))
-                events = interleave(streams) if how == "interleaved" else _in_turn(streams)
+                events = interleave(streams) if how == "interleaved" else in_turn(streams)
                 for phase, ev in events:
                     trace = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
                     done[phase] = ev.kind == "done"
@@ -410,13 +410,6 @@ def _standard(req: Request, budget: "JobBudget", *, sequential: bool) -> Iterato
     if sequential and budget():
         return
     yield from standard_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=budget)
-
-
-def _in_turn(streams: dict[str, Iterator[Event]]) -> Iterator[tuple[str, Event]]:
-    """One stream after the other, in the order given (the sequential race)."""
-    for name, stream in streams.items():
-        for ev in stream:
-            yield name, ev
 
 
 def describe_error(exc: BaseException) -> str:

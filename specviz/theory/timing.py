@@ -11,8 +11,9 @@ its tokens/s.  The speedup's uncertainty combines both runs' (root sum of square
 
 The **count-based speedup** prices the race's own counts -- draft passes, verify passes and the
 tokens each fed, standard steps -- with the probe's measured costs for this machine and execution
-(specviz.hardware.probe: T(k) for a pass feeding k tokens, the draft's step), keeping the prompt
-passes at their measured times.  It cannot see the load; the wall clock can.  A race is **reliable**
+(specviz.hardware.probe: T(k) for a pass feeding k tokens, the draft's step); the prompt passes and
+other unpriced time keep their measured times, divided by how much slower than the probe the run's
+passes ran.  It cannot see the load; the wall clock can.  A race is **reliable**
 when its spread is small, its measured costs are physically possible (a verify pass over several
 tokens is never cheaper than one step), and the two speedups agree within the spread (or within
 DISAGREE, whichever is larger).  Otherwise the page says so and trusts the counts.
@@ -125,7 +126,8 @@ def _uses_draft_model(trace: Trace) -> bool:
 
 
 def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None:
-    """The speedup this race's counts predict at the probe's costs (prompt passes as measured)."""
+    """The speedup this race's counts predict at the probe's costs (prompt passes as measured, scaled
+    to the probe's machine: see _priced_time)."""
     if not spec.rounds or not std.rounds:
         return None
     if not _uses_draft_model(spec):
@@ -143,20 +145,22 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
     """How far this race's timings hold (see the module's docstring)."""
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
         return Timing(how=how, threads=threads, busy=busy, judged=False)
-    e_spec = excess(passes(spec))
+    ps_spec = passes(spec)
+    e_spec = excess(ps_spec)
     if std is None or not std.rounds or not spec.rounds:
         return Timing(how=how, threads=threads, busy=busy, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
-    e_std = excess(passes(std))
+    ps_std = passes(std)
+    e_std = excess(ps_std)
     spread = (e_spec ** 2 + e_std ** 2) ** 0.5
     comparable = prices is not None and (threads is None or prices.threads is None or threads == prices.threads)
     predicted = count_based_speedup(spec, std, prices) if prices is not None else None
     rc = race_costs(spec, std)
     measured = rc.measured if rc is not None else None
-    step = medians(passes(std)).get(("step", 1))
+    step = medians(ps_std).get(("step", 1))
     slowdown = step / prices.target(1) if comparable and step else None
     v_probe = c_probe = None
     if prices is not None:
-        fed = [p.fed for p in passes(spec) if p.kind == "verify"]
+        fed = [p.fed for p in ps_spec if p.kind == "verify"]
         if fed:
             v_probe = sum(prices.target(k) for k in fed) / len(fed) / prices.target(1)
         if prices.draft is not None and _uses_draft_model(spec):
