@@ -320,7 +320,11 @@ class Busy(RuntimeError):
 class LiveGate:
     """The model lock for live runs, with at most `max_waiting` requests waiting for it: beyond,
     or after waiting `max_wait_s`, a request gets `Busy` with an estimate of when to retry
-    (the mean of the last live runs' durations, times the runs ahead)."""
+    (the mean of the last live runs' durations, times the runs ahead).
+
+    Two priorities: a live run (``priority="live"``) goes before a sweep (``"sweep"``) waiting at
+    the same time, and a sweep holding the gate gives it to the live runs waiting between its points
+    (`yield_to_live`), so a live run waits behind at most one sweep point."""
 
     def __init__(self, lock: Any = MODEL_LOCK, max_waiting: int | None = None, max_wait_s: float | None = None):
         self.lock = lock
@@ -328,29 +332,61 @@ class LiveGate:
         self.max_wait_s = max_wait_s or env_number("SPECVIZ_MAX_WAIT_S", 240.0)
         self._cond = threading.Lock()
         self.waiting = 0
+        self.live_waiting = 0  # of `waiting`, the live runs (a sweep lets them go first)
         self.run_s = 30.0  # estimate of one live run, updated from measured ones
         self._held_since: float | None = None
 
     def retry_s(self) -> float:
         return self.run_s * (self.waiting + 1)
 
-    def enter(self, poll_s: float = 1.0) -> Iterator[int]:
+    def enter(self, poll_s: float = 1.0, *, priority: str = "live", bounded: bool = True) -> Iterator[int]:
         """Wait for the lock, yielding the number of requests waiting every poll_s seconds; on
-        return the lock is held (release it with `leave`).  Raises Busy."""
+        return the lock is held (release it with `leave`).  Raises Busy (unless not `bounded`: a sweep
+        taking the gate back after `yield_to_live` waits its turn however long)."""
+        live = priority == "live"
         with self._cond:
-            if self.waiting >= self.max_waiting:
+            if bounded and self.waiting >= self.max_waiting:
                 raise Busy(self.retry_s(), self.waiting)
             self.waiting += 1
+            self.live_waiting += live
         try:
             deadline = time.monotonic() + self.max_wait_s
-            while not self.lock.acquire(timeout=poll_s):
-                if time.monotonic() > deadline:
+            next_report = time.monotonic() + poll_s
+            while True:
+                if live:
+                    if self.lock.acquire(timeout=poll_s):
+                        break
+                else:  # a sweep: try only while no live run waits, and give the lock up if one came meanwhile
+                    step = min(poll_s, 0.05)
+                    if self.live_waiting == 0 and self.lock.acquire(timeout=step):
+                        if self.live_waiting == 0:
+                            break
+                        self.lock.release()
+                    time.sleep(step)
+                    if time.monotonic() < next_report:
+                        continue
+                    next_report = time.monotonic() + poll_s
+                if bounded and time.monotonic() > deadline:
                     raise Busy(self.retry_s(), self.waiting)
                 yield self.waiting
         finally:
             with self._cond:
                 self.waiting -= 1
+                self.live_waiting -= live
         self._held_since = time.monotonic()
+
+    def yield_to_live(self, poll_s: float = 1.0) -> float:
+        """Between two points of a sweep holding the gate: when live runs wait, let them go first, then
+        take the gate back (behind any live run still waiting).  Returns the seconds given away (0 when
+        no live run waited): the sweep's budget does not count them."""
+        if self.live_waiting <= 0:
+            return 0.0
+        t0 = time.monotonic()
+        self.leave()
+        for _ in self.enter(poll_s, priority="sweep", bounded=False):
+            pass
+        log.info("a sweep let live runs go first for %.1f s", time.monotonic() - t0)
+        return time.monotonic() - t0
 
     def leave(self) -> None:
         if self._held_since is not None:

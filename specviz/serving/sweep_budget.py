@@ -17,11 +17,18 @@ on the plot, and the page says why it stopped.  Any sweep uses it the same way:
 
 `budget.ran_out` is true only when the budget actually stopped something (a decode or the next
 point), never merely because the last point finished after the deadline.
+
+A sweep shares the models with the room: its budget, made with the live gate (`sweep_budget(gate=GATE)`),
+gives the gate to the live runs waiting there before each point (`point_boundary`, which `within`
+calls), so a live run waits behind at most one point of a sweep; the time given away is not the
+sweep's (its deadline moves by as much).  A sweep that walks its points without `within` calls
+`point_boundary(budget)` before each.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from .envvars import env_number
 from .service import JobBudget
@@ -36,19 +43,47 @@ def sweep_seconds() -> float:
     return env_number("SPECVIZ_SWEEP_SECONDS", SWEEP_SECONDS)
 
 
-def sweep_budget(seconds: float | None = None) -> JobBudget:
-    """The budget of one sweep, starting now (`seconds` overrides the environment, for callers and tests)."""
-    return JobBudget(sweep_seconds() if seconds is None else seconds)
+@dataclass
+class SweepBudget(JobBudget):
+    """A sweep's budget, and the gate it holds (None: no gate to share, e.g. a script's sweep)."""
+
+    gate: Any = None
+    yielded_s: float = 0.0  # seconds given to live runs between points
+
+    def between_points(self) -> None:
+        """Let the live runs waiting at the gate go first; their time is not the sweep's."""
+        if self.gate is None:
+            return
+        waited = self.gate.yield_to_live()
+        if waited > 0:
+            self.deadline += waited
+            self.yielded_s += waited
+
+
+def sweep_budget(seconds: float | None = None, gate: Any = None) -> SweepBudget:
+    """The budget of one sweep, starting now (`seconds` overrides the environment, for callers and tests);
+    `gate`: the live gate the sweep holds (its points then give way to waiting live runs)."""
+    return SweepBudget(sweep_seconds() if seconds is None else seconds, gate=gate)
+
+
+def point_boundary(budget: Any) -> None:
+    """Between two points of a sweep: the live runs waiting at the gate go first (a budget without a gate,
+    or any other should_stop, does nothing)."""
+    between = getattr(budget, "between_points", None)
+    if callable(between):
+        between()
 
 
 def within(steps: Sequence[T], budget: Callable[[], bool]) -> Iterator[T]:
     """The sweep's steps (a list of what to measure) until the budget is spent.
 
     Checked before each step but the first starts, so a step that began always finishes (unless
-    its decodes take `budget` as should_stop) and a sweep that finished is never called cut short."""
+    its decodes take `budget` as should_stop) and a sweep that finished is never called cut short.
+    Before each step the live runs waiting at the gate go first (`point_boundary`)."""
     for k, step in enumerate(steps):
         if k and budget():
             return
+        point_boundary(budget)
         yield step
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from ..experiments import recorded, shootout as SO
+from ..serving.replay import GATE
 from ..serving.sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
 from ..views import sweep_plots as SP
@@ -48,7 +49,7 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
     req = yield from enter_gate(form, report, "shoot-out")
     where = f"{req.pair.draft_name} → {req.pair.target_name} on {req.pair.device}"
     rows: list[SO.Row] = []
-    budget = sweep_budget()  # from here: the time spent waiting at the gate is not the shoot-out's
+    budget = sweep_budget(gate=GATE)  # from here: the time spent waiting at the gate is not the shoot-out's
 
     def frames() -> Iterator[SweepFrame]:
         nonlocal rows

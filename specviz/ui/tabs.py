@@ -192,11 +192,12 @@ SWEEPS_INTRO = ("Run the prompt and settings of the **Live** tab (drafter and dr
 
 
 def enter_gate(form: RunForm, report: Callable[..., Any] | None, what: str) -> Iterator[SweepFrame]:
-    """Check the form and wait at the live gate (live runs go first; a sweep waits its turn like one),
-    showing the queue; returns the request. `req = yield from enter_gate(...)`; pair it with `under_gate`."""
+    """Check the form and wait at the live gate (live runs go first: a sweep waits behind them, and gives
+    them the gate between its points), showing the queue; returns the request.
+    `req = yield from enter_gate(...)`; pair it with `under_gate`."""
     try:
         req = form.request(progress=report)
-        for ahead in GATE.enter():
+        for ahead in GATE.enter(priority="sweep"):
             yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
     except (InputError, ModelError, Busy) as exc:
         yield SweepFrame(status=f"**The {what} did not start:** {exc}")
@@ -228,7 +229,7 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
         raise gr.Error(msg, print_exception=False)
     req = yield from enter_gate(form, report, "sweep")
     results: list[dict] = []
-    budget = sweep_budget()  # from here: the time spent waiting at the gate is not the sweep's
+    budget = sweep_budget(gate=GATE)  # from here: the time spent waiting at the gate is not the sweep's
     gen = (sweeps.gamma_sweep if kind == "gamma" else sweeps.epsilon_sweep)(req, should_stop=budget)
     what = f"drafter {req.settings.drafter}, {req.settings.policy} policy"
 
@@ -271,7 +272,7 @@ def tree_sweep(form: RunForm, progress: Callable[..., Any] | None = None) -> Ite
     req = yield from enter_gate(form, report, "measurement")
     rows: list[dict] = []
     sizes = sweeps.TREE_SIZES
-    budget = sweep_budget()
+    budget = sweep_budget(gate=GATE)
 
     def frames() -> Iterator[SweepFrame]:
         nonlocal rows

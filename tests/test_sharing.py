@@ -1,0 +1,121 @@
+"""Issue 33, "One visitor cannot spoil the room", the sharing half: models, the trace store, exports and
+sweeps are shared fairly between visitors.  Tiny pairs, fake loaders and plain threads: no server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+
+# ---- 4. a sweep gives the models to live runs between its points ---------------------------------
+
+
+def _hold(gate, priority, log, name, hold_s=0.0, started=None):
+    """Enter the gate, note the order, hold it a moment, leave."""
+    for _ in gate.enter(poll_s=0.02, priority=priority):
+        pass
+    log.append(name)
+    if started is not None:
+        started.set()
+    time.sleep(hold_s)
+    gate.leave()
+
+
+def test_a_live_run_waiting_goes_before_a_sweep_waiting():
+    from specviz.serving.replay import LiveGate
+
+    gate = LiveGate(threading.Lock(), max_waiting=8, max_wait_s=10)
+    order: list[str] = []
+    for _ in gate.enter():
+        pass  # something holds the gate
+    sweep = threading.Thread(target=_hold, args=(gate, "sweep", order, "sweep"))
+    sweep.start()
+    time.sleep(0.2)  # the sweep waits first…
+    live = threading.Thread(target=_hold, args=(gate, "live", order, "live"))
+    live.start()
+    time.sleep(0.2)  # …then a live run
+    assert gate.waiting == 2 and gate.live_waiting == 1
+    gate.leave()
+    sweep.join(5)
+    live.join(5)
+    assert order == ["live", "sweep"]
+    assert gate.waiting == 0 and gate.live_waiting == 0 and not gate.lock.locked()
+
+
+def test_a_live_run_waits_behind_at_most_one_sweep_point():
+    """A sweep of 6 points, 0.3 s each, holding the gate: a live run arriving during point 2 starts right
+    after point 2, not after the sweep (it took the whole sweep before)."""
+    from specviz.serving.replay import LiveGate
+    from specviz.serving.sweep_budget import sweep_budget, within
+
+    gate = LiveGate(threading.Lock(), max_waiting=8, max_wait_s=30)
+    events: list[tuple[str, float]] = []
+    t0 = time.monotonic()
+
+    def sweep():
+        for _ in gate.enter(poll_s=0.02, priority="sweep"):
+            pass
+        budget = sweep_budget(60, gate=gate)
+        try:
+            for point in within(range(6), budget):
+                events.append((f"point {point}", time.monotonic() - t0))
+                time.sleep(0.3)
+        finally:
+            gate.leave()
+        events.append(("sweep done", time.monotonic() - t0))
+        assert budget.yielded_s > 0 and not budget.ran_out
+
+    s = threading.Thread(target=sweep)
+    s.start()
+    time.sleep(0.45)  # during point 1 (0.3-0.6 s)
+    arrived = time.monotonic() - t0
+    live = threading.Thread(target=_hold, args=(gate, "live", [], "live", 0.1))
+    live.start()
+    live.join(10)
+    started = time.monotonic() - t0
+    events.append(("live", started))
+    s.join(10)
+    names = [n for n, _ in sorted(events, key=lambda e: e[1])]
+    assert names.index("live") < names.index("point 3") and "sweep done" == names[-1], names
+    assert started - arrived < 0.3 + 0.2, (arrived, started)  # at most one point (0.3 s) behind
+    assert [n for n in names if n.startswith("point")] == [f"point {k}" for k in range(6)]  # the sweep finished
+
+
+def test_a_sweep_without_live_runs_keeps_the_gate():
+    from specviz.serving.replay import LiveGate
+    from specviz.serving.sweep_budget import point_boundary, sweep_budget
+
+    gate = LiveGate(threading.Lock(), max_waiting=8, max_wait_s=30)
+    for _ in gate.enter(priority="sweep"):
+        pass
+    budget = sweep_budget(60, gate=gate)
+    point_boundary(budget)
+    point_boundary(lambda: False)  # any other should_stop: nothing to do
+    assert gate.lock.locked() and budget.yielded_s == 0
+    gate.leave()
+
+
+def test_the_sweeps_tab_waits_at_the_gate_as_a_sweep(monkeypatch):
+    """The Sweeps tab's sweeps enter the gate with the sweep priority and share it between points."""
+    from specviz.models import TINY_PRESET
+    from specviz.serving import replay
+    from specviz.ui import tabs
+    from specviz.ui.form import RunForm
+
+    seen = []
+    real_enter = replay.GATE.enter
+
+    def enter(*a, **k):
+        seen.append(k.get("priority", "live"))
+        return real_enter(*a, **k)
+
+    monkeypatch.setattr(replay.GATE, "enter", enter)
+    budgets = []
+    real = tabs.sweep_budget
+    monkeypatch.setattr(tabs, "sweep_budget", lambda *a, **k: budgets.append(real(*a, **k)) or budgets[-1])
+    form = RunForm(preset=TINY_PRESET, prompt="hello sweep", gamma=2, max_new_tokens=6)
+    list(tabs.tree_sweep(form))
+    assert "sweep" in seen and budgets and budgets[0].gate is replay.GATE
+    assert not replay.GATE.lock.locked()
