@@ -119,3 +119,82 @@ def test_the_sweeps_tab_waits_at_the_gate_as_a_sweep(monkeypatch):
     list(tabs.tree_sweep(form))
     assert "sweep" in seen and budgets and budgets[0].gate is replay.GATE
     assert not replay.GATE.lock.locked()
+
+
+# ---- 2. the trace store: one session's uploads never empty another session's page -----------------
+
+
+def _store(total_mb=24, session_mb=10):
+    from specviz.ui.store import TraceStore
+
+    return TraceStore(max_entries=256, max_bytes=int(total_mb * 2**20), session_bytes=int(session_mb * 2**20))
+
+
+def test_a_sessions_entry_survives_four_other_sessions_uploads():
+    """The issue's probe: one ~8 MB recording sent from 4 new sessions emptied the victim's page."""
+    from specviz.ui.store import StoreFull
+
+    store = _store()
+    victim = store.put("victim spec", None, 300_000, session="victim")
+    refused = 0
+    for k in range(4):
+        try:
+            store.put(f"big {k}", None, 8 * 2**20, session=f"attacker {k}")
+        except StoreFull as exc:
+            refused += 1
+            assert "other visitors" in str(exc) and "Traceback" not in str(exc)
+    assert store.lookup(victim.id) == {"spec": "victim spec", "std": None}
+    assert refused == 2 and store.nbytes <= store.max_bytes  # two fit beside the victim, the others are refused
+
+
+def test_the_uploaders_own_oldest_entries_go_first():
+    store = _store(total_mb=24, session_mb=10)
+    other = store.put("other", None, 2**20, session="b")
+    mine = [store.put(f"mine {k}", None, 3 * 2**20, session="a") for k in range(3)]  # 9 MB of a's 10
+    store.lookup(mine[0].id)  # seen again: now the most recently used of a's
+    newest = store.put("mine 3", None, 3 * 2**20, session="a")  # over a's share: a's least recently used goes
+    assert store.lookup(mine[1].id) is None
+    assert all(store.lookup(s.id) is not None for s in (mine[0], mine[2], newest, other))
+    assert store.session_nbytes("a") == 9 * 2**20 and store.session_nbytes("b") == 2**20
+
+
+def test_a_run_over_a_sessions_share_is_refused_with_a_message():
+    from specviz.ui.store import StoreFull
+
+    store = _store(total_mb=24, session_mb=4)
+    kept = store.put("kept", None, 2**20, session="a")
+    with pytest.raises(StoreFull, match=r"too large.*each visitor may keep 4.0 MB"):
+        store.put("huge", None, 5 * 2**20, session="a")
+    assert store.lookup(kept.id) is not None  # a refused put drops nothing
+
+
+def test_a_session_ending_drops_all_its_entries_and_only_them():
+    store = _store()
+    a = [store.put(f"a{k}", None, 100, session="a") for k in range(3)]
+    b = store.put("b", None, 100, session="b")
+    store.drop(a[-1])
+    assert all(store.lookup(s.id) is None for s in a) and store.lookup(b.id) is not None
+    assert store.nbytes == 100
+
+
+def test_the_page_shows_the_refusal_instead_of_a_traceback(monkeypatch):
+    """A recording that cannot be kept for this session: the status line says why, the page keeps its run."""
+    from pathlib import Path
+
+    from specviz.trace import load_recording
+    from specviz.ui import live
+    from specviz.ui.frames import SKIP
+    from specviz.ui.store import as_session
+
+    store = _store(total_mb=1, session_mb=1)
+    monkeypatch.setattr(live, "STORE", store)
+    path = Path(__file__).resolve().parent.parent / "assets" / "traces" / "1-code-greedy.json"
+    spec, std = load_recording(path.read_bytes())
+    with as_session("other"):
+        store.put("other's run", None, 2**20 - 10)
+    with as_session("me"):
+        frame = live.final_frame(spec, std, "ok")
+    assert "other visitors" in frame.status and frame.state is SKIP and frame.rounds is SKIP
+    with as_session("other"):  # the owner of the space can show it: its own entry makes room
+        frame = live.final_frame(spec, std, "ok")
+    assert frame.state is not SKIP and frame.state.session == "other"

@@ -36,7 +36,7 @@ from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
 from .frames import LiveFrame, round_number
-from .store import STORE
+from .store import STORE, StoreFull
 from .tree_ui import Walks, live_tree, mask_for, step_tree, tree_figures
 
 log = logging.getLogger("specviz.app")
@@ -67,16 +67,21 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
 
 
 def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame:
-    """Everything drawn from a finished race (or a loaded recording)."""
+    """Everything drawn from a finished race (or a loaded recording); when the server cannot keep it for
+    this session (its share of the store, issue 33), the status line says so and the page keeps what it showed."""
+    data = recording_bytes(spec, std) if (spec or std) else b""  # once: the export file and the store's size
+    try:
+        state = STORE.put(spec, std, len(data))
+    except StoreFull as exc:
+        return LiveFrame(status=status_html(str(exc), "warn"))
     summary = spec.summary() if spec else (std.summary() if std else None)
     n = len(spec.rounds) if spec else 0
     narration, step_round = step_views(spec, 1)
     plot_tree_size, plot_tree_verify = tree_figures(spec)
     trees = bool(spec) and any(r.tree is not None for r in spec.rounds)  # chain runs hide the tree-only parts
-    data = recording_bytes(spec, std) if (spec or std) else b""  # once: the export file and the store's size
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
-        state=STORE.put(spec, std, len(data)),
+        state=state,
         metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),

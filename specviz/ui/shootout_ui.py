@@ -25,7 +25,7 @@ from ..views._fmt import ranges_text
 from .form import RunForm
 from .frames import LiveFrame, SweepFrame
 from .live import final_frame, status_html
-from .store import STORE
+from .store import STORE, StoreFull
 from .tabs import enter_gate, sweep_frame, under_gate
 
 log = logging.getLogger("specviz.app")
@@ -53,7 +53,7 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
 
     def frames() -> Iterator[SweepFrame]:
         nonlocal rows
-        for frac, msg, rows in SO.run(req, should_stop=budget):  # a run cut short by the budget is dropped
+        for frac, msg, rows in SO.run(req, should_stop=budget, repeats=SO.REPEATS):  # a run cut short is dropped
             if report:
                 report(frac, msg)
             dicts = SV.rows_of(rows)
@@ -63,7 +63,8 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
     yield from under_gate(frames(), "shoot-out")
     std = next((r.trace for r in rows if r.key == SO.STANDARD and r.trace is not None), None)
     # The traces go to the page's bounded store; the page keeps only handles.
-    runs = {r.label: STORE.put(r.trace, std) for r in rows if r.trace is not None and r.key != SO.STANDARD}
+    # Each row's trace is its median repeat's, with the standard run of that repeat's round as its partner.
+    runs = {r.label: STORE.put(r.trace, r.baseline or std) for r in rows if r.trace is not None and r.key != SO.STANDARD}
     ran = sum(1 for r in rows if not r.error)
     pick = " Pick a run below to step through it on the Live tab." if runs else ""
     if budget.ran_out:
@@ -71,7 +72,9 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
         yield SweepFrame(status=f"Drafter shoot-out on {where}: {time_limit_note(budget, len(rows))}{pick}",
                          shootout_runs=runs, shootout_pick=_pick(runs))  # the table already shows the finished rows
         return
-    yield SweepFrame(status=f"Drafter shoot-out done: {ran} of {len(rows)} ran on {where}.{pick}",
+    reps = max((r.repeats or 0 for r in rows), default=0)
+    each = f" (median of {reps} repeats each, run round-robin with standard decoding)" if reps > 1 else ""
+    yield SweepFrame(status=f"Drafter shoot-out done: {ran} of {len(rows)} ran on {where}{each}.{pick}",
                      shootout_runs=runs, shootout_pick=_pick(runs))
 
 
@@ -103,6 +106,9 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
             f"{'…' if len(rec.prompt) > 60 else ''}”, {s.get('max_new_tokens')} new tokens, "
             f"{'greedy' if not s.get('temperature') else 'T = ' + str(s.get('temperature'))}")
     load = f" (load average {rec.load_average[0]:g})" if rec.load_average else ""
+    if rec.repeats and rec.repeats > 1:
+        load += (f" · every point the median of {rec.repeats} repeats run round-robin with standard decoding "
+                 "(error bars and brackets: min–max)")
     gammas = [r.gamma for r in rec.gamma if r.gamma > 0]  # 0: the standard baseline
     what += f"; γ sweep at γ = {ranges_text(gammas)}" if gammas else "; no γ sweep recorded"
     if any(r.gamma > 0 for r in rec.gamma) and not any(r.v for r in rec.gamma):

@@ -4,6 +4,11 @@ Gradio keeps a session's `gr.State` for as long as the session lives (up to 10,0
 traces kept there grow without bound with the number of visitors.  The page's state is a small
 `Shown` handle instead; the traces live here, least recently used first out, bounded by count and
 by the recordings' JSON bytes.  A handle whose traces were dropped reads as nothing shown.
+
+Fair between sessions (issue 33): each session may hold up to `SPECVIZ_STORE_SESSION_MB` of the
+`SPECVIZ_STORE_MB` in all, and making room only ever drops the *putting* session's own oldest
+entries: one visitor's uploads never empty another visitor's page.  A put that cannot fit (the
+other sessions hold the rest) raises `StoreFull`, whose message is for the page.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from ..serving.envvars import env_number
 from ..trace import Trace, recording_to_json
@@ -20,6 +27,40 @@ from ..trace import Trace, recording_to_json
 STORE_ENTRIES = 256
 # JSON bytes of the held recordings; in memory a trace with its views takes ~6× its JSON.
 STORE_BYTES = int(env_number("SPECVIZ_STORE_MB", 24.0) * 2**20)
+# One session's share: enough for the largest recording an upload may be (10 MB).
+SESSION_BYTES = int(env_number("SPECVIZ_STORE_SESSION_MB", 10.0) * 2**20)
+_SESSION: ContextVar[str | None] = ContextVar("specviz_session", default=None)
+
+
+class StoreFull(RuntimeError):
+    """The run cannot be kept for this session; the message says why, for the page."""
+
+
+def current_session() -> str:
+    """The session of the event being handled: Gradio's session hash ("" outside an event: scripts, tests)."""
+    name = _SESSION.get()
+    if name is not None:
+        return name
+    try:
+        from gradio.context import LocalContext
+
+        return str(getattr(LocalContext.request.get(None), "session_hash", None) or "")
+    except Exception:  # noqa: BLE001 -- no Gradio, no event: the shared anonymous session
+        return ""
+
+
+@contextmanager
+def as_session(name: str) -> Iterator[None]:
+    """Handle what follows as session `name` (tests, scripts)."""
+    token = _SESSION.set(name)
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
 
 
 @dataclass(frozen=True)
@@ -28,6 +69,7 @@ class Shown:
     replaces (``state.get("spec")``), so handlers need not know where the traces are."""
 
     id: int
+    session: str = ""
 
     def get(self, name: str, default: Any = None) -> Any:
         found = STORE.lookup(self.id)
@@ -44,27 +86,52 @@ class Shown:
 
 
 class TraceStore:
-    def __init__(self, max_entries: int = STORE_ENTRIES, max_bytes: int = STORE_BYTES):
+    def __init__(self, max_entries: int = STORE_ENTRIES, max_bytes: int = STORE_BYTES,
+                 session_bytes: int | None = None):
         self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.session_bytes = SESSION_BYTES if session_bytes is None else session_bytes
         self._lock = threading.Lock()
-        self._items: OrderedDict[int, tuple[dict, int]] = OrderedDict()
+        self._items: OrderedDict[int, tuple[dict, int, str]] = OrderedDict()
         self._ids = itertools.count(1)
         self.nbytes = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, spec: Trace | None, std: Trace | None, nbytes: int | None = None) -> Shown:
+    def session_nbytes(self, session: str) -> int:
+        with self._lock:
+            return sum(n for _, n, s in self._items.values() if s == session)
+
+    def put(self, spec: Trace | None, std: Trace | None, nbytes: int | None = None,
+            session: str | None = None) -> Shown:
+        """Hold (spec, std) for `session` (default: the current event's) and return its handle.  Room is
+        made by dropping that session's own least recently used entries, never another's; StoreFull
+        when the run is over the session's share or the other sessions hold the rest."""
         if nbytes is None:
             nbytes = len(recording_to_json(spec, std)) if (spec or std) else 0
+        session = current_session() if session is None else session
+        quota = min(self.session_bytes, self.max_bytes)
+        if nbytes > quota:
+            raise StoreFull(f"This run is too large for the server to keep for your page ({_mb(nbytes)}; each "
+                            f"visitor may keep {_mb(quota)}, SPECVIZ_STORE_SESSION_MB): load a smaller recording "
+                            "or a shorter run.")
         with self._lock:
-            key = next(self._ids)
-            self._items[key] = ({"spec": spec, "std": std}, nbytes)
-            self.nbytes += nbytes
-            while len(self._items) > 1 and (len(self._items) > self.max_entries or self.nbytes > self.max_bytes):
-                _, (_, n) = self._items.popitem(last=False)
+            mine = [k for k, (_, _, s) in self._items.items() if s == session]  # least recently used first
+            own = sum(self._items[k][1] for k in mine)
+            others = self.nbytes - own
+            if others + nbytes > self.max_bytes or len(self._items) - len(mine) + 1 > self.max_entries:
+                raise StoreFull(f"The server is holding other visitors' runs ({_mb(others)} of {_mb(self.max_bytes)}, "
+                                "SPECVIZ_STORE_MB): it cannot keep this one for your page now. Try again in a few "
+                                "minutes, or ask the host for a bigger store.")
+            while mine and (own + nbytes > quota or self.nbytes + nbytes > self.max_bytes
+                            or len(self._items) + 1 > self.max_entries):
+                _, n, _ = self._items.pop(mine.pop(0))
+                own -= n
                 self.nbytes -= n
-        return Shown(key)
+            key = next(self._ids)
+            self._items[key] = ({"spec": spec, "std": std}, nbytes, session)
+            self.nbytes += nbytes
+        return Shown(key, session)
 
     def lookup(self, key: int) -> dict | None:
         with self._lock:
@@ -75,12 +142,15 @@ class TraceStore:
             return item[0]
 
     def drop(self, state: Any) -> None:
-        """gr.State's delete_callback: the session ended, its traces go."""
+        """gr.State's delete_callback: the session ended (or its state expired), its traces go, all of them."""
         if isinstance(state, Shown):
             with self._lock:
-                item = self._items.pop(state.id, None)
-                if item:
-                    self.nbytes -= item[1]
+                gone = [state.id] + ([k for k, (_, _, s) in self._items.items() if s == state.session]
+                                     if state.session else [])
+                for key in gone:
+                    item = self._items.pop(key, None)
+                    if item:
+                        self.nbytes -= item[1]
 
 
 STORE = TraceStore()
