@@ -14,6 +14,7 @@ from specviz.core.engine import speculative_decode, standard_decode
 from specviz.core.race import interleave
 from specviz.core.settings import DecodeSettings
 from specviz.hardware import load
+from specviz.hardware.probe import Probe
 from specviz.serving import service
 from specviz.serving.replay import RecordingCache, RunKey, cut, replay
 from specviz.theory import timing as TM
@@ -29,9 +30,9 @@ PLAN = [dict(accept=3, extra="correction")] * 20  # 20 rounds of 4 drafts, 4 tok
 def _probe(step_ms=100.0, verify_ms=110.0, draft_ms=40.0, threads=2):
     """The probe's prices as the race reads them off the pair (service.probe_prices): T(k) for the
     target's execution, the draft's step."""
-    pair = SimpleNamespace(probe=SimpleNamespace(
-        curves={"int8": {1: step_ms, 2: step_ms + 2, 4: step_ms + 6, 8: verify_ms + 10}}, draft_ms=draft_ms,
-        machine={"threads": threads}), target_exec="int8")
+    pair = SimpleNamespace(probe=Probe(
+        {"threads": threads}, "m", {"int8": {1: step_ms, 2: step_ms + 2, 4: step_ms + 6, 8: verify_ms + 10}},
+        draft_ms, 0.8, "int8"), target_exec="int8")
     return service.probe_prices(pair)
 
 
@@ -162,11 +163,17 @@ def test_a_reliable_race_shows_its_second_opinion():
     html = race_html(spec, std)
     assert 'data-reliable="true"' in html and "on 1 thread," in html
     assert "the machine was busy (other work used 1.8 cores as the race began)" in html
+    spec.timing = TM.assess_race(spec, std, prices=_probe(threads=1), threads=2, busy=0.0, threads_end=1,
+                                 busy_during=1.4)  # other work arrived mid-race
+    assert spec.timing.slowdown is not None  # priced at the count it ended with
+    html = race_html(spec, std)
+    assert "on 2 threads, then 1 once other work arrived (it used 1.4 cores)" in html
 
 
 def test_timing_round_trips_and_old_recordings_load():
     spec, _ = _race()
-    spec.timing = Timing(how="interleaved", threads=1, busy=1.9, spread=0.35, reliable=False, why="busy", predicted=1.6)
+    spec.timing = Timing(how="interleaved", threads=2, threads_end=1, busy=1.9, busy_during=1.2, spread=0.35,
+                         reliable=False, why="busy", predicted=1.6)
     back = trace_from_json(spec.to_json())
     assert back.timing == spec.timing
     spec.timing = None
@@ -257,16 +264,61 @@ def test_race_threads_sets_and_restores(monkeypatch):
     before = torch.get_num_threads()
     pair = SimpleNamespace(device=torch.device("cpu"))
     monkeypatch.delenv("SPECVIZ_THREADS", raising=False)
-    with load.race_threads(pair, measure=lambda: 5.0) as choice:
-        assert choice.count == 1 and choice.busy == 5.0 and torch.get_num_threads() == 1
+    history = load.History()
+    with load.race_threads(pair, measure=lambda: 5.0, history=history) as choice:
+        assert choice.count == 1 and choice.start == 1 and choice.busy == 5.0 and torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
     monkeypatch.setenv("SPECVIZ_THREADS", "3")
-    with load.race_threads(pair, measure=lambda: 5.0) as choice:
-        assert choice.count == 3
-    with load.race_threads(pair, fixed=0) as choice:
+    with load.race_threads(pair, measure=lambda: 5.0, history=history) as choice:
+        assert choice.count == 3 and not choice.may_drop
+    with load.race_threads(pair, fixed=0, history=history) as choice:
         assert choice.count == before and choice.busy is None
     with load.race_threads(SimpleNamespace(device=torch.device("meta"))) as choice:
         assert choice.count is None
+
+
+def test_a_recent_busy_reading_keeps_one_thread(monkeypatch):
+    """A load that comes and goes: a race that starts in a quiet moment shortly after a busy reading
+    still runs on one thread, so races made under the same coming-and-going load agree."""
+    monkeypatch.delenv("SPECVIZ_THREADS", raising=False)
+    now = [1000.0]
+    history = load.History(keep_s=30.0, clock=lambda: now[0])
+    pair = SimpleNamespace(device=torch.device("cpu"))
+    cores = max(2, torch.get_num_threads())
+    torch.set_num_threads(cores)
+    try:
+        with load.race_threads(pair, measure=lambda: 1.5, history=history) as c:
+            assert c.start == 1
+        now[0] += 10
+        with load.race_threads(pair, measure=lambda: 0.0, history=history) as c:
+            assert c.start == 1  # quiet now, busy 10 s ago
+        now[0] += 31
+        with load.race_threads(pair, measure=lambda: 0.0, history=history) as c:
+            assert c.start == cores and c.may_drop  # quiet for longer than STICKY_S
+    finally:
+        torch.set_num_threads(cores)
+
+
+def test_other_work_arriving_mid_race_drops_both_runs_to_one_thread():
+    """ThreadControl.check reads the CPU all cores spent minus this process's own: the race's own
+    threads never count as other work; a neighbour's do."""
+    t, total, own = [0.0], [0.0], [0.0]
+    history = load.History(clock=lambda: t[0])
+    before = torch.get_num_threads()
+    c = load.ThreadControl(2, 0.0, may_drop=True, read=lambda: total[0], own=lambda: own[0], clock=lambda: t[0],
+                           history=history)
+    try:
+        t[0], total[0], own[0] = 0.5, 1.0, 1.0
+        assert not c.check()  # under CHECK_S since the last reading: not read
+        t[0], total[0], own[0] = 2.0, 4.0, 4.0  # 2 s, both cores busy, all of it this process
+        assert not c.check() and c.count == 2 and c.busy_during == 0.0
+        t[0], total[0], own[0] = 4.0, 8.0, 5.2  # 2 s: 4 core-seconds, 1.2 of them ours -> 1.4 cores other
+        assert c.check() and c.count == 1 and torch.get_num_threads() == 1 and c.busy_during == 1.4
+        assert history.busy_lately() == 1.4  # the next race starts on one thread
+        t[0], total[0], own[0] = 6.0, 12.0, 6.0
+        assert not c.check() and c.count == 1  # never back up within a race
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---- nothing false is kept ---------------------------------------------------------------------------
@@ -317,3 +369,43 @@ def test_a_race_too_short_to_time_is_not_judged():
     spec.timing = std.timing = t
     assert "too short a race to judge its clocks" in race_html(spec, std)
 
+
+
+# ---- one thread's prices -------------------------------------------------------------------------------
+
+
+def test_a_one_thread_race_is_priced_by_the_one_thread_curve():
+    probe = Probe({"threads": 2}, "m", {"int8": {1: 100.0, 4: 160.0}}, 40.0, 0.8, "int8",
+                  one_thread={"curve": {1: 150.0, 4: 330.0}, "draft_ms": 70.0})
+    pair = SimpleNamespace(probe=Probe.from_dict(probe.as_dict()), target_exec="int8")  # survives the cache
+    every, one = service.probe_prices(pair, 2), service.probe_prices(pair, 1)
+    assert (every.threads, every.target(1), every.draft) == (2, 0.1, 0.04)
+    assert (one.threads, one.target(1), one.target(4), one.draft) == (1, 0.15, 0.33, 0.07)
+    assert service.probe_prices(pair, None).threads == 2
+    pair.target_exec = "bf16"  # another execution than the probe's: not priced
+    assert service.probe_prices(pair, 1) is None
+    old = Probe({"threads": 2}, "m", {"int8": {1: 100.0}}, 40.0, 0.8, "int8")  # a cache from before
+    assert service.probe_prices(SimpleNamespace(probe=Probe.from_dict(old.as_dict()), target_exec="int8"), 1).threads == 2
+
+
+def test_the_probe_times_the_chosen_execution_on_one_thread_once(tmp_path, monkeypatch):
+    from specviz.hardware import probe as P
+    from specviz.hardware.machine import this_machine
+    from specviz.models.tiny import build_tiny_pair
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    tiny = build_tiny_pair()
+    target, draft = tiny.target, tiny.draft
+    machine = this_machine(torch.device("cpu")).as_dict() | {"threads": 2}
+    probe = Probe(machine, "tiny", {"fp32": {1: 1.0, 2: 1.1}}, 0.5, 0.8, "fp32")
+    before = torch.get_num_threads()
+    out = P.add_one_thread(probe, target, draft, tiny.vocab_size, torch.float32, busy=lambda: False)
+    assert torch.get_num_threads() == before
+    assert set(out.one_thread["curve"]) == set(P.PROBE_KS) and out.one_thread["draft_ms"] > 0
+    again = P.add_one_thread(out, target, None, tiny.vocab_size, torch.float32, busy=lambda: False)
+    assert again.one_thread is out.one_thread  # measured once
+    stored = P.read_probes()
+    assert any(e.get("one_thread") for e in stored.values())  # remembered for the next start
+    busy = Probe(machine, "tiny", {"fp32": {1: 1.0}}, 0.5, 0.8, "fp32")
+    assert P.add_one_thread(busy, target, draft, tiny.vocab_size, torch.float32,
+                            busy=lambda: True).one_thread is None  # a busy machine's timings mean nothing

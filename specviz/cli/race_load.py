@@ -107,7 +107,8 @@ def one_race(request: Any, mode: dict) -> dict:
     spec, std, t = final.spec, final.std, final.spec.timing
     a, b = spec.summary().tokens_per_s, std.summary().tokens_per_s
     return {"speedup": round(a / b, 3), "spec_tok_s": round(a, 2), "std_tok_s": round(b, 2), "how": t.how,
-            "threads": t.threads, "reliable": t.reliable, "spread": t.spread, "predicted": t.predicted,
+            "threads": t.threads, "threads_end": t.threads_end, "busy": t.busy, "busy_during": t.busy_during,
+            "reliable": t.reliable, "spread": t.spread, "predicted": t.predicted,
             "slowdown": t.slowdown, "why": t.why}
 
 

@@ -3,19 +3,33 @@
 On an oversubscribed CPU a forward pass split over every core waits at each of its many barriers for
 a thread the OS preempted; the draft (many small ops) suffers most, so c balloons and a race teaches
 that speculation loses (measured on a 2-core EPYC with three CPU hogs beside the app: 0.79× with two
-threads, 1.58× with one, against 1.81× / 1.63× idle).  So before a race the job reads how busy the
-CPU is -- the share of the cores other work used over a short window, while this job waits -- and
-runs both runs with one thread when the cores it would need are taken, all of them otherwise.
+threads, 1.58× with one, against 1.81× / 1.63× idle; on the AVX2 EPYC the speculative run made 1.94
+tokens/s with one thread against 1.08 with two).  With one thread per model every pass is stretched by
+the same share of a core, so the two runs' ratio holds whatever the load does.
+
+So the race's threads are chosen for the moment (:func:`race_threads`):
+
+- before the race the job reads how busy the CPU is -- the cores' worth of CPU other work used over
+  a short window while this job waits (/proc/stat) -- and remembers it;
+- both runs get one thread when other work takes half a core or more now, or did within the last
+  ``STICKY_S`` seconds (a load that comes and goes, a video call, a neighbour's job between its
+  requests, would otherwise give every other race a different thread count); every core otherwise;
+- during the race (:meth:`ThreadControl.check`, between events) the other work is read again -- the
+  CPU all cores spent minus this process's own -- and a race that started on every core drops to one
+  thread, for both runs at once, when other work arrives.  The trace names both counts.
 
 SPECVIZ_THREADS fixes the count (an operator who knows the machine); on a GPU nothing is changed.
+The probe times each model at one thread as well as on every core (hardware.probe), so a race run on
+one thread is priced by that curve.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
@@ -23,6 +37,8 @@ import torch
 # Other work using at least this many cores (of this process's threads' worth) means a busy machine.
 BUSY_CORES = 0.5
 WINDOW_S = 0.2  # how long the CPU is watched before a race
+STICKY_S = 30.0  # a busy reading this recent still means one thread
+CHECK_S = 1.0  # during a race, the other work is read at most this often (over at least this long)
 
 
 def _cpu_busy_seconds() -> float | None:
@@ -52,11 +68,37 @@ def busy_cores(window_s: float = WINDOW_S, read: Callable[[], float | None] = _c
     return max(0.0, (b - a) / took)
 
 
-def choose_threads(cores: int, busy: float | None) -> int:
-    """Every core when the machine is quiet (or its load unknown); one when other work takes cores."""
-    if busy is None or cores <= 1:
+class History:
+    """Recent readings of other work (monotonic time, cores' worth), for the sticky choice."""
+
+    def __init__(self, keep_s: float = STICKY_S, clock: Callable[[], float] = time.monotonic):
+        self.keep_s, self.clock = keep_s, clock
+        self._readings: collections.deque[tuple[float, float]] = collections.deque(maxlen=256)
+
+    def add(self, busy: float | None) -> None:
+        if busy is not None:
+            self._readings.append((self.clock(), busy))
+
+    def busy_lately(self) -> float | None:
+        """The most other work any reading of the last ``keep_s`` seconds saw (None: no reading)."""
+        now = self.clock()
+        recent = [b for t, b in self._readings if now - t <= self.keep_s]
+        return max(recent) if recent else None
+
+    def clear(self) -> None:
+        self._readings.clear()
+
+
+HISTORY = History()
+
+
+def choose_threads(cores: int, busy: float | None, lately: float | None = None) -> int:
+    """Every core when the machine is quiet (or its load unknown); one when other work takes cores
+    now or did lately."""
+    if cores <= 1:
         return max(1, cores)
-    return 1 if busy >= BUSY_CORES else cores
+    seen = [b for b in (busy, lately) if b is not None]
+    return 1 if seen and max(seen) >= BUSY_CORES else cores
 
 
 def _fixed() -> int | None:
@@ -64,21 +106,66 @@ def _fixed() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-@dataclass(frozen=True)
-class ThreadChoice:
-    count: int | None  # torch threads both runs use (None: not chosen, on a GPU)
+@dataclass
+class ThreadControl:
+    """The race's thread count: chosen before it (``start``), maybe dropped to one during it (``count``).
+
+    ``check()`` between events reads the other work since the last reading (at most every ``CHECK_S``)
+    and, when the count may still change, drops it to one thread while other work takes cores."""
+
+    start: int | None  # torch threads both runs began with (None: not chosen, on a GPU)
     busy: float | None = None  # cores' worth of CPU other work used just before (None: not measured)
+    count: int | None = None  # the count now (== start unless dropped)
+    busy_during: float | None = None  # the most other work seen during the race (None: not read)
+    may_drop: bool = False
+    read: Callable[[], float | None] = field(default=_cpu_busy_seconds, repr=False)
+    own: Callable[[], float] = field(default=time.process_time, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    history: History = field(default=HISTORY, repr=False)
+    _last: tuple[float, float, float] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.count is None:
+            self.count = self.start
+        if self.may_drop:
+            self._mark()
+
+    def _mark(self) -> None:
+        total = self.read()
+        self._last = None if total is None else (self.clock(), total, self.own())
+
+    def check(self) -> bool:
+        """Read the other work since the last reading; True when the count was just dropped to one."""
+        if self._last is None:
+            return False
+        t0, total0, own0 = self._last
+        took = self.clock() - t0
+        if took < CHECK_S:
+            return False
+        total, own = self.read(), self.own()
+        if total is None:
+            self._last = None
+            return False
+        other = max(0.0, ((total - total0) - (own - own0)) / took)
+        self._last = (self.clock(), total, own)
+        self.history.add(other)
+        self.busy_during = round(max(other, self.busy_during or 0.0), 2)
+        if self.count is not None and self.count > 1 and other >= BUSY_CORES:
+            self.count = 1
+            torch.set_num_threads(1)
+            return True
+        return False
 
 
 @contextlib.contextmanager
 def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores,
-                 fixed: int | None = None) -> Iterator[ThreadChoice]:
-    """Run the block with the thread count chosen for this moment; yields the choice (count None on a
-    GPU, where the threads do not time the models).  ``fixed``: this count instead (0: the process's
-    own).  The process's count is restored afterwards."""
+                 fixed: int | None = None, history: History = HISTORY) -> Iterator[ThreadControl]:
+    """Run the block with the thread count chosen for this moment; yields the control (start None on a
+    GPU, where the threads do not time the models).  ``fixed``: this count instead, never changed
+    (0: the process's own).  The process's count is restored afterwards."""
     device = getattr(pair, "device", None)
     if getattr(device, "type", "cpu") != "cpu":
-        yield ThreadChoice(None)
+        yield ThreadControl(None)
         return
     before = torch.get_num_threads()
     busy = None
@@ -86,10 +173,13 @@ def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores,
         chosen = fixed or before
     else:
         busy = measure()
-        chosen = _fixed() or choose_threads(before, busy)
+        lately = history.busy_lately()
+        history.add(busy)
+        chosen = _fixed() or choose_threads(before, busy, lately)
     torch.set_num_threads(chosen)
     try:
-        yield ThreadChoice(chosen, None if busy is None else round(busy, 2))
+        yield ThreadControl(chosen, None if busy is None else round(busy, 2), history=history,
+                            may_drop=fixed is None and _fixed() is None and chosen > 1)
     finally:
         torch.set_num_threads(before)
 
@@ -103,4 +193,5 @@ def race_can_interleave(pair: Any) -> bool:
     return steps_of(getattr(pair, "target", None)) is None
 
 
-__all__ = ["BUSY_CORES", "WINDOW_S", "ThreadChoice", "busy_cores", "choose_threads", "race_can_interleave", "race_threads"]
+__all__ = ["BUSY_CORES", "CHECK_S", "HISTORY", "STICKY_S", "WINDOW_S", "History", "ThreadControl", "busy_cores",
+           "choose_threads", "race_can_interleave", "race_threads"]

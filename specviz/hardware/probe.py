@@ -59,17 +59,39 @@ class Probe:
     seconds: float = 0.0  # what measuring cost, building the executions included
     build_seconds: float = 0.0  # of which building the chosen execution (a start running it pays that anyway)
     measured: bool = True  # False: chosen from the ISA on a busy machine
+    # The chosen execution timed on one thread (where the machine has more): {"curve": {k: ms}, "draft_ms": ms}.
+    # A race on a busy machine runs on one thread (hardware.load) and is priced by these.
+    one_thread: dict | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["curves"] = {e: {str(k): round(v, 1) for k, v in c.items()} for e, c in self.curves.items()}
+        if self.one_thread:
+            d["one_thread"] = {"curve": {str(k): round(v, 1) for k, v in self.one_thread["curve"].items()},
+                               "draft_ms": self.one_thread.get("draft_ms")}
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Probe":
         d = dict(d)
         d["curves"] = {e: {int(k): float(v) for k, v in c.items()} for e, c in d.get("curves", {}).items()}
+        one = d.get("one_thread")
+        d["one_thread"] = ({"curve": {int(k): float(v) for k, v in one["curve"].items()}, "draft_ms": one.get("draft_ms")}
+                           if isinstance(one, dict) and isinstance(one.get("curve"), dict) else None)
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def costs(self, execution: str, threads: int | None = None) -> tuple[dict[int, float], float | None, int | None] | None:
+        """(T(k) curve in ms, the draft's step in ms, the threads they hold for) for ``execution`` on
+        ``threads`` threads: the one-thread timings when one is asked and they exist, the probe's own
+        (every core) otherwise; None where this execution was not timed."""
+        cores = (self.machine or {}).get("threads")
+        one = self.one_thread or {}
+        if threads == 1 and cores != 1 and execution == self.choice and one.get("curve"):
+            return one["curve"], one.get("draft_ms"), 1
+        curve = self.curves.get(execution)
+        if not curve or 1 not in curve:
+            return None
+        return curve, self.draft_ms, cores
 
     def verify_factor(self, execution: str, k: int) -> float | None:
         """T(k) / T(1): what a k-token verify pass costs in one-token steps."""
@@ -282,6 +304,43 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
              probe.seconds, probe.build_seconds, choice, choice)
     remember(probe, machine, name, dtype)
     return probe, models[choice]
+
+
+def time_one_thread(target: torch.nn.Module, draft: torch.nn.Module | None, vocab: int,
+                    ks: tuple[int, ...] = PROBE_KS) -> dict:
+    """The target's curve over ``ks`` and the draft's step, each on one thread (the count a race on a
+    busy machine uses): {"curve": {k: ms}, "draft_ms": ms or None}.  The process's count is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        timer = VerifyTimer(target, vocab)
+        try:
+            curve = timer.curve(ks)
+        finally:
+            timer.close()
+        draft_ms = draft_step_ms(draft, vocab) if draft is not None else None
+    finally:
+        torch.set_num_threads(before)
+    return {"curve": {k: round(v, 1) for k, v in curve.items()}, "draft_ms": None if draft_ms is None else round(draft_ms, 1)}
+
+
+def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | None, vocab: int, dtype: torch.dtype,
+                   busy: Callable[[], bool] | None = None) -> Probe:
+    """``probe`` with its chosen execution timed on one thread too (once per machine: remembered), where
+    the machine has more than one and is quiet now; the probe unchanged otherwise."""
+    from ..models.int8 import machine_busy
+
+    machine = this_machine(next(target.parameters()).device)
+    if (probe.one_thread or not probe.measured or machine.kind != "cpu" or (probe.machine or {}).get("threads", 1) <= 1
+            or (busy or machine_busy)()):
+        return probe
+    t0 = time.perf_counter()
+    probe.one_thread = time_one_thread(target, draft, vocab)
+    log.info("Target %s as %s on one thread: %s ms for %s tokens, draft step %s ms (%.1f s)", probe.model, probe.choice,
+             "/".join(f"{v:.0f}" for v in probe.one_thread["curve"].values()), "/".join(map(str, probe.one_thread["curve"])),
+             probe.one_thread["draft_ms"], time.perf_counter() - t0)
+    remember(probe, machine, probe.model, dtype)
+    return probe
 
 
 def draft_step_ms(model: torch.nn.Module, vocab: int) -> float:

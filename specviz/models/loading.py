@@ -396,6 +396,8 @@ def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.d
         probe, model = hw_probe.probe_target(target, ref, dt, vocab, build=build, draft_ms=draft_ms, alpha=alpha,
                                              candidates=candidates)
         requested = probe.choice
+    if probe is not None and requested == probe.choice:
+        probe = hw_probe.add_one_thread(probe, model, draft, vocab, dt)  # once per machine: a busy race's prices
     if requested.endswith("+graphs"):  # the draft's one-token step gains the most from graphs
         executions.apply(draft, requested, source_dir=None)
     else:

@@ -363,7 +363,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     how = ("interleaved" if interleaved else "sequential") if standard else "alone"
     spec = std = None
     done = {"speculative": False, "standard": not standard}
-    with race_threads(req.pair, fixed=threads) as choice:
+    with race_threads(req.pair, fixed=threads) as control:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
                                                          should_stop=budget)}
@@ -375,6 +375,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
                     stack.enter_context(contextlib.closing(stream))
                 events = interleave(streams) if how == "interleaved" else in_turn(streams)
                 for phase, ev in events:
+                    control.check()  # other work arrived: both runs go on with one thread
                     trace = budget.explain(ev.trace) if ev.kind == "done" else ev.trace
                     done[phase] = ev.kind == "done"
                     if phase == "speculative":
@@ -385,23 +386,26 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
         finally:
             release_memory()
         if spec is not None:
-            spec.timing = assess_race(spec, std, how=how, threads=choice.count, busy=choice.busy,
-                                      prices=probe_prices(req.pair))
+            end = control.count if control.count != control.start else None
+            spec.timing = assess_race(spec, std, how=how, threads=control.start, busy=control.busy,
+                                      threads_end=end, busy_during=control.busy_during,
+                                      prices=probe_prices(req.pair, control.count))
             if std is not None:
                 std.timing = spec.timing
     yield Update("done", None, spec, std, spec_done=True, std_done=True)
 
 
-def probe_prices(pair: Any) -> Prices | None:
-    """The probe's costs for the pair's target execution on this machine (None when it was not measured)."""
+def probe_prices(pair: Any, threads: int | None = None) -> Prices | None:
+    """The probe's costs for the pair's target execution on this machine, for a race on ``threads``
+    threads: the one-thread curve for one thread where the probe timed it (None when not measured)."""
     probe = getattr(pair, "probe", None)
-    curve = (getattr(probe, "curves", None) or {}).get(str(getattr(pair, "target_exec", "") or ""))
-    if not curve or 1 not in curve:
+    costs = probe.costs(str(getattr(pair, "target_exec", "") or ""), threads) if probe is not None else None
+    if costs is None:
         return None
-    draft_ms = getattr(probe, "draft_ms", None)
+    curve, draft_ms, count = costs
     seconds = {k: ms / 1000 for k, ms in curve.items()}
     return Prices(target=lambda k: interpolate(seconds, k), draft=draft_ms / 1000 if draft_ms else None,
-                  threads=(getattr(probe, "machine", None) or {}).get("threads"))
+                  threads=count)
 
 
 def _standard(req: Request, budget: "JobBudget", *, sequential: bool) -> Iterator[Event]:

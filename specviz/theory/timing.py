@@ -141,18 +141,22 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 
 
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
-                busy: float | None = None, prices: Prices | None = None) -> Timing:
-    """How far this race's timings hold (see the module's docstring)."""
+                busy: float | None = None, prices: Prices | None = None, threads_end: int | None = None,
+                busy_during: float | None = None) -> Timing:
+    """How far this race's timings hold (see the module's docstring).  ``threads_end``: the count the
+    race dropped to when other work arrived (its prices are for that count)."""
+    who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during)
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
-        return Timing(how=how, threads=threads, busy=busy, judged=False)
+        return Timing(**who, judged=False)
     ps_spec = passes(spec)
     e_spec = excess(ps_spec)
     if std is None or not std.rounds or not spec.rounds:
-        return Timing(how=how, threads=threads, busy=busy, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
+        return Timing(**who, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
     ps_std = passes(std)
     e_std = excess(ps_std)
     spread = (e_spec ** 2 + e_std ** 2) ** 0.5
-    comparable = prices is not None and (threads is None or prices.threads is None or threads == prices.threads)
+    ran = threads_end or threads
+    comparable = prices is not None and (ran is None or prices.threads is None or ran == prices.threads)
     predicted = count_based_speedup(spec, std, prices) if prices is not None else None
     rc = race_costs(spec, std)
     measured = rc.measured if rc is not None else None
@@ -178,7 +182,10 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
             why.append(f"the wall clock's {measured:.2f}× and the count-based {predicted:.2f}× disagree by {off:.0%}")
     if slowdown is not None and slowdown > BUSY_SLOWDOWN and why:
         why.append(f"standard steps ran {slowdown:.1f}× slower than when this machine was probed")
-    return Timing(how=how, threads=threads, busy=busy, spread=round(spread, 4), spread_spec=round(e_spec, 4),
+    if threads_end is not None and threads_end != threads and why:
+        why.append(f"other work arrived during the race, which then went on with {threads_end} thread"
+                   f"{'s' if threads_end != 1 else ''} instead of {threads}")
+    return Timing(**who, spread=round(spread, 4), spread_spec=round(e_spec, 4),
                   spread_std=round(e_std, 4), reliable=not why, why="; ".join(why),
                   predicted=None if predicted is None else round(predicted, 4),
                   slowdown=None if slowdown is None else round(slowdown, 4),

@@ -280,7 +280,9 @@ class TimingIn(_In):
     target = Timing
     how: Literal[RACE_HOWS] = "interleaved"
     threads: Annotated[int, AfterValidator(_threads)] | None = None
+    threads_end: Annotated[int, AfterValidator(_threads)] | None = None
     busy: Ratio | None = None
+    busy_during: Ratio | None = None
     judged: bool = True
     spread: Ratio = 0.0
     spread_spec: Ratio = 0.0

@@ -6,9 +6,13 @@ stored on both traces of a race: a recording keeps what the page said about its 
     how          "interleaved" (the two runs advanced in alternation, sharing the machine's load),
                  "sequential" (one after the other: a target whose compiled steps hold one run at a
                  time) or "alone" (no standard run)
-    threads      torch threads both runs used (chosen for the moment: 1 on a busy CPU); None: not chosen
+    threads      torch threads both runs started with (chosen for the moment: 1 on a busy CPU); None: not
+                 chosen
+    threads_end  the count both runs ended with when other work arrived during the race and it dropped
+                 to one (specviz.hardware.load.ThreadControl); None: unchanged
     busy         cores' worth of CPU other work used just before the race (what chose the threads); None:
                  not measured
+    busy_during  the most other work a reading during the race saw (cores' worth); None: not read
     judged       False: the runs were too short to judge (under theory.timing.MIN_JUDGED_S: a tiny model's
                  passes, where Python's overhead makes the scatter); nothing below is measured then
     spread       relative uncertainty of the speedup from the passes' own scatter (0.35 = ±35 %)
@@ -39,7 +43,9 @@ RACE_HOWS = ("interleaved", "sequential", "alone")
 class Timing:
     how: str = "interleaved"
     threads: int | None = None
+    threads_end: int | None = None
     busy: float | None = None
+    busy_during: float | None = None
     judged: bool = True
     spread: float = 0.0
     spread_spec: float = 0.0

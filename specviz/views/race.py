@@ -143,6 +143,10 @@ def timing_note(timing: Timing, sp: float) -> str:
     text = f"timed with {how}"
     if timing.threads:
         text += f" on {timing.threads} thread{'s' if timing.threads != 1 else ''}"
+        if timing.threads_end and timing.threads_end != timing.threads:
+            text += (f", then {timing.threads_end} once other work arrived"
+                     + (f" (it used {timing.busy_during:.1f} cores)" if timing.busy_during else "")
+                     + ": both runs switched at the same moment")
     if not timing.judged:
         return text + "; too short a race to judge its clocks (under half a second a run)"
     text += f", ±{timing.spread:.0%}"
