@@ -244,6 +244,16 @@ def test_the_figure_carries_the_measured_curves_and_marks_the_chosen_one():
     assert fig.layout.yaxis.type != "log"
 
 
+def test_the_figure_draws_the_one_thread_curve_a_busy_race_runs_with():
+    probe = make_probe()
+    assert not [t for t in M.verify_cost_figure(probe).data if isinstance(t.meta, dict) and "one_thread" in t.meta]
+    probe.one_thread = {"curve": {1: 150.0, 2: 190.0, 4: 300.0}, "draft_ms": 40.0}
+    fig = M.verify_cost_figure(probe)
+    (one,) = [t for t in fig.data if isinstance(t.meta, dict) and "one_thread" in t.meta]
+    assert list(one.x) == [1, 2, 4] and list(one.y) == [150.0, 190.0, 300.0] and one.line.dash == "dot"
+    assert "one thread" in one.name and _curves_of(fig)["int8"].y[0] == CURVES["int8"][1]  # the chosen curve kept
+
+
 def test_the_figure_adds_the_recorded_machines_asked_for():
     recorded = M.load_recorded(HARDWARE)
     fig = M.verify_cost_figure(make_probe(), [r for r in recorded if r.key == "amx-xeon"])

@@ -208,6 +208,14 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
             fig.add_trace(_curve_trace(execution, curve, name=f"{execution}{' (chosen)' if chosen else ''}{only_step}",
                                        chosen=chosen))
             curves_drawn.append(curve)
+        one = (probe.one_thread or {}).get("curve")
+        if one:  # what a race on a busy machine runs with (hardware.load): a dotted twin of the chosen curve
+            trace = _curve_trace(probe.choice, one, name=f"{probe.choice} on one thread (a busy machine's races)")
+            trace.line.dash, trace.marker.symbol = "dot", "circle-open"
+            trace.meta = {"one_thread": probe.choice, "threads": 1}
+            trace.hovertemplate = trace.hovertemplate.replace("on this machine", "on this machine, one thread")
+            fig.add_trace(trace)
+            curves_drawn.append(one)
     for i, rec in enumerate(recorded):
         for execution, curve in rec.probe.curves.items():
             if not curve:
