@@ -399,7 +399,9 @@ def build() -> gr.Blocks:
         first_round_btn.click(present.first_round, None, [step], api_visibility="private")
         last_round_btn.click(present.last_round, [state], [step], api_visibility="private")
         # "Download as a page": what the Live tab shows, as one HTML file (an older page hides when it changes).
-        page_btn.click(export_ui.download_page, [state], [page_file, status], api_visibility="private")
+        # Pages are made outside the model gate, EXPORTS.limit at a time; the others are answered at once (issue 33).
+        page_btn.click(export_ui.download_page, [state], [page_file, status], concurrency_limit=8,
+                       concurrency_id="exports", api_visibility="private")
         state.change(export_ui.hidden_page, None, [page_file], api_visibility="private")
         next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
 

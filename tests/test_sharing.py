@@ -198,3 +198,70 @@ def test_the_page_shows_the_refusal_instead_of_a_traceback(monkeypatch):
     with as_session("other"):  # the owner of the space can show it: its own entry makes room
         frame = live.final_frame(spec, std, "ok")
     assert frame.state is not SKIP and frame.state.session == "other"
+
+
+# ---- 3. "Download as a page": its own small concurrency, one per session, priced by size ---------
+
+
+def test_a_second_export_in_the_same_session_is_refused_while_one_runs():
+    from specviz.ui.export_ui import ExportBusy, ExportSlots
+
+    slots = ExportSlots(limit=2, max_bytes=8 * 2**20)
+    with slots.slot("a", 2**20):
+        with pytest.raises(ExportBusy, match="Your page is still being made"):
+            with slots.slot("a", 100):
+                pass
+        with slots.slot("b", 4 * 2**20):  # another session: a slot of its own
+            with pytest.raises(ExportBusy, match=r"making 2 other page\(s\) \(about \d+ s of work left\)"):
+                with slots.slot("c", 100):
+                    pass
+    assert slots.running == 0
+    with slots.slot("a", 100):  # free again
+        pass
+    with pytest.raises(ExportBusy, match=r"too large .*9\.0 MB.*limit is 8 MB.*about 20 s"):
+        with slots.slot("d", 9 * 2**20):
+            pass
+
+
+def test_download_page_answers_a_busy_session_at_once_without_the_model_gate(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from specviz.serving.replay import GATE
+    from specviz.trace import load_recording
+    from specviz.ui import export_ui
+    from specviz.ui.store import as_session
+
+    monkeypatch.setenv("SPECVIZ_EXPORT_DIR", str(tmp_path))
+    path = Path(__file__).resolve().parent.parent / "assets" / "traces" / "1-code-greedy.json"
+    spec, std = load_recording(path.read_bytes())
+    state = {"spec": spec, "std": std}
+    started, release = threading.Event(), threading.Event()
+    real = export_ui.write_page
+
+    def slow_write(*a, **k):
+        started.set()
+        release.wait(10)
+        return real(*a, **k)
+
+    monkeypatch.setattr(export_ui, "write_page", slow_write)
+    out = {}
+
+    def first():
+        with as_session("s1"):
+            out["first"] = export_ui.download_page(state)
+
+    GATE.lock.acquire()  # the models busy with a long run: exports do not wait for them
+    try:
+        t = threading.Thread(target=first)
+        t.start()
+        assert started.wait(10)
+        with as_session("s1"):
+            t0 = time.monotonic()
+            page, status = export_ui.download_page(state)
+        assert time.monotonic() - t0 < 1 and "still being made" in status and page["value"] is None
+        release.set()
+        t.join(10)
+    finally:
+        GATE.lock.release()
+    page, status = out["first"]
+    assert page["visible"] and Path(page["value"]).is_file()

@@ -3,24 +3,93 @@
 The page is built from what the Live tab's state holds (specviz.views.export_page) and written
 to the exports folder; Gradio serves its copy.  With nothing shown, or when the page cannot be
 built, the status line says so (never a traceback).
+
+Pages are made outside the model gate, by `EXPORTS`: at most `SPECVIZ_EXPORTS` (2) at a time for
+everyone and one at a time per session; a request past either limit is answered at once with what
+it waits for, priced by the sizes of the pages in the making (about `SECONDS_PER_MB` of CPU per MB
+of recording), and a recording over `SPECVIZ_EXPORT_MB` is refused with its size (issue 33).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import gradio as gr
 
+from ..serving.envvars import env_int, env_number
+from ..trace import recording_to_json
 from ..trace.recording import write_new_file
 from ..views.export_page import export_page
 from .live import export_dir, prune, status_html
+from .store import current_session
 
 log = logging.getLogger("specviz.app")
 PAGES_KEEP = 16  # exported pages kept on disk (the newest; ~5 MB each)
 NOTHING = ("Nothing to download yet: run, replay or load a recording first, then “Download as a page” "
            "saves it as one HTML file that plays offline.")
+
+
+SECONDS_PER_MB = 2.2  # CPU to make a page, per MB of recording JSON (7.9 MB took 16.9 s on a 2-core EPYC)
+
+
+class ExportBusy(RuntimeError):
+    """This page cannot be made now; the message (for the status line) says why and when to retry."""
+
+
+class ExportSlots:
+    """How many pages are made at once (`limit`), one per session, none over `max_bytes` of recording."""
+
+    def __init__(self, limit: int | None = None, max_bytes: int | None = None):
+        self.limit = limit or env_int("SPECVIZ_EXPORTS", 2)
+        self.max_bytes = max_bytes or int(env_number("SPECVIZ_EXPORT_MB", 8.0) * 2**20)
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[str, int, float]] = {}  # ticket -> (session, bytes, started)
+        self._tickets = 0
+
+    @staticmethod
+    def price_s(nbytes: int) -> float:
+        return max(1.0, nbytes / 2**20 * SECONDS_PER_MB)
+
+    def _left_s(self) -> float:
+        now = time.monotonic()
+        return sum(max(1.0, self.price_s(n) - (now - t)) for _, n, t in self._running.values())
+
+    @contextmanager
+    def slot(self, session: str, nbytes: int) -> Iterator[None]:
+        """Hold one of the slots while the page is made; ExportBusy (at once, no queue) otherwise."""
+        if nbytes > self.max_bytes:
+            raise ExportBusy(f"This recording is too large to make a page of here ({nbytes / 2**20:.1f} MB; "
+                             f"the limit is {self.max_bytes / 2**20:.0f} MB, about {self.price_s(nbytes):.0f} s of "
+                             "work): use “Export trace” and `python -m specviz export` on your own machine.")
+        with self._lock:
+            mine = [t for s, _, t in self._running.values() if s == session]
+            if mine:
+                raise ExportBusy(f"Your page is still being made (started {time.monotonic() - mine[0]:.0f} s ago); "
+                                 "it appears here when it is done.")
+            if len(self._running) >= self.limit:
+                raise ExportBusy(f"The server is making {len(self._running)} other page(s) (about "
+                                 f"{self._left_s():.0f} s of work left); yours would take about "
+                                 f"{self.price_s(nbytes):.0f} s: try again in a moment.")
+            self._tickets += 1
+            ticket = self._tickets
+            self._running[ticket] = (session, nbytes, time.monotonic())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(ticket, None)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+
+EXPORTS = ExportSlots()
 
 
 def write_page(spec: Any, std: Any, folder: Path | None = None) -> Path:
@@ -39,7 +108,12 @@ def download_page(state: Any) -> tuple[Any, Any]:
     if not spec and not std:
         return gr.update(value=None, visible=False), status_html(NOTHING, "warn")
     try:
-        path = write_page(spec, std)
+        nbytes = getattr(state, "nbytes", None)  # a Shown knows its size; a plain dict (tests) is measured
+        nbytes = nbytes if isinstance(nbytes, int) else len(recording_to_json(spec, std))
+        with EXPORTS.slot(current_session(), nbytes):
+            path = write_page(spec, std)
+    except ExportBusy as exc:
+        return gr.update(value=None, visible=False), status_html(str(exc), "warn")
     except Exception as exc:  # a full disk, an unreadable exports folder, a view that cannot draw…
         log.exception("page export failed")
         return gr.update(value=None, visible=False), status_html(f"Could not make the page: {exc}", "error")

@@ -84,6 +84,11 @@ class Shown:
     def __bool__(self) -> bool:
         return STORE.lookup(self.id) is not None
 
+    @property
+    def nbytes(self) -> int | None:
+        """The JSON bytes of the shown recording (None once dropped)."""
+        return STORE.size(self.id)
+
 
 class TraceStore:
     def __init__(self, max_entries: int = STORE_ENTRIES, max_bytes: int = STORE_BYTES,
@@ -140,6 +145,11 @@ class TraceStore:
                 return None
             self._items.move_to_end(key)
             return item[0]
+
+    def size(self, key: int) -> int | None:
+        with self._lock:
+            item = self._items.get(key)
+            return item[1] if item else None
 
     def drop(self, state: Any) -> None:
         """gr.State's delete_callback: the session ended (or its state expired), its traces go, all of them."""
