@@ -475,6 +475,26 @@ def test_a_deep_link_opens_step_mode_at_its_round_and_hostile_links_do_no_harm(p
 
 
 
+@pytest.mark.parametrize("recording", [r.stem for r in RECORDINGS])
+def test_a_deep_link_to_each_shipped_recording_shows_the_three_rules_and_the_picture(page, server, shots, recording):
+    """What a teacher opens first: every shipped recording, linked at a round, shows "Same draft, three
+    rules" with its numbers and the acceptance picture (a recording older than trace v3 shows neither)."""
+    open_app(page, server, f"?recording={recording}&round=2")
+    wait_until(page, server, "() => document.querySelector('#sv-narration')?.innerText.startsWith('Round 2')",
+               f"step mode at round 2 of {recording}", UI_S)
+    wait_until(page, server, "() => !!document.querySelector('#sv-step-round .sv-rules')",
+               "the three-rules table", UI_S)
+    rules = page.locator("#sv-step-round .sv-rules").first.inner_text()
+    assert "three rules" in rules and "predates" not in rules, rules
+    wait_until(page, server, "() => !!document.querySelector('#sv-picture .js-plotly-plot .main-svg')",
+               "the acceptance picture", UI_S)
+    picture = page.locator("#sv-picture").first.inner_text()
+    assert "predates" not in picture, picture
+    assert page.locator("#sv-picture .js-plotly-plot .bars path, #sv-picture .js-plotly-plot .trace").count() > 0
+    page.screenshot(path=str(shots / f"deep-link-{recording}.png"), full_page=False)
+    assert_no_traceback(page)
+
+
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_every_tab_renders(page, server, shots, theme):
     """Each tab opens without errors, in light and dark mode; screenshots for a person to look at."""
