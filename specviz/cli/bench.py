@@ -165,8 +165,10 @@ def race_under_load(argv: list[str]) -> int:
     ap.add_argument("--switch-s", type=float, default=3.0, help="the switching condition's on/off period")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help="of " + ", ".join(CONDITIONS))
     ap.add_argument("--json", type=Path, default=None, help="write everything to this JSON file")
+    ap.add_argument("--modes", default="interleaved,sequential",
+                    help="which races: interleaved (the app's) and/or sequential (as specviz made them before)")
     args = ap.parse_args(argv)
-    run(args.races, args.hogs, args.switch_s, args.conditions.split(","), args.json)
+    run(args.races, args.hogs, args.switch_s, args.conditions.split(","), args.json, modes=args.modes.split(","))
     return 0
 
 

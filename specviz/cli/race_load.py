@@ -121,7 +121,8 @@ def summary(rows: list[dict]) -> dict:
             "std_tok_s": round(statistics.median(r["std_tok_s"] for r in rows), 2)}
 
 
-def run(races: int, hogs: int, switch_s: float, conditions: list[str], out: Path | None) -> dict:
+def run(races: int, hogs: int, switch_s: float, conditions: list[str], out: Path | None,
+        modes: list[str] | None = None) -> dict:
     from ..models import load_pair
     from ..serving.service import default_preset
 
@@ -132,11 +133,12 @@ def run(races: int, hogs: int, switch_s: float, conditions: list[str], out: Path
     print(f"{pair.draft_name} -> {pair.target_name}, target {pair.target_exec}, on {machine}", file=sys.stderr)
     one_race(request, MODES["interleaved"])  # warm up
     report: dict = {"machine": machine, "example": prompt, "settings": settings, "conditions": {}}
+    chosen = {name: mode for name, mode in MODES.items() if not modes or name.split(",")[0] in modes}
     for cond in conditions:
-        rows: dict[str, list[dict]] = {m: [] for m in MODES}
+        rows: dict[str, list[dict]] = {m: [] for m in chosen}
         with Load(cond, hogs, switch_s):
             for i in range(races):
-                for name, mode in (MODES.items() if i % 2 == 0 else reversed(MODES.items())):  # interleaved order
+                for name, mode in (chosen.items() if i % 2 == 0 else reversed(chosen.items())):  # alternating order
                     row = one_race(request, mode)
                     rows[name].append(row)
                     print(cond, name, json.dumps(row), file=sys.stderr, flush=True)
