@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..theory.costs import race_costs
-from ..theory.timing import flagged
+from ..theory.timing import flagged, trusted_speedup
 from ..trace import Trace
 
 MIN_ROUNDS = 3  # a timed race needs a few rounds to say anything
@@ -68,10 +68,8 @@ def speedup(run: Run) -> float | None:
     """The race's measured speedup (speculative tok/s ÷ standard tok/s), None without a standard run.
     A race whose timings were flagged (specviz.theory.timing: the machine was busy) is judged by its
     count-based speedup instead, or not at all when it has none: its clocks are never credited."""
-    if flagged(run.spec):
-        return run.spec.timing.predicted
     rc = race_costs(run.spec, run.std)
-    return rc.measured if rc is not None else None
+    return trusted_speedup(run.spec, rc.measured if rc is not None else None)
 
 
 def count_based(run: Run) -> str:

@@ -198,5 +198,12 @@ def flagged(trace: Trace | None) -> bool:
     return trace is not None and trace.timing is not None and not trace.timing.reliable
 
 
+def trusted_speedup(spec: Trace, measured: float | None) -> float | None:
+    """The speedup a race may be quoted and judged by: its wall-clock ``measured`` figure, or, when its
+    timings were flagged, the count-based one (None when it has none: its clocks are never used).
+    The headline (views.race), the status line (ui.live) and the challenges share this rule."""
+    return spec.timing.predicted if flagged(spec) else measured
+
+
 __all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
-           "count_based_speedup", "excess", "flagged", "medians", "passes"]
+           "count_based_speedup", "excess", "flagged", "medians", "passes", "trusted_speedup"]

@@ -27,6 +27,7 @@ from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFaile
 from ..serving.replay import Busy, Entry, replay_speed
 from ..serving.service import InputError, Update, describe_error, release_memory
 from ..theory.costs import race_costs
+from ..theory.timing import flagged, trusted_speedup
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes, save_recording
 from ..views import html as V
 from ..views.rules import rules_html
@@ -256,8 +257,9 @@ def done_message(spec: Trace, std: Trace | None) -> str:
     sp = V.race_speedup(spec, std)
     msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.alpha or 0:.2f}"
     timing = spec.timing
-    if sp and timing is not None and not timing.reliable:  # the clocks were disturbed: say so, never state them
-        shown = (f", count-based ≈{timing.predicted:.2f}× standard decoding" if timing.predicted
+    if sp and flagged(spec):  # the clocks were disturbed: say so, never state them
+        trusted = trusted_speedup(spec, sp)
+        shown = (f", count-based ≈{trusted:.2f}× standard decoding" if trusted
                  else f", {sp:.2f}× by a wall clock that cannot be trusted")
         return msg + f"{shown}; timings ±{timing.spread:.0%}: the machine was busy during this race"
     if sp and sp < 1:  # a loss in plain words, never "0.58× faster" (nor "0.58× slower")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..theory.costs import RaceCosts, loss_cause, race_costs, steps
+from ..theory.timing import trusted_speedup
 from ._fmt import draft_source, esc, fsec
 from .execution import trace_exec_line
 from .text import looks_like_code, tokens_html
@@ -101,7 +102,7 @@ def _speedup_html(spec: Trace, std: Trace, sp: float) -> str:
                      t_verify=timing.v_probe * rc.t_step if timing.v_probe is not None else None,
                      t_draft_token=timing.c_probe * rc.t_step if timing.c_probe is not None else rc.t_draft_token)
     cause = loss_cause(rc)
-    shown = timing.predicted if noisy and timing.predicted is not None else sp
+    shown = trusted_speedup(spec, sp) if noisy and timing.predicted is not None else sp
     spans = []
     if noisy:
         spans.append(("sv-speedup-noise", noise_sentence(timing, sp, s_tps, t_tps)))
