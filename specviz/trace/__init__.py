@@ -5,14 +5,14 @@ tree.py      a tree round's token tree (Round.tree) and the checks of its shape
 schema.py    the pydantic schema every loaded trace must satisfy before a view draws it
 recording.py reading and writing traces and recordings (a race's two traces in one file)
 
-Imports go one way: recording -> schema -> model -> tree.  This package re-exports the public names.
+Imports go one way: recording -> schema -> model -> summary, tree.  This package re-exports the public names.
 """
 
 from .model import (DRAFT_STOPS, SCHEMA_VERSION, RUN_ENDS, DraftToken, Extra, Picture, Position, Round, Token, Trace,
-                    TraceError, theoretical_speedup)
+                    TraceError)
 from .recording import (MAX_TRACE_BYTES, load_recording, recording_bytes, recording_to_json, save_recording,
                         trace_from_dict, trace_from_json)
-from .summary import Summary
+from .summary import Summary, theoretical_speedup
 from .tree import RoundTree
 
 __all__ = ["DRAFT_STOPS", "MAX_TRACE_BYTES", "SCHEMA_VERSION", "RUN_ENDS", "DraftToken", "Extra", "Picture", "Position",

@@ -117,6 +117,7 @@ from typing import Any
 
 from ..core.settings import DRAFT_STOPS as POLICY_DRAFT_STOPS
 from ..core.settings import DecodeSettings
+from .summary import Summary, summarize
 from .timing import Timing
 from .tree import RoundTree
 
@@ -277,10 +278,8 @@ class Trace:
             out.append((rnd.t_end, n))
         return out
 
-    def summary(self) -> "Summary":
+    def summary(self) -> Summary:
         """Run totals and the metrics the views label (:class:`specviz.trace.summary.Summary`)."""
-        from .summary import summarize
-
         return summarize(self)
 
     # ---- JSON ---------------------------------------------------------------
@@ -296,22 +295,6 @@ class Trace:
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
-
-
-def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: float | None = 1.0) -> float | None:
-    """Leviathan et al. Thm 3.8 with a verify factor: (1 − α^(γ+1)) / ((1 − α)(γc + v)).
-
-    γ may be a mean draft length.  c and v are in units of one standard decoding step: c = a draft
-    token's cost, v = a verify pass's cost.  v = 1 (the default) is the textbook theorem, which
-    assumes the target scores γ + 1 tokens in the time it produces one (a memory-bound target).
-    None when an input is unknown.  `specviz.theory.formulas.expected_speedup` is the checked public face."""
-    if alpha is None or c is None or v is None or gamma < 1 or gamma * c + v <= 0:
-        return None
-    if alpha >= 1.0:
-        tokens = gamma + 1.0
-    else:
-        tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
-    return tokens / (gamma * c + v)
 
 
 # ---- JSON: non-finite numbers of the summary become null ------------------------------------

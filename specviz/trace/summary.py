@@ -19,12 +19,23 @@ run's summary without them, as recordings always have.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .model import theoretical_speedup
 
-if TYPE_CHECKING:
-    from .model import Trace
+def theoretical_speedup(alpha: float | None, gamma: float, c: float | None, v: float | None = 1.0) -> float | None:
+    """Leviathan et al. Thm 3.8 with a verify factor: (1 − α^(γ+1)) / ((1 − α)(γc + v)).
+
+    γ may be a mean draft length.  c and v are in units of one standard decoding step: c = a draft
+    token's cost, v = a verify pass's cost.  v = 1 (the default) is the textbook theorem, which
+    assumes the target scores γ + 1 tokens in the time it produces one (a memory-bound target).
+    None when an input is unknown.  `specviz.theory.formulas.expected_speedup` is the checked public face."""
+    if alpha is None or c is None or v is None or gamma < 1 or gamma * c + v <= 0:
+        return None
+    if alpha >= 1.0:
+        tokens = gamma + 1.0
+    else:
+        tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens / (gamma * c + v)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +81,7 @@ class Summary:
 SPECULATIVE_FROM = [f.name for f in fields(Summary)].index("drafted")
 
 
-def summarize(trace: "Trace") -> Summary:
+def summarize(trace: Any) -> Summary:
     rounds = trace.rounds
     n_tokens = trace.n_tokens
     decode_time = max(trace.t_total - rounds[0].t_end, 1e-9) if rounds else 1e-9
