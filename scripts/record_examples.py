@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.core.settings import DecodeSettings  # noqa: E402
+import specviz.hardware  # noqa: E402,F401  (installs the probe: load_pair's "auto" execution)
 from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair  # noqa: E402
 from specviz.serving.service import race  # noqa: E402
 from specviz.serving.service import Request  # noqa: E402

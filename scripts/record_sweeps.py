@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.experiments import recorded, shootout, sweeps  # noqa: E402
+import specviz.hardware  # noqa: E402,F401  (installs the probe: load_pair's "auto" execution)
 from specviz.models import DEFAULT_PRESET, load_pair  # noqa: E402
 from specviz.models.int8 import cpu_model  # noqa: E402
 from specviz.serving.service import prepare  # noqa: E402

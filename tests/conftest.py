@@ -47,6 +47,7 @@ def _one_torch_thread_for_tiny_models(request):
 def real_pair_fp32():
     """fp32 target: batched verification and one-token steps agree to the last bit that matters for
     argmax.  The draft's precision never affects exactness (int8 keeps it fast)."""
+    import specviz.hardware  # noqa: F401  (installs the probe: a recorded probe is attached to the pair)
     from specviz.models import DEFAULT_PRESET, load_pair
 
     return load_pair(DEFAULT_PRESET, dtype="float32", draft_quant="int8")
@@ -71,6 +72,7 @@ def is_prime_standard(real_pair_fp32):
 @pytest.fixture(scope="session")
 def real_pair_int8():
     """The batch-invariant int8 target an AVX2-only CPU chooses."""
+    import specviz.hardware  # noqa: F401  (installs the probe: a recorded probe is attached to the pair)
     from specviz.models import DEFAULT_PRESET, load_pair
 
     return load_pair(DEFAULT_PRESET, draft_quant="int8", target_exec="int8")

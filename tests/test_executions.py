@@ -1,4 +1,4 @@
-"""The target's executions (specviz.hardware.executions) and the probe that chooses one.
+"""The target's executions (specviz.models.executions) and the probe that chooses one.
 
 Batch invariance is the requirement: a k-token verify pass must score every position as a
 one-token step would, or speculative decoding no longer samples the target's distribution.  The
@@ -13,9 +13,9 @@ import torch
 from specviz.core.engine import speculative_decode, standard_decode
 from specviz.core.kv import CachedLM
 from specviz.core.settings import DecodeSettings
-from specviz.hardware import executions, probe
+from specviz.hardware import probe
 from specviz.hardware.machine import Machine, this_machine
-from specviz.models import int8
+from specviz.models import executions, int8
 from specviz.models.tiny import build_tiny_pair
 from test_engine import PROMPT, assert_matches, make_pair, next_dist
 

@@ -15,7 +15,7 @@ import gradio as gr
 import pytest
 import torch
 
-from specviz.hardware.executions import WORDS, offered
+from specviz.models.executions import WORDS, offered
 from specviz.hardware.machine import Machine
 from specviz.hardware.probe import Probe, choose
 from specviz.models import TINY_PRESET, load_pair

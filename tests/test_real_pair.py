@@ -6,6 +6,7 @@ import pytest
 
 from specviz.core.engine import speculative_decode, standard_decode
 from specviz.core.settings import DecodeSettings
+import specviz.hardware  # noqa: F401  (installs the probe: a recorded probe is attached to the pair)
 from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair
 
 
@@ -47,7 +48,7 @@ def test_greedy_speculative_equals_standard_on_the_real_pair(request, pair_fixtu
     assert summ.rounds < spec.n_tokens and summ.accepted > 0
 
 
-# ---- the target's executions on the real pair (specviz.hardware.executions) --------------------
+# ---- the target's executions on the real pair (specviz.models.executions) --------------------
 
 PROMPT_IDS_TEXT = "Write a Python function that returns the n-th Fibonacci number."
 

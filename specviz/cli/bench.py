@@ -36,8 +36,10 @@ from ..core.engine import speculative_decode, standard_decode
 from ..core.rules import RULES, draft_odds, expected_kept
 from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 from ..drafters import DRAFTERS
-from ..hardware.executions import CHOICES as EXEC_CHOICES
+from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
 from ..models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
+from ..models.executions import CHOICES as EXEC_CHOICES
+from ..models.executions import words as exec_words
 from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
 from .bench_report import (BF16_BASELINE, LEGEND, Run, baseline_lines, merge, policy_table, prompt_table, rate_table,
                            run_json, summarise)
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = str(pair.dtype).replace("torch.", "")
     greedy = base.temperature == 0
     print(f"{pair.draft_name} -> {pair.target_name} on {pair.device_label()}, {dtype}, draft quant: "
-          f"{pair.draft_quant or 'none'}; target: {pair.exec_label()}"
+          f"{pair.draft_quant or 'none'}; target: {exec_words(pair)}"
           + (f" on {pair.probe.machine['label']}" if pair.probe else "") + f"; γ={base.gamma} ε={base.epsilon} "
           f"T={base.temperature} "
           f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)

@@ -123,6 +123,7 @@ def summary(rows: list[dict]) -> dict:
 
 def run(races: int, hogs: int, switch_s: float, conditions: list[str], out: Path | None,
         modes: list[str] | None = None) -> dict:
+    from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
     from ..models import load_pair
     from ..serving.service import default_preset
 
@@ -162,6 +163,7 @@ def _print(report: dict) -> None:
 
 
 def worker() -> None:  # pragma: no cover - the second specviz process of the "second" condition
+    from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
     from ..models import load_pair
     from ..serving.service import default_preset, race
 

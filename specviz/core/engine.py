@@ -90,7 +90,7 @@ def _new_trace(kind, pair, prompt, prompt_ids, settings: DecodeSettings, drafter
             "drafter": drafter_name if kind == "speculative" else "",
             "dtype": str(getattr(pair, "dtype", "")).replace("torch.", ""),
             "draft_quant": str(getattr(pair, "draft_quant", None) or "none"),
-            # How the target executed and on which machine (hardware.executions / hardware.machine);
+            # How the target executed and on which machine (models.executions / hardware.machine);
             # recordings from before these keys simply lack them.
             "target_exec": str(getattr(pair, "target_exec", "") or ""),
             "machine": _machine_label(pair),

@@ -4,14 +4,13 @@ The speed story of speculative decoding depends on it.  On a CPU with AMX (or AV
 matmul over six tokens costs about what one token costs: the verify pass is memory-bound and
 speculation pays.  On a CPU with AVX2 only (most laptops and cloud CPUs), bf16 has no native
 kernels and a six-token verify pass costs ~5 one-token steps: compute-bound, and speculation loses
-unless the target runs another way (:mod:`specviz.hardware.executions`).
+unless the target runs another way (:mod:`specviz.models.executions`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,13 +71,10 @@ def cpu_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
+    """The CPU's model name (read where the int8 caches need it too, below this layer)."""
+    from ..models.int8 import cpu_model
+
+    return cpu_model()
 
 
 def emulation() -> str:

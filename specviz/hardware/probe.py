@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from ..models import load_pair, resolve_preset
-    from .executions import apply, candidates
+    from ..models.executions import apply, candidates
 
     ap = argparse.ArgumentParser(prog="python -m specviz.hardware.probe", description=main.__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default")

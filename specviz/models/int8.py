@@ -321,10 +321,14 @@ def _quant_key(name: str, dtype: torch.dtype) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (for timing caches and training cards)."""
-    from ..hardware.machine import cpu_name
-
-    return cpu_name()
+    """The CPU's model name (for timing caches, training cards and specviz.hardware.machine)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def _read_quant_decisions() -> dict:

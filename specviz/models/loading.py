@@ -26,12 +26,12 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from . import compiled, int8
-from ..hardware import executions
+from . import executions
 from .convert import needs_conversion, offline_pack, source_of
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
 from .presets import DEFAULT_PRESET, PRESETS
@@ -206,7 +206,7 @@ def load_pair(
     ``draft``/``target``: hub ids, local directories or "offline:<key>"; override the preset's models.
     ``device``: None -> cuda if available else cpu.  ``dtype``: None -> bf16 (fp16 on GPUs without bf16).
     ``draft_quant``: "auto" -> int8 on CPU when measured faster, None on GPU; "int8" forces; None disables.
-    ``target_exec``: how the target executes (:mod:`specviz.hardware.executions`): "auto" lets the probe
+    ``target_exec``: how the target executes (:mod:`specviz.models.executions`): "auto" lets the probe
     choose by the speculative rate it predicts on this machine (measured once, then cached; an explicit
     ``dtype`` instead runs the target in that dtype); "bf16",
     "fp32", "int8" (CPU) or "bf16", "fp16", "bf16+graphs" (CUDA) force one.
@@ -370,34 +370,63 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
         load_seconds=time.perf_counter() - t0, target_exec=chosen, probe=probe,
     )
     report(progress, 1.0, f"Loaded {draft_name} → {target_name} on {pair.device_label()} in {pair.load_seconds:.1f} s"
-           + (" (int8 draft)" if applied else "") + f"; the target runs as {pair.exec_label()}")
+           + (" (int8 draft)" if applied else "") + f"; the target runs as {executions.words(pair)}")
     return pair
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionRequest:
+    """What choosing the target's execution at load is given (an ExecutionChooser's argument)."""
+
+    target: torch.nn.Module  # as loaded (bf16, or fp16 on GPUs without bf16)
+    ref: str  # the target's model reference (probes are recorded under it)
+    name: str  # its name, for progress messages
+    device: torch.device
+    dtype: torch.dtype
+    requested: str  # "auto" or an execution (models.executions)
+    draft: torch.nn.Module
+    vocab: int
+    alpha: float  # the pair's typical acceptance
+    candidates: tuple[str, ...]  # the executions on offer here, the loaded one first
+    build: Callable[[str], torch.nn.Module]  # a copy of the target executing as the name says (to time it)
+    apply: Callable[[str], torch.nn.Module]  # the target itself executing as the name says
+    progress: ProgressFn | None
+
+
+# -> (the target executing as chosen, the execution's name, the probe that chose it or None)
+ExecutionChooser = Callable[[ExecutionRequest], tuple[torch.nn.Module, str, Any]]
+
+# How "auto" is chosen: by the probe, which times this machine (specviz.hardware.choose installs it when
+# specviz.hardware is imported; the models layer never imports the hardware layer).
+_CHOOSER: list[ExecutionChooser] = []
+
+
+def set_execution_chooser(choose: ExecutionChooser | None) -> None:
+    """Install how load_pair chooses the target's execution (None: the models' own, below)."""
+    _CHOOSER[:] = [choose] if choose is not None else []
+
+
+def as_requested(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
+    """The chooser without a probe: the execution asked for, and "auto" runs the target as loaded."""
+    requested = req.candidates[0] if req.requested == "auto" else req.requested
+    if req.requested == "auto":
+        log.warning("No execution chooser installed (import specviz.hardware): %s runs as loaded", req.name)
+    if requested != req.candidates[0]:
+        report(req.progress, 0.0, f"Preparing {req.name} as {executions.WORDS[requested]}…")
+    return req.apply(requested), requested, None
 
 
 def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.device, dt: torch.dtype,
                       requested: str, draft: torch.nn.Module, vocab: int, alpha: float, source_dir: Path | None,
                       progress: ProgressFn | None) -> tuple[torch.nn.Module, str, Any]:
-    """The target executing as requested, or as the probe chooses ("auto"): (model, execution, probe)."""
-    from ..hardware import probe as hw_probe
-    from ..hardware.machine import this_machine
-
-    candidates = executions.candidates(dev, dt)
-    build = lambda e: executions.apply(target, e, source_dir=source_dir, copy_model=True)  # noqa: E731
-    cached = hw_probe.known(this_machine(dev), ref, dt)
-    if requested == "auto" and cached is not None and cached.choice in candidates:
-        requested = cached.choice
-    if requested != "auto":
-        if requested != candidates[0]:
-            report(progress, 0.0, f"Preparing {name} as {executions.WORDS[requested]}…")
-        model, probe = executions.apply(target, requested, source_dir=source_dir), cached
-    else:
-        report(progress, 0.0, f"Measuring how {name} runs fastest on this machine (once)…")
-        draft_ms = hw_probe.draft_step_ms(draft, vocab)
-        probe, model = hw_probe.probe_target(target, ref, dt, vocab, build=build, draft_ms=draft_ms, alpha=alpha,
-                                             candidates=candidates)
-        requested = probe.choice
-    if probe is not None and requested == probe.choice:
-        probe = hw_probe.add_one_thread(probe, model, draft, vocab, dt)  # once per machine: a busy race's prices
+    """The target executing as requested, or as the installed chooser (the probe) decides ("auto"):
+    (model, execution, probe)."""
+    req = ExecutionRequest(
+        target, ref, name, dev, dt, requested, draft, vocab, alpha, executions.candidates(dev, dt),
+        build=lambda e: executions.apply(target, e, source_dir=source_dir, copy_model=True),
+        apply=lambda e: executions.apply(target, e, source_dir=source_dir), progress=progress)
+    choose = _CHOOSER[0] if _CHOOSER else as_requested
+    model, requested, probe = choose(req)
     if requested.endswith("+graphs"):  # the draft's one-token step gains the most from graphs
         executions.apply(draft, requested, source_dir=None)
     else:

@@ -47,14 +47,8 @@ class ModelPair:
     context_length: int  # min of both models' max_position_embeddings
     vocab_size: int  # logits width; both models agree (a wider, padded head is trimmed on load)
     load_seconds: float
-    target_exec: str = ""  # how the target executes (hardware.executions): bf16, fp32, int8, bf16+graphs…
+    target_exec: str = ""  # how the target executes (models.executions): bf16, fp32, int8, bf16+graphs…
     probe: Any = None  # the hardware.probe.Probe that chose it (curves for the page), if one ran or was cached
-
-    def exec_label(self) -> str:
-        """The target's execution in words, for the page's pair line and the log."""
-        from ..hardware.executions import WORDS
-
-        return WORDS.get(self.target_exec, self.target_exec or str(self.dtype).removeprefix("torch."))
 
     def device_label(self) -> str:
         if self.device.type == "cuda":

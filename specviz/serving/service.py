@@ -112,8 +112,8 @@ def check_model_id(name: Any) -> str:
 
 
 def offered_executions() -> tuple[str, ...]:
-    """The target executions this server's device offers (hardware.executions), "auto" first."""
-    from ..hardware.executions import offered
+    """The target executions this server's device offers (models.executions), "auto" first."""
+    from ..models.executions import offered
     from ..models.pair import resolve_device
 
     return ("auto",) + offered(resolve_device(None))
@@ -136,7 +136,7 @@ def default_target_exec() -> str:
 
 @functools.lru_cache(maxsize=8)
 def _default_target_exec(raw: str, on_zero_gpu: bool = False) -> str:
-    from ..hardware.executions import CHOICES
+    from ..models.executions import CHOICES
 
     name = env_choice("SPECVIZ_TARGET_EXEC", CHOICES, "auto")
     if name == "auto" and not raw.strip() and on_zero_gpu:
@@ -223,7 +223,7 @@ def recording_execution(spec: Any) -> str:
 
 
 def _remember_execution(preset: str, pair: ModelPair) -> ModelPair:
-    from ..hardware.executions import dtype_name
+    from ..models.executions import dtype_name
 
     execution = getattr(pair, "target_exec", "") or dtype_name(pair.dtype)  # the tiny pair: its dtype
     _EXECUTIONS[preset] = (execution, getattr(pair, "probe", None), pair.target_name)

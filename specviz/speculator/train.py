@@ -187,6 +187,7 @@ def train(cfg: TrainConfig, pair: Any = None, out: Path | None = None, work: Pat
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     if pair is None:
+        from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
         from ..models import load_pair, resolve_preset
 
         pair = load_pair(resolve_preset(cfg.preset), draft_quant=None, target_exec="bf16")  # trains on the target as shipped

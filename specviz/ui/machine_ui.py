@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..hardware.executions import WORDS
+from ..models.executions import WORDS
 from ..models import PRESETS, TINY_PRESET, ModelError, resolve_preset
 from ..serving.service import CUSTOM_PRESET, default_preset, default_target_exec, loaded_execution, offered_executions
 from ..views import machine as M

@@ -17,7 +17,7 @@ _TORCH = re.compile(r"\s*\(torch [^)]*\)\s*$")
 
 def exec_words(execution: str) -> str:
     """An execution in words ("int8 (per-channel weights, …)"); an unknown name as it is."""
-    from ..hardware.executions import WORDS  # here: the views import no torch until a name is needed
+    from ..models.executions import WORDS  # here: the views import no torch until a name is needed
 
     return WORDS.get(execution, execution)
 

@@ -26,8 +26,12 @@ from __future__ import annotations
 import copy
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from . import compiled, int8, invariant
+from .pair import ModelError
 
 log = logging.getLogger("specviz.models")
 
@@ -46,18 +50,22 @@ WORDS = {
 }
 
 
+def words(pair: Any) -> str:
+    """A pair's target execution in words, for the page's pair line and the log."""
+    name = getattr(pair, "target_exec", "")
+    return WORDS.get(name, name or str(getattr(pair, "dtype", "")).removeprefix("torch."))
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
 
 
 def candidates(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[str, ...]:
     """The executions the probe compares for a target loaded as ``dtype``, the loaded one first."""
-    from ..models.int8 import int8_available
-
     loaded = dtype_name(dtype)
     if device.type == "cuda":
         return (loaded, f"{loaded}+graphs")
-    return tuple(dict.fromkeys((loaded, "fp32") + (("int8",) if int8_available() else ())))
+    return tuple(dict.fromkeys((loaded, "fp32") + (("int8",) if int8.int8_available() else ())))
 
 
 def offered(device: torch.device) -> tuple[str, ...]:
@@ -66,8 +74,6 @@ def offered(device: torch.device) -> tuple[str, ...]:
 
 def check(name: str | None, device: torch.device) -> str:
     """``name`` if it is a target execution this device offers ("auto" too); a clear error otherwise."""
-    from ..models.pair import ModelError
-
     name = (name or "auto").strip().lower()
     if name == "auto" or name in offered(device):
         return name
@@ -102,8 +108,6 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
           copy_model: bool = False) -> torch.nn.Module:
     """``model`` (loaded in bf16, or fp16 on GPUs without bf16) executing as ``name``.  In place unless
     ``copy_model``; int8 weights are cached beside the model's converted weights (``source_dir``)."""
-    from ..models import compiled, int8, invariant
-
     loaded = dtype_name(next(model.parameters()).dtype)
     base, graphs = name.removesuffix("+graphs"), name.endswith("+graphs")
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.float32}

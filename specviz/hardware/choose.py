@@ -1,0 +1,45 @@
+"""Choosing the target's execution at load, with the probe: what ``load_pair(target_exec="auto")`` runs.
+
+The models layer loads a pair and knows the executions (:mod:`specviz.models.executions`) but not this
+machine; this module is the chooser it is handed (:func:`specviz.models.loading.set_execution_chooser`,
+installed when :mod:`specviz.hardware` is imported).  A probe recorded for this machine is reused
+(its choice, its curves); otherwise the candidates are timed once (:func:`.probe.probe_target`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..models.executions import WORDS
+from ..models.loading import ExecutionRequest, set_execution_chooser
+from ..models.pair import report
+from . import probe as hw_probe
+from .machine import this_machine
+
+
+def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
+    """The target executing as requested, or as the probe chooses ("auto"): (model, execution, probe)."""
+    requested = req.requested
+    cached = hw_probe.known(this_machine(req.device), req.ref, req.dtype)
+    if requested == "auto" and cached is not None and cached.choice in req.candidates:
+        requested = cached.choice
+    if requested != "auto":
+        if requested != req.candidates[0]:
+            report(req.progress, 0.0, f"Preparing {req.name} as {WORDS[requested]}…")
+        model, probe = req.apply(requested), cached
+    else:
+        report(req.progress, 0.0, f"Measuring how {req.name} runs fastest on this machine (once)…")
+        draft_ms = hw_probe.draft_step_ms(req.draft, req.vocab)
+        probe, model = hw_probe.probe_target(req.target, req.ref, req.dtype, req.vocab, build=req.build,
+                                             draft_ms=draft_ms, alpha=req.alpha, candidates=req.candidates)
+        requested = probe.choice
+    if probe is not None and requested == probe.choice:
+        # once per machine: a busy race's prices
+        probe = hw_probe.add_one_thread(probe, model, req.draft, req.vocab, req.dtype)
+    return model, requested, probe
+
+
+def install() -> None:
+    set_execution_chooser(choose_execution)
