@@ -19,6 +19,7 @@ path's slots in every cache layer, so the cache is a plain prefix again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from transformers import DynamicCache
@@ -141,13 +142,25 @@ class CachedLM:
         self.tree_parents, self.tree_depths = [], []
 
 
-def cached_lm(model: torch.nn.Module, device: torch.device, need: int | None = None):
-    """The model with a KV cache for one run: compiled steps over its static cache when the loader
-    gave it some (:mod:`specviz.models.compiled`), it is free and the run's ``need`` tokens fit;
-    otherwise a :class:`CachedLM` (eager, dynamic cache)."""
-    from ..models.compiled import StaticLM, steps_of
+# Other ways to hold a model's KV cache, registered by the backends that provide them (the algorithm
+# imports no backend): each is asked (model, device, need) and returns an object with CachedLM's
+# interface, or None when it has nothing for this model and run.
+_BACKENDS: list[Callable[[torch.nn.Module, torch.device, "int | None"], Any]] = []
 
-    steps = steps_of(model)
-    if steps is not None and not steps.in_use and need is not None and need <= steps.max_len:
-        return StaticLM(steps, device)
+
+def register_backend(lm_for: Callable[[torch.nn.Module, torch.device, "int | None"], Any]) -> None:
+    """Let cached_lm ask ``lm_for`` first (once per function, however often it is registered)."""
+    if lm_for not in _BACKENDS:
+        _BACKENDS.append(lm_for)
+
+
+def cached_lm(model: torch.nn.Module, device: torch.device, need: int | None = None):
+    """The model with a KV cache for one run: a registered backend's when it has one for this model
+    and run (compiled steps over a static cache, :mod:`specviz.models.compiled`, when the loader gave
+    the model some, they are free and the run's ``need`` tokens fit); otherwise a :class:`CachedLM`
+    (eager, dynamic cache)."""
+    for lm_for in _BACKENDS:
+        lm = lm_for(model, device, need)
+        if lm is not None:
+            return lm
     return CachedLM(model, device)

@@ -24,7 +24,7 @@ the CPU tests check that padding, rollback and the engine's exactness hold on th
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -205,8 +205,17 @@ def attach(model: torch.nn.Module, max_len: int, *, compile: bool = True, warm: 
     steps = CompiledSteps(model, max_len, compile=compile, mode=mode)
     if warm is not None:
         steps.warm_up(warm)
-    model._specviz_steps = steps
+    give_steps(model, steps)
     return steps
+
+
+def give_steps(model: torch.nn.Module, steps: Any) -> None:
+    """Let ``model``'s chain runs use ``steps`` (CompiledSteps or one with its interface, as lean.py's):
+    core.kv.cached_lm asks static_lm, registered here, for them."""
+    from ..core.kv import register_backend  # here: importing this module pulls in no transformers
+
+    model._specviz_steps = steps
+    register_backend(static_lm)
 
 
 def detach(model: torch.nn.Module) -> None:
@@ -217,3 +226,12 @@ def detach(model: torch.nn.Module) -> None:
 
 def steps_of(model: torch.nn.Module) -> CompiledSteps | None:
     return getattr(model, "_specviz_steps", None)
+
+
+def static_lm(model: torch.nn.Module, device: torch.device, need: int | None) -> StaticLM | None:
+    """The model's compiled steps for one run (core.kv.cached_lm asks, once attach registered this):
+    when it has some, they are free and the run's ``need`` tokens fit."""
+    steps = steps_of(model)
+    if steps is not None and not steps.in_use and need is not None and need <= steps.max_len:
+        return StaticLM(steps, device)
+    return None

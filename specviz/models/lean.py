@@ -277,5 +277,7 @@ def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = 
     steps = LeanSteps(model, cap)
     if trace:
         steps.trace()
-    model._specviz_steps = steps
+    from .compiled import give_steps
+
+    give_steps(model, steps)
     return steps
