@@ -10,13 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.kv import CachedLM
 from specviz.core.settings import DecodeSettings
 from specviz.hardware import probe
 from specviz.hardware.machine import Machine, this_machine
 from specviz.models import executions, int8
 from specviz.models.tiny import build_tiny_pair
+from tests.drafted import speculative_decode
 from test_engine import PROMPT, assert_matches, make_pair, next_dist
 
 pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch has no fbgemm int8 kernels")
@@ -306,3 +307,23 @@ def test_a_learned_head_still_recognises_and_reads_an_int8_target():
     w = bf16.get_output_embeddings().weight.detach().float()[rows]
     got = q.get_output_embeddings().dequantized(rows)
     assert got.shape == w.shape and ((got - w).abs().max(1).values <= w.abs().max(1).values / 127 + 1e-6).all()
+
+
+def test_an_int8_model_keeps_its_embedding_in_half_precision_with_identical_logits():
+    """The embedding is a lookup: its bf16 table widened only where a pass reads it gives the logits
+    the float32 table gave, for half the memory (issue 33: RSS at rest)."""
+    import copy
+
+    _, bf16 = _tiny_target()
+    model = executions.apply(bf16, "int8", copy_model=True)
+    emb = model.get_input_embeddings()
+    assert isinstance(emb, int8.CompactEmbedding) and emb.weight.dtype == torch.bfloat16
+    wide = copy.deepcopy(model)
+    wide.get_input_embeddings().__class__ = torch.nn.Embedding
+    wide.get_input_embeddings().weight = torch.nn.Parameter(emb.weight.detach().float(), requires_grad=False)
+    with torch.inference_mode():
+        a = CachedLM(model, torch.device("cpu")).feed(IDS[:20], keep=20).logits
+        b = CachedLM(wide, torch.device("cpu")).feed(IDS[:20], keep=20).logits
+    assert a.dtype == torch.float32 and torch.equal(a, b)
+    draft = int8.quantize_int8(copy.deepcopy(bf16), kind="dynamic")  # the draft's dynamic int8 too
+    assert draft.get_input_embeddings().weight.dtype == torch.bfloat16

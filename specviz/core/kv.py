@@ -86,7 +86,8 @@ class CachedLM:
             self.tree_depths.append(1 if par < 0 else self.tree_depths[par] + 1)
         past = self.cached + first  # slots already in the cache
         q = len(suffix) + len(tokens)
-        dtype = self.model.get_input_embeddings().weight.dtype
+        emb = self.model.get_input_embeddings()  # its output's dtype: an int8 model's half-precision table reads out fp32
+        dtype = getattr(emb, "out_dtype", emb.weight.dtype)
         if getattr(self.model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager", "specviz_invariant"):
             raise RuntimeError("token trees need eager or sdpa attention (a 4D float mask)")
         mask = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype, device=self.device)

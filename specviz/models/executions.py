@@ -99,7 +99,10 @@ def twin(model: torch.nn.Module, dtype: torch.dtype, *, keep_linears: bool = Fal
             if param is None:
                 continue
             if id(param) not in converted:
-                converted[id(param)] = torch.nn.Parameter(param.detach().to(dtype), requires_grad=False)
+                # An int8 twin's embedding stays in its half precision (shared, not copied): quantize_int8
+                # keeps it so (models.int8.CompactEmbedding), a new Parameter so the original is never touched.
+                to = param.dtype if keep_linears and type(module) is torch.nn.Embedding else dtype
+                converted[id(param)] = torch.nn.Parameter(param.detach().to(to), requires_grad=False)
             module._parameters[name] = converted[id(param)]
     return out
 

@@ -166,7 +166,33 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
     if kind == "token":
         fuse_token_linears(model)
         pack_all(model)
-    return model.float().eval()
+    halves = {name: m.weight.detach() for name, m in model.named_modules()
+              if type(m) is torch.nn.Embedding and m.weight.dtype in (torch.bfloat16, torch.float16)}
+    model.float().eval()
+    for name, weight in halves.items():
+        compact_embedding(model.get_submodule(name), weight)
+    return model
+
+
+class CompactEmbedding(torch.nn.Embedding):
+    """An input embedding kept in the half precision its values came in, read out as float32.
+
+    The int8 models compute in float32 (the kernels take and return it), but the embedding is a
+    lookup: widening the 151,936 rows ahead of time kept 0.93 GB (1.5B target) and 0.54 GB (0.5B
+    draft) of float32 whose values are exactly the bf16 ones; widening only the rows a pass looks up
+    gives bit-identical activations for half the memory."""
+
+    out_dtype = torch.float32
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002  (nn.Embedding's name)
+        return super().forward(input).to(self.out_dtype)
+
+
+def compact_embedding(module: torch.nn.Embedding, half: torch.Tensor) -> None:
+    """Turn ``module`` (float32 now) into a :class:`CompactEmbedding` over ``half`` (its values before
+    widening), in place."""
+    module.__class__ = CompactEmbedding
+    module.weight = torch.nn.Parameter(half, requires_grad=False)
 
 
 def int8_draft(model: torch.nn.Module, cache: Path | None = None,
