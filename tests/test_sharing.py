@@ -265,3 +265,121 @@ def test_download_page_answers_a_busy_session_at_once_without_the_model_gate(mon
         GATE.lock.release()
     page, status = out["first"]
     assert page["visible"] and Path(page["value"]).is_file()
+
+
+# ---- 1. models are shared, never thrashed ---------------------------------------------------------
+
+
+@pytest.fixture
+def fake_pairs(monkeypatch):
+    """A fake preset of hub models and a loader that builds nothing: the default pair and what a visitor asks."""
+    from types import SimpleNamespace
+
+    from specviz.models import PRESETS, loading
+    from specviz.models.presets import Preset
+    from specviz.serving import service
+
+    loads = []
+
+    def fake_load(label, draft_ref, target_ref, dev, dt, quant, progress, t0, *, target_exec, alpha):
+        loads.append((label, target_exec))
+        return SimpleNamespace(preset=label, target_exec="int8" if target_exec == "auto" else target_exec,
+                               probe=None, target_name=target_ref, draft=None, target=None)
+
+    monkeypatch.setattr(loading, "_load_uncached", fake_load)
+    monkeypatch.setattr(loading, "_PAIRS", type(loading._PAIRS)())
+    monkeypatch.setattr(loading, "_PINNED", set())
+    presets = dict(PRESETS)
+    presets["Fake default"] = Preset("fake", "Fake default", "fake/draft", "fake/target", False, "", params_b=(0.5, 1.5))
+    presets["Fake hub"] = Preset("fakehub", "Fake hub", "fake/draft", "fake/big-target", False, "", params_b=(0.5, 7.0))
+    for mod in (loading, service):
+        monkeypatch.setattr(mod, "PRESETS", presets)
+    import specviz.models.presets as P
+
+    monkeypatch.setattr(P, "PRESETS", presets)
+    monkeypatch.setattr(service, "default_preset", lambda: "Fake default")
+    monkeypatch.setattr(service, "_default_target_exec", lambda raw, zero=False: "auto")
+    monkeypatch.setattr(loading, "on_disk", lambda ref: ref != "fake/big-target")
+    monkeypatch.delenv("SPECVIZ_ALLOW_DOWNLOADS", raising=False)
+    monkeypatch.delenv("SPECVIZ_MEMORY_GB", raising=False)
+    return loads
+
+
+def test_the_default_pair_stays_whatever_visitors_ask(fake_pairs):
+    from specviz.serving.service import get_pair
+
+    default = get_pair(None)
+    for execution in ("bf16", "fp32", "bf16", "fp32"):  # two pairs were kept: these used to evict the default
+        get_pair("Fake default", target_exec=execution)
+    assert get_pair(None) is default and get_pair("Fake default", target_exec="int8") is default
+    assert fake_pairs.count(("Fake default", "auto")) == 1  # never reloaded
+
+
+def test_a_visitors_bf16_over_the_memory_budget_is_refused_and_the_default_untouched(fake_pairs, monkeypatch):
+    from specviz.serving.service import InputError, get_pair
+
+    default = get_pair(None)
+    monkeypatch.setenv("SPECVIZ_MEMORY_GB", "0.001")
+    with pytest.raises(InputError, match=r"exceed this server's memory budget of 0\.0 GB \(SPECVIZ_MEMORY_GB\)"):
+        get_pair("Fake default", target_exec="bf16")
+    assert get_pair(None) is default and len(fake_pairs) == 1
+
+
+def test_a_visitors_load_counts_at_the_gate(fake_pairs, monkeypatch):
+    """Loading another execution for a visitor waits for the live gate (Busy when it is full)."""
+    from specviz.serving import replay
+    from specviz.serving.service import get_pair
+
+    get_pair(None)
+    monkeypatch.setattr(replay.GATE, "max_wait_s", 0.3)
+    replay.GATE.lock.acquire()  # a run holds the models
+    try:
+        with pytest.raises(replay.Busy, match="busy"):
+            get_pair("Fake default", target_exec="bf16")
+        assert len(fake_pairs) == 1
+        get_pair(None)  # the default pair is served at once
+    finally:
+        replay.GATE.lock.release()
+    get_pair("Fake default", target_exec="bf16")
+    assert fake_pairs[-1] == ("Fake default", "bf16") and not replay.GATE.lock.locked()
+
+
+def test_a_hub_preset_not_on_disk_is_refused_unless_the_host_allows_downloads(fake_pairs, monkeypatch):
+    from specviz.serving.service import InputError, get_pair
+
+    with pytest.raises(InputError, match=r"not on this server's disk \(fake/big-target\).*SPECVIZ_ALLOW_DOWNLOADS=1"):
+        get_pair("Fake hub")
+    assert fake_pairs == []
+    monkeypatch.setenv("SPECVIZ_ALLOW_DOWNLOADS", "1")
+    monkeypatch.setenv("SPECVIZ_MEMORY_GB", "64")
+    get_pair("Fake hub")
+    assert fake_pairs == [("Fake hub", "auto")]
+
+
+def test_a_run_job_loading_another_pair_waits_at_the_gate_first(fake_pairs, monkeypatch):
+    """run_job's loading of a non-default pair happens inside the gate: Waiting comes before the load."""
+    from specviz.serving import jobs
+
+    order = []
+    real_enter = jobs.GATE.enter
+
+    def enter(*a, **k):
+        order.append("gate")
+        return real_enter(*a, **k)
+
+    monkeypatch.setattr(jobs.GATE, "enter", enter)
+    monkeypatch.setattr(jobs, "get_pair", lambda *a, gated=False, **k: order.append(("load", gated)) or 1 / 0)
+    job = jobs.RunForm(preset="Fake default", prompt="hi", target_exec="bf16").check()
+    assert job.loads
+    with pytest.raises(ZeroDivisionError):
+        list(jobs.run_job(job))
+    assert order == ["gate", ("load", True)] and not jobs.GATE.lock.locked()
+
+
+def test_real_hf_cache_lookups_are_offline_and_plain():
+    from specviz.models import loading
+
+    assert loading.on_disk("offline:qwen2.5-coder-0.5b") and loading.on_disk("tiny:draft")
+    assert not loading.on_disk("nobody-has/this-model-xyz")
+    assert loading.estimate_bytes("Qwen2.5-Coder 0.5B → 1.5B (offline)", target_exec="fp32") > \
+        loading.estimate_bytes("Qwen2.5-Coder 0.5B → 1.5B (offline)", target_exec="int8")

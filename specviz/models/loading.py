@@ -178,6 +178,7 @@ def _match_widths(draft: torch.nn.Module, target: torch.nn.Module, n_tokens: int
 _LOCK = threading.RLock()
 _PAIRS: "OrderedDict[tuple, ModelPair]" = OrderedDict()
 _MAX_PAIRS = 2  # keep the last two pairs: switching back is instant, memory stays bounded
+_PINNED: set[tuple] = set()  # pairs never made room for (a server's default pair: load_pair(pin=True))
 
 
 def clear_cache() -> None:
@@ -185,6 +186,7 @@ def clear_cache() -> None:
     with _LOCK:
         dropped = bool(_PAIRS)
         _PAIRS.clear()
+        _PINNED.clear()
     if dropped:  # a full collection walks the whole heap: ~0.4 s in a process holding torch, gradio and real pairs
         gc.collect()
 
@@ -199,6 +201,7 @@ def load_pair(
     draft_quant: str | None = "auto",
     target_exec: str | None = "auto",
     progress: ProgressFn | None = None,
+    pin: bool = False,
 ) -> ModelPair:
     """Load (once per process) and return a draft/target pair.
 
@@ -211,8 +214,61 @@ def load_pair(
     ``dtype`` instead runs the target in that dtype); "bf16",
     "fp32", "int8" (CPU) or "bf16", "fp16", "bf16+graphs" (CUDA) force one.
     ``progress(fraction, message)`` is called during slow steps (first-use conversion, loading).
+    ``pin``: the pair stays loaded whatever is loaded after it (a server's default pair).
     """
     t0 = time.perf_counter()
+    found = _request(preset, draft, target, device, dtype, draft_quant, target_exec)
+    label, base, draft_ref, target_ref, key = found.label, found.base, found.draft_ref, found.target_ref, found.key
+    if key[0] == "tiny":
+        with _LOCK:
+            if key not in _PAIRS:
+                _make_room()
+                tiny = build_tiny_pair()
+                for model in (tiny.draft, tiny.target):
+                    canonical_head_input(model)
+                _remember(key, tiny)
+            if pin:
+                _PINNED.add(key)
+            report(progress, 1.0, "Tiny random pair ready")
+            return _PAIRS[key]
+    dev, dt, requested_quant, requested_exec = found.device, found.dtype, found.quant, found.execution
+    with _LOCK:
+        hit = key if key in _PAIRS else _loaded_as(key)
+        if hit is not None:
+            _PAIRS.move_to_end(hit)
+            if pin:
+                _PINNED.add(hit)
+            pair = _PAIRS[hit]
+            # Same models reached through a preset or as a custom pair: share them, keep the label.
+            return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
+        _make_room()
+        alpha = base.typical_alpha if base else 0.7
+        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
+                              target_exec=requested_exec, alpha=alpha)
+        _remember(key, pair)
+        if pin:
+            _PINNED.add(key)
+        return pair
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """What a load_pair call asks for, resolved: the cache key it is loaded under and its parts."""
+
+    label: str
+    base: Any
+    draft_ref: str
+    target_ref: str
+    key: tuple
+    device: Any = None
+    dtype: Any = None
+    quant: str | None = None
+    execution: str = "auto"
+
+
+def _request(preset: str | None, draft: str | None, target: str | None, device: str | None, dtype: str | None,
+             draft_quant: str | None, target_exec: str | None) -> _Request:
+    """load_pair's arguments checked and resolved (ModelError), without loading anything."""
     if preset is None and (draft is None or target is None):
         if draft is not None or target is not None:
             raise ModelError("A custom pair needs both a draft and a target model (or pick a preset).")
@@ -232,16 +288,7 @@ def load_pair(
     if draft_ref.startswith("tiny:") or target_ref.startswith("tiny:"):
         if not (draft_ref.startswith("tiny:") and target_ref.startswith("tiny:")):
             raise ModelError("The tiny random models can only be paired with each other.")
-        key = ("tiny", draft_ref, target_ref)
-        with _LOCK:
-            if key not in _PAIRS:
-                _make_room()
-                tiny = build_tiny_pair()
-                for model in (tiny.draft, tiny.target):
-                    canonical_head_input(model)
-                _remember(key, tiny)
-            report(progress, 1.0, "Tiny random pair ready")
-            return _PAIRS[key]
+        return _Request(label, base, draft_ref, target_ref, ("tiny", draft_ref, target_ref))
 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -252,19 +299,7 @@ def load_pair(
     if requested_exec == "auto" and dtype not in (None, "auto"):
         requested_exec = executions.dtype_name(dt)  # a dtype asked for is the execution asked for: no probe
     key = (draft_ref, target_ref, str(dev), str(dt), requested_quant, requested_exec)
-    with _LOCK:
-        found = key if key in _PAIRS else _loaded_as(key)
-        if found is not None:
-            _PAIRS.move_to_end(found)
-            pair = _PAIRS[found]
-            # Same models reached through a preset or as a custom pair: share them, keep the label.
-            return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
-        _make_room()
-        alpha = base.typical_alpha if base else 0.7
-        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
-                              target_exec=requested_exec, alpha=alpha)
-        _remember(key, pair)
-        return pair
+    return _Request(label, base, draft_ref, target_ref, key, dev, dt, requested_quant, requested_exec)
 
 
 def _loaded_as(key: tuple) -> tuple | None:
@@ -279,11 +314,25 @@ def _loaded_as(key: tuple) -> tuple | None:
 
 
 def _make_room() -> None:
-    """Forget the least recently used pairs before loading another, to bound peak memory."""
-    if len(_PAIRS) >= _MAX_PAIRS:
-        while len(_PAIRS) >= _MAX_PAIRS:
-            _PAIRS.popitem(last=False)
+    """Forget the least recently used pairs before loading another, to bound peak memory; pinned
+    pairs are never forgotten (with only pinned pairs left, the new one loads beside them)."""
+    gone = _would_drop()
+    for key in gone:
+        del _PAIRS[key]
+    if gone:
         gc.collect()  # only then: a full collection in a busy process (the app) costs ~0.1 s
+
+
+def _would_drop() -> list[tuple]:
+    """The keys _make_room would forget before loading one more pair: the least recently used unpinned ones."""
+    n, out = len(_PAIRS), []
+    for key in _PAIRS:
+        if n < _MAX_PAIRS:
+            break
+        if key not in _PINNED:
+            out.append(key)
+            n -= 1
+    return out
 
 
 def _remember(key: tuple, pair: ModelPair) -> None:
@@ -432,3 +481,121 @@ def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.d
     else:
         compiled.detach(model)  # the probe may have timed graphs on this very model
     return model, requested, probe
+
+
+# --------------------------------------------------------------------------------------------------
+# What a load would cost, asked before loading (a server's admission of a visitor's request)
+# --------------------------------------------------------------------------------------------------
+
+
+def loaded(preset: str | None = None, *, draft: str | None = None, target: str | None = None,
+           target_exec: str | None = "auto") -> ModelPair | None:
+    """The pair load_pair would return without loading anything, or None (ModelError for a bad request)."""
+    found = _request(preset, draft, target, None, None, "auto", target_exec)
+    with _LOCK:
+        key = found.key if found.key in _PAIRS else (_loaded_as(found.key) if found.key[0] != "tiny" else None)
+        return _PAIRS.get(key) if key is not None else None
+
+
+def staying() -> list[tuple[ModelPair, bool]]:
+    """(pair, pinned) of the pairs that stay loaded when one more is loaded."""
+    with _LOCK:
+        gone = set(_would_drop())
+        return [(pair, key in _PINNED) for key, pair in _PAIRS.items() if key not in gone]
+
+
+def is_pinned(pair: ModelPair) -> bool:
+    with _LOCK:
+        return any(p is pair for k, p in _PAIRS.items() if k in _PINNED)
+
+
+def pair_nbytes(pair: Any) -> int:
+    """The bytes the pair's models hold (parameters and buffers, each storage counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for model in (getattr(pair, "draft", None), getattr(pair, "target", None)):
+        if not isinstance(model, torch.nn.Module):
+            continue
+        for t in list(model.parameters()) + list(model.buffers()):
+            try:
+                storage = t.untyped_storage()
+                ptr, n = storage.data_ptr(), storage.nbytes()
+            except Exception:  # noqa: BLE001 -- a tensor subclass without one storage: count its elements
+                ptr, n = id(t), t.numel() * t.element_size()
+            if ptr not in seen:
+                seen.add(ptr)
+                total += n
+    return total
+
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def weight_files(ref: str) -> list[Path] | None:
+    """The weight files of a hub id or local directory as they are on this machine's disk (the Hugging
+    Face cache, read offline), or None when they are not all there.  offline:/tiny: references are
+    always on disk (pip packages, built in-process): []."""
+    import json
+
+    if ref.startswith(("offline:", "tiny:")):
+        return []
+    local = Path(ref).expanduser()
+    if local.is_dir():
+        return [f for f in local.iterdir() if f.suffix in (".safetensors", ".bin") and f.is_file()]
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+
+    def cached(name: str) -> Path | None:
+        try:
+            found = try_to_load_from_cache(ref, name)
+        except Exception:  # noqa: BLE001 -- not a valid repo id: not on disk
+            return None
+        return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+    if cached("config.json") is None:
+        return None
+    for name in _WEIGHT_FILES:
+        path = cached(name)
+        if path is None:
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        try:
+            shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        files = [cached(shard) for shard in shards]
+        return None if any(f is None for f in files) else files  # type: ignore[return-value]
+    return None
+
+
+def on_disk(ref: str) -> bool:
+    return weight_files(ref) is not None
+
+
+# Bytes per parameter of a target executing as each execution ("auto": as loaded, bf16 -- the probe
+# chooses among candidates it builds one at a time); the draft stays in its 16-bit dtype.
+_BYTES_PER_PARAM = {"fp32": 4.0, "int8": 1.3, "auto": 2.0}
+
+
+def estimate_bytes(preset: str | None = None, *, draft: str | None = None, target: str | None = None,
+                   target_exec: str | None = "auto") -> int | None:
+    """The memory a pair would take once loaded, estimated before loading it: from the preset's
+    parameter counts, else from its weight files on disk (16-bit weights assumed: 2 bytes a
+    parameter); None when neither is known (a hub model not downloaded)."""
+    found = _request(preset, draft, target, None, None, "auto", target_exec)
+    base = found.base
+    if base is not None and getattr(base, "params_b", None) and found.label == getattr(base, "name", None):
+        params = [b * 1e9 for b in base.params_b]
+    else:
+        params = []
+        for ref in (found.draft_ref, found.target_ref):
+            files = weight_files(ref)
+            if not files:
+                return None
+            params.append(sum(f.stat().st_size for f in files if f.suffix != ".json") / 2)
+    execution = found.execution if found.key[0] != "tiny" else "fp32"
+    per = _BYTES_PER_PARAM.get(str(execution).split("+")[0], 2.0)
+    return int(params[0] * 2.0 + params[1] * per)

@@ -22,6 +22,9 @@ class Preset:
     # The pair's typical acceptance α, for choosing the target's execution (hardware.probe): the
     # default pair's greedy bench gave mean accepted length 4.0 at γ = 5, i.e. α ≈ 0.83.
     typical_alpha: float = 0.7
+    # Parameters of (draft, target), in billions: what a server's memory budget prices the pair at
+    # before loading it (specviz.models.loading.estimate_bytes).
+    params_b: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ PRESETS: dict[str, Preset] = {
             "Qwen2.5-Coder-0.5B-Instruct drafts for Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M). Weights come "
             "from pip packages and run without network; the first use converts them (about a minute).",
             typical_alpha=0.8,
+            params_b=(0.49, 1.54),
         ),
         Preset(
             "qwen-coder-7b",
@@ -95,6 +99,7 @@ PRESETS: dict[str, Preset] = {
             "Qwen/Qwen2.5-Coder-7B-Instruct",
             False,
             "Same draft, a 14x larger target. Downloads ~16 GB from the Hugging Face hub; meant for a GPU.",
+            params_b=(0.49, 7.62),
         ),
         Preset(
             "pythia",
@@ -103,6 +108,7 @@ PRESETS: dict[str, Preset] = {
             "EleutherAI/pythia-2.8b",
             False,
             "The pair studied by Yin et al. (NeurIPS 2024). Base models, no chat template. Downloads ~6 GB.",
+            params_b=(0.07, 2.78),
         ),
         Preset(
             "smollm2",
@@ -111,6 +117,7 @@ PRESETS: dict[str, Preset] = {
             "HuggingFaceTB/SmolLM2-1.7B-Instruct",
             False,
             "Small instruct models from Hugging Face. Downloads ~3.7 GB.",
+            params_b=(0.135, 1.71),
         ),
         Preset(
             "tiny",
@@ -119,6 +126,7 @@ PRESETS: dict[str, Preset] = {
             "tiny:target",
             False,
             "Tiny random models built in-process in well under a second. Output is gibberish; for tests.",
+            params_b=(0.0001, 0.0001),
         ),
     ]
 }

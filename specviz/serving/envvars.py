@@ -51,3 +51,33 @@ def env_choice(name: str, choices: Iterable[str], default: str) -> str:
         log.warning("ignoring %s=%r (not one of %s); using the default, %s", name, raw, ", ".join(choices), default)
         return default
     return value
+
+
+def env_flag(name: str) -> bool:
+    """An on/off setting: "1", "true", "yes" or "on" (any case) mean on; anything else, or unset, off."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def downloads_allowed() -> bool:
+    """SPECVIZ_ALLOW_DOWNLOADS=1: a visitor's request may download a hub preset that is not on disk
+    (off by default: a 3.7-16 GB download on any visitor's request is the host's choice)."""
+    return env_flag("SPECVIZ_ALLOW_DOWNLOADS")
+
+
+def memory_budget_bytes() -> int:
+    """The memory the loaded model pairs may take together (env SPECVIZ_MEMORY_GB); by default 75 % of
+    this machine's physical memory (of the GPU's on a CUDA host, where the models live)."""
+    gb = env_number("SPECVIZ_MEMORY_GB", 0.0)
+    if gb > 0:
+        return int(gb * 2**30)
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(0.75 * torch.cuda.get_device_properties(0).total_memory)
+    except Exception:  # noqa: BLE001 -- no torch or no usable GPU: the host's memory
+        pass
+    try:
+        return int(0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30

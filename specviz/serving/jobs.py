@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator, Union
 from ..core.settings import DecodeSettings
 from ..trace import Trace
 from .replay import CACHE, GATE, Abandoned, Entry, RunKey, Snapshot, follow, replay, run_key, snapshot
-from .service import InputError, Request, Update, check_request, check_target_exec, describe_error, get_pair, race, tokenize
+from .service import (InputError, Request, Update, check_request, check_target_exec, describe_error, get_pair, load_needed,
+                      race, tokenize)
 
 log = logging.getLogger("specviz.jobs")
 CLAIMS = 3  # a followed run that stops leaves the request to claim again, at most this often
@@ -89,11 +90,40 @@ class Job:
     def key(self) -> RunKey | None:
         return run_key(self.form.preset, self.prompt, self.settings, self.standard, self.execution)
 
-    def request(self, progress: Callable[[float, str], None] | None = None) -> Request:
-        """Load the pair (once per process) and tokenise the prompt: InputError / ModelError."""
+    def request(self, progress: Callable[[float, str], None] | None = None, gated: bool = False) -> Request:
+        """Load the pair (once per process) and tokenise the prompt: InputError / ModelError (and Busy when a
+        pair other than the default must load and the gate's queue is full; ``gated``: the caller holds it)."""
         f = self.form
-        pair = get_pair(f.preset, f.draft_id, f.target_id, progress=progress, target_exec=f.target_exec)
+        pair = get_pair(f.preset, f.draft_id, f.target_id, progress=progress, target_exec=f.target_exec, gated=gated)
         return tokenize(pair, self.prompt, self.settings)
+
+    @property
+    def loads(self) -> bool:
+        """Whether this job would load a pair other than the server's default (service.load_needed)."""
+        f = self.form
+        return load_needed(f.preset, f.draft_id, f.target_id, f.target_exec)
+
+
+def request_at_gate(job: Job, progress: Callable[[float, str], None] | None = None,
+                    priority: str = "live") -> Iterator[int]:
+    """The job's request, with the live gate held on return (`GATE.leave()` it), yielding the number
+    waiting while it waits: `req = yield from request_at_gate(job)`.
+
+    A pair other than the default that is not loaded yet loads *inside* the gate, as a run would use
+    it (issue 33: a visitor's loading must not slow the runs in progress); otherwise the request (the
+    prompt's length in tokens) is checked first, so a bad one is refused without waiting."""
+    if job.loads:
+        for ahead in GATE.enter(priority=priority):
+            yield ahead
+        try:
+            return job.request(progress, gated=True)
+        except BaseException:
+            GATE.leave()
+            raise
+    req = job.request(progress)
+    for ahead in GATE.enter(priority=priority):
+        yield ahead
+    return req
 
 
 # ---- what run_job yields ---------------------------------------------------------------------
@@ -172,9 +202,13 @@ def run_job(job: Job, progress: Callable[[float, str], None] | None = None) -> I
 def _live(job: Job, entry: Entry | None, progress: Callable[[float, str], None] | None) -> Iterator[JobEvent]:
     try:
         yield Loading()
-        req = job.request(progress)
-        for ahead in GATE.enter():
-            yield Waiting(ahead)
+        waits = request_at_gate(job, progress)
+        while True:
+            try:
+                yield Waiting(next(waits))
+            except StopIteration as done:
+                req = done.value
+                break
         final = Update("done", None)
         try:
             # closing(): a cancelled job ends the engine's loop here (its `finally` frees the KV caches).
@@ -209,4 +243,4 @@ def _replayed(entry: Entry, how: str) -> Iterator[JobEvent]:
 
 
 __all__ = ["CLAIMS", "Decoding", "Finished", "Job", "JobEvent", "Loading", "Replaying", "RunFailed", "RunForm",
-           "Stalled", "Waiting", "run_job"]
+           "Stalled", "Waiting", "request_at_gate", "run_job"]

@@ -29,7 +29,7 @@ from ..theory.timing import Prices, assess_race
 from ..core.settings import DecodeSettings, SettingsError
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
-from .envvars import env_choice, env_int, env_number
+from .envvars import downloads_allowed, env_choice, env_int, env_number, memory_budget_bytes
 
 MAX_PROMPT_CHARS = 8_000
 # Prompt tokens (env SPECVIZ_MAX_PROMPT_TOKENS): prefill time and KV-cache memory grow with them, and
@@ -230,10 +230,8 @@ def _remember_execution(preset: str, pair: ModelPair) -> ModelPair:
     return pair
 
 
-def get_pair(preset: Any, draft: Any = None, target: Any = None,
-             progress: Callable[[float, str], None] | None = None, target_exec: Any = None) -> ModelPair:
-    """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure.
-    ``target_exec``: how the target executes (:func:`check_target_exec`; None: the server's default)."""
+def _asked(preset: Any, draft: Any, target: Any, target_exec: Any) -> tuple[str, dict[str, Any], str]:
+    """(preset name, load_pair's model arguments, execution) of a request, checked (InputError)."""
     if preset is None or (isinstance(preset, str) and preset.strip().lower() in ("", "default")):
         preset = default_preset()
     if not isinstance(preset, str):
@@ -242,13 +240,91 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
     if preset == CUSTOM_PRESET:
         if not custom_models_enabled():
             raise InputError("Custom model pairs are disabled on this server (set SPECVIZ_ALLOW_CUSTOM=1 to enable them).")
-        return _remember_execution(CUSTOM_PRESET, load_pair(draft=check_model_id(draft), target=check_model_id(target),
-                                                            target_exec=execution, progress=progress))
+        return CUSTOM_PRESET, {"draft": check_model_id(draft), "target": check_model_id(target)}, execution
     try:
         preset = resolve_preset(preset)
     except ModelError as exc:
         raise InputError(str(exc)) from None
-    return _remember_execution(preset, load_pair(preset, target_exec=execution, progress=progress))
+    return preset, {"preset": preset}, execution
+
+
+def _is_default(preset: str, execution: str) -> bool:
+    return preset == default_preset() and execution == default_target_exec()
+
+
+def load_needed(preset: Any, draft: Any = None, target: Any = None, target_exec: Any = None) -> bool:
+    """Whether the request would load a pair other than the server's default (then the loading takes the
+    live gate like a run: jobs.request_at_gate).  A request that cannot be resolved: False (get_pair says why)."""
+    from ..models import loading
+
+    try:
+        name, models, execution = _asked(preset, draft, target, target_exec)
+        return not _is_default(name, execution) and loading.loaded(**models, target_exec=execution) is None
+    except (InputError, ModelError):
+        return False
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:.1f} GB"
+
+
+def admit(name: str, models: dict[str, Any], execution: str) -> None:
+    """Refuse (InputError, a plain message) a visitor's request that would load a pair this server should
+    not: a hub model that is not on disk unless the host allows downloads, or a pair that does not fit in
+    the memory budget beside the pairs that stay loaded (the default pair always among them, loaded or not)."""
+    from ..models import loading
+
+    what = f"{name} as {execution}" if name != CUSTOM_PRESET else f"{models['draft']} → {models['target']}"
+    base = PRESETS.get(name)
+    refs = (base.draft, base.target) if base and "preset" in models else (models.get("draft"), models.get("target"))
+    missing = [r for r in refs if r and not loading.on_disk(r)]
+    if missing and not downloads_allowed():
+        raise InputError(f"{what} is not on this server's disk ({', '.join(missing)}), and this server does not "
+                         "download models for visitors (the host can preload them, or allow it with "
+                         "SPECVIZ_ALLOW_DOWNLOADS=1). The default pair is ready for everyone.")
+    need = loading.estimate_bytes(**models, target_exec=execution)
+    budget = memory_budget_bytes()
+    if need is None:
+        raise InputError(f"{what} cannot be priced before it is downloaded, so this server does not load it for "
+                         f"a visitor (its memory budget is {_gb(budget)}, SPECVIZ_MEMORY_GB).")
+    staying = loading.staying()
+    held = sum(loading.pair_nbytes(p) for p, _ in staying)
+    default = default_preset()
+    if not any(pinned for _, pinned in staying):  # the default pair is not loaded yet: its room is kept for it
+        held += loading.estimate_bytes(default, target_exec=default_target_exec()) or 0
+    if held + need > budget:
+        raise InputError(f"Loading {what} (about {_gb(need)}) beside the default pair and what else is loaded "
+                         f"({_gb(held)}) would exceed this server's memory budget of {_gb(budget)} "
+                         "(SPECVIZ_MEMORY_GB). The default pair stays loaded for everyone: use it, or ask the host.")
+
+
+def get_pair(preset: Any, draft: Any = None, target: Any = None,
+             progress: Callable[[float, str], None] | None = None, target_exec: Any = None,
+             gated: bool = False) -> ModelPair:
+    """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure.
+    ``target_exec``: how the target executes (:func:`check_target_exec`; None: the server's default).
+
+    The server's default pair (default preset, default execution) is loaded pinned: nothing a visitor
+    asks for evicts it.  Any other pair not loaded yet is a visitor's request (issue 33): `admit` may
+    refuse it, and it loads holding the live gate like a run (``gated``: the caller holds it already;
+    otherwise this waits for it, or raises replay.Busy)."""
+    from ..models import loading
+
+    name, models, execution = _asked(preset, draft, target, target_exec)
+    if _is_default(name, execution):
+        return _remember_execution(name, load_pair(**models, target_exec=execution, progress=progress, pin=True))
+    if loading.loaded(**models, target_exec=execution) is None:
+        admit(name, models, execution)
+        if not gated:
+            from .replay import GATE
+
+            for _ in GATE.enter():
+                pass
+            try:
+                return _remember_execution(name, load_pair(**models, target_exec=execution, progress=progress))
+            finally:
+                GATE.leave()
+    return _remember_execution(name, load_pair(**models, target_exec=execution, progress=progress))
 
 
 @dataclass

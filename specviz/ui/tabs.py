@@ -12,6 +12,7 @@ from ..core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, parse_i
 from ..experiments import sweeps
 from ..experiments.shootout import cost_ratio
 from ..models import ModelError
+from ..serving.jobs import request_at_gate
 from ..serving.replay import GATE, Busy
 from ..serving.service import InputError, describe_error
 from ..serving.sweep_budget import sweep_budget, time_limit_note, within
@@ -196,8 +197,13 @@ def enter_gate(form: RunForm, report: Callable[..., Any] | None, what: str) -> I
     them the gate between its points), showing the queue; returns the request.
     `req = yield from enter_gate(...)`; pair it with `under_gate`."""
     try:
-        req = form.request(progress=report)
-        for ahead in GATE.enter(priority="sweep"):
+        waits = request_at_gate(form.check(), report, priority="sweep")  # a pair other than the default loads inside
+        while True:
+            try:
+                ahead = next(waits)
+            except StopIteration as done:
+                req = done.value
+                break
             yield SweepFrame(status=f"*Waiting for the models: {ahead} run(s) waiting…*")
     except (InputError, ModelError, Busy) as exc:
         yield SweepFrame(status=f"**The {what} did not start:** {exc}")
