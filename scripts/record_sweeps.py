@@ -1,10 +1,14 @@
 """Record the sweeps shipped in assets/sweeps.json (shown on the Sweeps tab when the page opens).
 
-    python scripts/record_sweeps.py              # default offline pair, on this machine (a few minutes)
+    python scripts/record_sweeps.py                  # default offline pair, 3 repeats, on this machine
+    python scripts/record_sweeps.py --repeats 5      # more repeats: narrower medians, longer recording
 
 A γ sweep, an ε sweep and a drafter shoot-out of the default pair on the first example prompt,
 greedy, 48 new tokens; metrics only (no traces), with the machine, the date and the settings.
-Record on an idle machine: the numbers are timings.
+Every configuration runs `--repeats` times, round-robin with standard decoding (each round: the
+baseline, then every configuration once; specviz.experiments.repeats), and each point is the median
+of its repeats with their min–max range and how many were flagged noisy.  Record on an idle
+machine all the same: the numbers are timings (about `--repeats` times as long as one run each).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.experiments import recorded, shootout, sweeps  # noqa: E402
+from specviz.experiments.repeats import REPEATS  # noqa: E402
 import specviz.hardware  # noqa: E402,F401  (installs the probe: load_pair's "auto" execution)
 from specviz.models import DEFAULT_PRESET, load_pair  # noqa: E402
 from specviz.models.int8 import cpu_model  # noqa: E402
@@ -34,14 +39,12 @@ MAX_NEW_TOKENS = 48
 
 
 def _steps(label: str, gen, bar: tqdm) -> list:
-    """Drain a sweep generator, moving the bar per finished point; returns the results."""
+    """Drain a sweep generator, moving the bar per finished run; returns the points (or rows) last yielded."""
     out, last = [], 0.0
     for frac, msg, res in gen:
         bar.set_postfix_str(f"{label}: {msg}"[:60])
-        if isinstance(res, list):  # the shoot-out yields its rows so far
+        if res is not None:  # the points (the shoot-out: its rows) so far, each with the repeats it has
             out = res
-        elif res is not None:
-            out.append(res)
         bar.update(max(frac - last, 0.0))
         last = frac
     return out
@@ -50,18 +53,22 @@ def _steps(label: str, gen, bar: tqdm) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=recorded.DEFAULT_PATH)
+    ap.add_argument("--repeats", type=int, default=REPEATS,
+                    help=f"runs per configuration, round-robin with standard decoding (default {REPEATS})")
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     example = json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))[0]
     pair = load_pair(DEFAULT_PRESET)
     req = prepare(pair, example["prompt"], gamma=5, temperature=0.0, max_new_tokens=MAX_NEW_TOKENS, seed=0)
     with tqdm(total=3.0, desc="record", unit="sweep", bar_format="{l_bar}{bar}| {n:.2f}/{total:.0f} {postfix}") as bar:
-        gamma = _steps("γ sweep", sweeps.gamma_sweep(req, GAMMAS), bar)
-        eps = _steps("ε sweep", sweeps.epsilon_sweep(req, EPSILONS), bar)
-        rows = _steps("shoot-out", ((f, m, r) for f, m, r in shootout.run(req)), bar)
+        gamma = _steps("γ sweep", sweeps.gamma_sweep(req, GAMMAS, repeats=args.repeats), bar)
+        eps = _steps("ε sweep", sweeps.epsilon_sweep(req, EPSILONS, repeats=args.repeats), bar)
+        rows = _steps("shoot-out", shootout.run(req, repeats=args.repeats), bar)
     rec = recorded.Recorded(
         schema="specviz.sweeps", version=recorded.VERSION, machine=f"{cpu_model()} ({pair.device})",
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        load_average=[round(x, 2) for x in os.getloadavg()], models={"draft": pair.draft_name, "target": pair.target_name},
+        load_average=[round(x, 2) for x in os.getloadavg()], repeats=args.repeats, models={"draft": pair.draft_name, "target": pair.target_name},
         prompt=example["prompt"], settings=req.settings.as_dict(), gamma=gamma, epsilon=eps,
         shootout=[r.as_dict() for r in rows])
     text = rec.to_json()
@@ -73,7 +80,9 @@ def main() -> None:
             print(f"  {r.label}: did not run ({r.error})")
             continue
         extra = f", α {r.alpha:.2f}, c {r.c:.3f}" if r.alpha is not None and r.c is not None else ""
-        print(f"  {r.label}: {r.tokens_per_s:.2f} tok/s, {r.speedup or 0:.2f}×{extra}")
+        spread = f" ({r.speedup_lo:.2f}–{r.speedup_hi:.2f})" if r.speedup_lo is not None else ""
+        flagged = f", timings flagged in {r.noisy} of {r.repeats} repeats" if r.noisy else ""
+        print(f"  {r.label}: {r.tokens_per_s:.2f} tok/s, {r.speedup or 0:.2f}×{spread}{extra}{flagged}")
 
 
 if __name__ == "__main__":

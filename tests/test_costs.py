@@ -180,17 +180,19 @@ def test_the_gamma_sweep_times_a_warm_baseline(monkeypatch):
     shoot-out's 4.58 the same day), so every γ measured above theory.  Both decoders now run
     briefly, untimed, before the baseline."""
     log = Decodes(monkeypatch)
-    steps = list(sweeps.gamma_sweep(request(), gammas=(4,)))
+    steps = list(sweeps.gamma_sweep(request(), gammas=(4,), repeats=2))
     assert log.calls[:2] == [("standard", sweeps.WARMUP_TOKENS, ""), ("speculative", sweeps.WARMUP_TOKENS, "model")]
-    assert log.calls[2:] == [("standard", 48, ""), ("speculative", 48, "model")]
+    assert log.calls[2:] == [("standard", 48, ""), ("speculative", 48, "model")] * 2  # warm once, then the rounds
     assert steps[0][1] == sweeps.WARMING_UP
 
 
 def test_the_gamma_sweep_draws_theory_with_the_verify_factor(monkeypatch):
     Decodes(monkeypatch)
-    rows = [r for _, _, r in sweeps.gamma_sweep(request(), gammas=(4,)) if r is not None]
+    rows = [r for _, _, r in sweeps.gamma_sweep(request(), gammas=(4,)) if r is not None][-1]  # the points at the end
     rc = race_costs(make_trace(**VERIFY_BOUND), make_std_trace(step=STEP))
-    assert rows[0] == {"gamma": 0, "tokens_per_s": make_std_trace(step=STEP).summary().tokens_per_s}
+    std_tps = make_std_trace(step=STEP).summary().tokens_per_s  # the same every repeat: no spread
+    assert rows[0] == {"gamma": 0, "tokens_per_s": std_tps, "tokens_per_s_lo": std_tps, "tokens_per_s_hi": std_tps,
+                       "repeats": sweeps.REPEATS, "noisy": 0}
     row = rows[1]
     assert row["c"] == pytest.approx(rc.c) and row["v"] == pytest.approx(rc.v)
     assert row["speedup"] == pytest.approx(rc.measured)

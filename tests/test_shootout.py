@@ -48,7 +48,7 @@ def test_the_lineup_is_every_drafter_then_standard_all_exact():
 def rows():
     pair = build_tiny_pair()
     req = prepare(pair, "a b a b a b a", max_new_tokens=10, gamma=3)
-    steps = list(shootout.run(req))
+    steps = list(shootout.run(req, repeats=1))  # one run each: the rows are that run's (tests/test_sweep_repeats.py: more)
     assert [round(f, 2) for f, _, _ in steps][-1] == 1.0
     return steps[-1][2]
 
@@ -167,7 +167,8 @@ def test_the_recorded_gamma_sweep_says_which_gammas_it_has(tmp_path):
     path = tmp_path / "sweeps.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     assert "γ sweep at γ = 1–3, 5. " in shootout_ui.recorded_frame(path).status
-    assert f"The γ sweep runs γ = {ranges_text(sweeps.GAMMAS)} and standard decoding once" in SWEEPS_INTRO
+    assert f"The γ sweep runs γ = {ranges_text(sweeps.GAMMAS)} and standard decoding;" in SWEEPS_INTRO
+    assert "median of its rounds" in SWEEPS_INTRO and "min–max error bars" in SWEEPS_INTRO
     assert "…" not in SWEEPS_INTRO
     # A sweep's own status names the points it measured (one cut short by its time limit has fewer).
     rows = [{"gamma": g, "alpha": 0.5, "c": 0.1} for g in (0, 1, 2, 4)]

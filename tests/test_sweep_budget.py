@@ -140,37 +140,41 @@ def shootout_frames(clock: Clock, when: str, seconds: float = 100):
 
 
 def test_the_shootout_stops_between_drafters_at_its_time_limit(clock, monkeypatch):
-    """The clock moves 100 s as each drafter finishes: the draft model (100 s) and prompt lookup
-    (200 s) finish; the budget (150 s) is checked before the tree, which never starts."""
+    """The clock moves 100 s as each run finishes; each round runs standard decoding first: standard
+    (100 s), the draft model (200 s) and prompt lookup (300 s) finish; the budget (250 s) is checked
+    before the tree, which never starts."""
     from specviz.serving.replay import GATE
 
-    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "150")
+    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "250")
     frames = shootout_frames(clock, "done")
     final = frames[-1]
     assert not GATE.lock.locked()
-    assert "time limit reached" in final.status and "150 s per sweep" in final.status
-    assert "2 point(s) it finished" in final.status and "done:" not in final.status
+    assert "time limit reached" in final.status and "250 s per sweep" in final.status
+    assert "3 point(s) it finished" in final.status and "done:" not in final.status
     assert not any("token tree" in str(f.status) for f in frames)
     runs = final.shootout_runs  # the finished runs stay, to show on the Live tab
     assert [k.split(" (")[0] for k in runs] == ["draft model", "prompt lookup"]
     table = [f.shootout_table for f in frames if f.shootout_table is not SKIP][-1]
-    assert 'data-rows="2"' in table
+    assert 'data-rows="3"' in table
 
 
 def test_a_drafter_cut_short_by_the_limit_is_dropped(clock, monkeypatch):
-    """The clock moves 100 s as each drafter starts: the tree starts at 300 s, past the 250 s
-    budget, so its decode stops at its first round and is not a row; the two before it are."""
-    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "250")
+    """The clock moves 100 s as each run starts: the tree starts at 400 s (after standard decoding, the
+    draft model and prompt lookup), past the 350 s budget, so its decode stops at its first round and is
+    not a row; the three before it are."""
+    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "350")
     frames = shootout_frames(clock, "start")
-    assert any("token tree" in str(f.status) and "(3/5)…" in str(f.status) for f in frames)  # it started
+    assert any("token tree" in str(f.status) and "(4/5, repeat 1/3)…" in str(f.status) for f in frames)  # it started
     assert not any("token tree" in str(f.status) and "tok/s" in str(f.status) for f in frames)  # never finished
-    assert "time limit reached" in frames[-1].status and "2 point(s)" in frames[-1].status
+    assert "time limit reached" in frames[-1].status and "3 point(s)" in frames[-1].status
     assert [k.split(" (")[0] for k in frames[-1].shootout_runs] == ["draft model", "prompt lookup"]
-    assert 'data-rows="3"' not in "".join(f.shootout_table for f in frames if f.shootout_table is not SKIP)
+    assert 'data-rows="4"' not in "".join(f.shootout_table for f in frames if f.shootout_table is not SKIP)
 
 
 def test_a_shootout_that_finished_is_not_called_cut_short(clock, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "1000")
+    """Three rounds of five starts, but the learned head (no head for the tiny target) is not tried again."""
+    monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "2000")
     frames = shootout_frames(clock, "start")
-    assert clock.t == 500 and "done: 4 of 5 ran" in frames[-1].status
+    assert clock.t == 100 * (5 + 4 + 4) and "done: 4 of 5 ran" in frames[-1].status
+    assert "median of 3 repeats each" in frames[-1].status
     assert not any("time limit" in str(f.status) for f in frames)

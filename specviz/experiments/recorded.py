@@ -2,6 +2,10 @@
 `scripts/record_sweeps.py` and shipped in `assets/sweeps.json`, so the Sweeps tab shows measured
 curves as soon as the page opens (a CPU sweep takes minutes).
 
+Every configuration was run `repeats` times, round-robin with the standard baseline
+(specviz.experiments.repeats): the rows hold medians with their range; files recorded before that
+(one run each, no range) load as they are.
+
 The file is data from disk like any upload, so it is checked with pydantic on load: a broken or
 hand-edited file is refused with one message that says where, and the page says so instead of
 failing.  No Gradio here.
@@ -50,6 +54,14 @@ class GammaRow(_Strict):
     c: Pos | None = None  # a draft token ÷ the baseline's standard step (older files: ÷ the verify pass)
     v: Pos | None = None  # the verify pass ÷ the baseline's standard step (absent in older files)
     theoretical_speedup: Pos | None = None  # Thm 3.8 with v (older files: the textbook value, c ÷ verify)
+    # Over the repeats (absent in files recorded before sweeps repeated): tokens_per_s and speedup are then
+    # medians, *_lo and *_hi their range (min, max); repeats: how many ran; noisy: how many were flagged.
+    tokens_per_s_lo: Pos | None = None
+    tokens_per_s_hi: Pos | None = None
+    speedup_lo: Pos | None = None
+    speedup_hi: Pos | None = None
+    repeats: int | None = Field(default=None, ge=1, le=100)
+    noisy: int | None = Field(default=None, ge=0, le=100)
 
 
 class EpsilonRow(_Strict):
@@ -63,6 +75,14 @@ class EpsilonRow(_Strict):
     mean_tv: Prob | None = None
     first_divergence: int | None = Field(default=None, ge=0)
     edit_distance: int = Field(ge=0)
+    # Over the repeats (absent in files recorded before sweeps repeated): tokens_per_s and speedup are then
+    # medians, *_lo and *_hi their range (min, max); repeats: how many ran; noisy: how many were flagged.
+    tokens_per_s_lo: Pos | None = None
+    tokens_per_s_hi: Pos | None = None
+    speedup_lo: Pos | None = None
+    speedup_hi: Pos | None = None
+    repeats: int | None = Field(default=None, ge=1, le=100)
+    noisy: int | None = Field(default=None, ge=0, le=100)
 
 
 class ShootoutRow(_Strict):
@@ -79,6 +99,14 @@ class ShootoutRow(_Strict):
     target_forwards: int | None = Field(default=None, ge=0)
     same_text: bool | None = None
     error: Text = ""
+    # Over the repeats (absent in files recorded before sweeps repeated): tokens_per_s and speedup are then
+    # medians, *_lo and *_hi their range (min, max); repeats: how many ran; noisy: how many were flagged.
+    tokens_per_s_lo: Pos | None = None
+    tokens_per_s_hi: Pos | None = None
+    speedup_lo: Pos | None = None
+    speedup_hi: Pos | None = None
+    repeats: int | None = Field(default=None, ge=1, le=100)
+    noisy: int | None = Field(default=None, ge=0, le=100)
 
 
 class Recorded(_Strict):
@@ -87,6 +115,7 @@ class Recorded(_Strict):
     machine: Text  # the CPU's model name (or the GPU), as specviz.models.int8.cpu_model() reads it
     date: Text  # ISO date and time (UTC)
     load_average: list[Num] | None = None  # (1, 5, 15 min) when recorded: a shared machine's numbers are noisy
+    repeats: int | None = Field(default=None, ge=1, le=100)  # runs per configuration, round-robin (older files: 1)
     models: dict[str, Text]  # draft, target
     prompt: Annotated[str, Field(max_length=20_000)]
     settings: dict[str, Any]  # DecodeSettings.as_dict() of the base settings

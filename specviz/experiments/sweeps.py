@@ -4,6 +4,9 @@ A speedup here is what the race and the shoot-out call one: speculative tokens/s
 tokens/s, each over the whole run (the prompt pass included), and every timed run is warm (see
 `warm_up`).  The γ sweep's theory is Thm 3.8 with c and the verify factor v measured against the
 baseline's standard step (specviz.theory.costs), beside the textbook value.
+
+Every configuration and the standard baseline run `repeats` times, round-robin, and a point is the
+median of its repeats with their range (specviz.experiments.repeats).
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..core.engine import speculative_decode, standard_decode
 from ..core.settings import DecodeSettings
-from ..serving.service import Request
-from ..serving.sweep_budget import within
+from ..serving.service import Request, probe_prices
 from ..theory.costs import race_costs
+from .repeats import REPEATS, combine, noisy, round_robin
 
 log = logging.getLogger("specviz.sweeps")
 GAMMAS = tuple(range(1, 13))
@@ -66,27 +69,61 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _repeat(r: int, repeats: int) -> str:
+    return f" (repeat {r + 1}/{repeats})" if repeats > 1 else ""
+
+
+STANDARD = None  # the key of the standard run among a sweep's round-robin keys
+GAMMA_TIMED = ("tokens_per_s", "speedup", "c", "v", "theoretical_speedup")  # medians over the repeats
+SPREAD = ("tokens_per_s", "speedup")  # and these with their range (key_lo, key_hi)
+
+
 def gamma_sweep(req: Request, gammas=GAMMAS, should_stop: Callable[[], bool] = lambda: False,
-                ) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
-    """Yields (fraction done, message, result or None). The first result is the
-    standard run (gamma 0), then one per γ with the measured speedup.  `should_stop` (the
-    sweep's time budget) ends the decode in progress at a round boundary and the sweep with it:
-    a point cut short is not yielded."""
-    n = len(gammas) + 1
+                repeats: int = REPEATS) -> Iterator[tuple[float, str, list[dict[str, Any]] | None]]:
+    """Yields (fraction done, message, the points so far or None).  The first point is the standard
+    run (gamma 0), then one per γ with the measured speedup.
+
+    Each configuration runs `repeats` times, round-robin (specviz.experiments.repeats): standard
+    decoding, then every γ, then all again; each repeat's speedup is divided by its own round's
+    standard run, and a point is the median of its repeats with their range (speedup_lo/hi,
+    tokens_per_s_lo/hi), `repeats` and `noisy` (repeats whose timings were flagged).  The points
+    are yielded again after every run, with the repeats they have so far.
+
+    `should_stop` (the sweep's time budget) ends the decode in progress at a round boundary and the
+    sweep with it: a run cut short is not counted, and the points keep the repeats they finished."""
+    keys: list[int | None] = [STANDARD, *gammas]
+    reps: dict[int | None, list[dict[str, Any]]] = {k: [] for k in keys}
+    flags: dict[int | None, list[bool]] = {k: [] for k in keys}
+    stds: dict[int, Any] = {}
+    prices = probe_prices(req.pair)
+    n = len(keys) * repeats
+
+    def points() -> list[dict[str, Any]]:
+        return [combine(reps[k], GAMMA_TIMED, SPREAD, flags[k]) for k in keys if reps[k]]
+
     yield 0.0, WARMING_UP, None
     warm_up(req)
-    yield 0.0, "standard decoding (baseline)…", None
-    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
-    if std.stop_reason == "stopped":
-        return
-    std_tps = std.summary().tokens_per_s
-    yield 1 / n, f"baseline: {std_tps:.2f} tok/s", {"gamma": 0, "tokens_per_s": std_tps}
-    for k, g in enumerate(within(gammas, should_stop), 2):
+    for i, (r, g) in enumerate(round_robin(keys, repeats, should_stop), 1):
+        rep = _repeat(r, repeats)
+        if g is STANDARD:
+            yield (i - 1) / n, f"standard decoding (baseline){rep}…", None
+            std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
+            if std.stop_reason == "stopped":
+                return
+            stds[r] = std
+            std_tps = std.summary().tokens_per_s
+            reps[g].append({"gamma": 0, "tokens_per_s": std_tps})
+            flags[g].append(noisy(None, std, prices))
+            yield i / n, f"baseline: {std_tps:.2f} tok/s{rep}", points()
+            continue
         tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, gamma=g), prompt=req.prompt,
                                 should_stop=should_stop)
         if tr.stop_reason == "stopped":
             return
-        yield k / n, *_gamma_point(g, tr, std)
+        msg, res = _gamma_point(g, tr, stds[r])
+        reps[g].append(res)
+        flags[g].append(noisy(tr, stds[r], prices))
+        yield i / n, msg + rep, points()
 
 
 def _gamma_point(g: int, tr: Any, std: Any) -> tuple[str, dict[str, Any]]:
@@ -99,34 +136,50 @@ def _gamma_point(g: int, tr: Any, std: Any) -> tuple[str, dict[str, Any]]:
 
 
 def epsilon_sweep(req: Request, epsilons=EPSILONS, should_stop: Callable[[], bool] = lambda: False,
-                  ) -> Iterator[tuple[float, str, dict[str, Any] | None]]:
-    """Yields (fraction done, message, result or None) for each ε, with how far the
-    text drifts from the ε = 0 text (first diverging token, edit distance).  `should_stop`:
-    as for gamma_sweep."""
+                  repeats: int = REPEATS) -> Iterator[tuple[float, str, list[dict[str, Any]] | None]]:
+    """Yields (fraction done, message, the points so far or None): one point per ε and variant, with
+    how far the text drifts from the ε = 0 text (first diverging token, edit distance).  Repeats,
+    their order, the spread and `should_stop`: as for gamma_sweep (the standard runs divide the
+    speedups but are not points here)."""
     eps = sorted(set(epsilons) | {0.0})
+    keys: list[tuple[float, str] | None] = [STANDARD, *((e, v) for e in eps for v in ("opt", "uno"))]
+    reps: dict[Any, list[dict[str, Any]]] = {k: [] for k in keys}
+    flags: dict[Any, list[bool]] = {k: [] for k in keys}
+    stds: dict[int, Any] = {}
+    prices = probe_prices(req.pair)
+    base: list[int] | None = None
+    n = len(keys) * repeats
+
+    def points() -> list[dict[str, Any]]:
+        return [combine(reps[k], ("tokens_per_s", "speedup"), SPREAD, flags[k]) for k in keys[1:] if reps[k]]
+
     yield 0.0, WARMING_UP, None
     warm_up(req)
-    yield 0.0, "standard decoding (baseline)…", None
-    std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
-    if std.stop_reason == "stopped":
-        return
-    std_tps = std.summary().tokens_per_s
-    base: list[int] | None = None
-    for k, e in enumerate(within(eps, should_stop), 1):
-        for variant in ("opt", "uno"):
-            tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, epsilon=e, variant=variant),
-                                    prompt=req.prompt, should_stop=should_stop)
-            if tr.stop_reason == "stopped":
+    for i, (r, key) in enumerate(round_robin(keys, repeats, should_stop), 1):
+        rep = _repeat(r, repeats)
+        if key is STANDARD:
+            yield (i - 1) / n, f"standard decoding (baseline){rep}…", None
+            std = standard_decode(req.pair, req.prompt_ids, req.settings, prompt=req.prompt, should_stop=should_stop)
+            if std.stop_reason == "stopped":
                 return
-            s = tr.summary()
-            ids = [t.id for t in tr.tokens]
-            if base is None:
-                base = ids
-            res = {"epsilon": e, "variant": variant, "alpha": s.alpha, "speedup": s.tokens_per_s / std_tps,
-                   "tokens_per_s": s.tokens_per_s, "mean_bias": s.mean_bias,
-                   "reject_prob": s.mean_reject_prob, "mean_tv": (s.sum_tv / s.verified) if s.verified else None,
-                   "first_divergence": first_divergence(base, ids), "edit_distance": edit_distance(base, ids)}
-            yield k / len(eps), f"ε = {e:g} ({variant.upper()}): α = {s.alpha or 0:.2f}", res
+            stds[r] = std
+            continue
+        e, variant = key
+        tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, epsilon=e, variant=variant),
+                                prompt=req.prompt, should_stop=should_stop)
+        if tr.stop_reason == "stopped":
+            return
+        s = tr.summary()
+        ids = [t.id for t in tr.tokens]
+        if base is None:
+            base = ids
+        std_tps = stds[r].summary().tokens_per_s
+        reps[key].append({"epsilon": e, "variant": variant, "alpha": s.alpha, "speedup": s.tokens_per_s / std_tps,
+                          "tokens_per_s": s.tokens_per_s, "mean_bias": s.mean_bias,
+                          "reject_prob": s.mean_reject_prob, "mean_tv": (s.sum_tv / s.verified) if s.verified else None,
+                          "first_divergence": first_divergence(base, ids), "edit_distance": edit_distance(base, ids)})
+        flags[key].append(noisy(tr, stds[r], prices))
+        yield i / n, f"ε = {e:g} ({variant.upper()}): α = {s.alpha or 0:.2f}{rep}", points()
 
 
 TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)

@@ -10,6 +10,7 @@ import gradio as gr
 
 from ..core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, parse_integer, parse_number
 from ..experiments import sweeps
+from ..experiments.repeats import PAGE_SWEEP_REPEATS, REPEATS
 from ..experiments.shootout import cost_ratio
 from ..models import ModelError
 from ..serving.jobs import request_at_gate
@@ -188,8 +189,11 @@ def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any
 # The Sweeps tab's introduction: the γ and ε values a sweep runs, from the sweeps' own lists.
 SWEEPS_INTRO = ("Run the prompt and settings of the **Live** tab (drafter and draft-length policy included) many "
                 f"times on the loaded models. The γ sweep runs γ = {ranges_text(sweeps.GAMMAS)} and standard "
-                "decoding once; the ε sweep ε ∈ {" + ", ".join(f"{e:g}" for e in sweeps.EPSILONS) + "}, "
-                "Decoding-OPT and UNO. Drafter shoot-out: every drafter in turn, then standard decoding.")
+                "decoding; the ε sweep ε ∈ {" + ", ".join(f"{e:g}" for e in sweeps.EPSILONS) + "}, "
+                "Decoding-OPT and UNO. Drafter shoot-out: every drafter in turn, then standard decoding. "
+                f"Each sweep runs {PAGE_SWEEP_REPEATS} rounds and the shoot-out {REPEATS}: standard decoding, then every "
+                "configuration once, then all again (so background load hits them all alike); a point is the "
+                "median of its rounds, each divided by its own round's standard run, with min–max error bars.")
 
 
 def enter_gate(form: RunForm, report: Callable[..., Any] | None, what: str) -> Iterator[SweepFrame]:
@@ -236,22 +240,32 @@ def sweep(kind: str, form: RunForm, progress: Callable[..., Any] | None = None) 
     req = yield from enter_gate(form, report, "sweep")
     results: list[dict] = []
     budget = sweep_budget(gate=GATE)  # from here: the time spent waiting at the gate is not the sweep's
-    gen = (sweeps.gamma_sweep if kind == "gamma" else sweeps.epsilon_sweep)(req, should_stop=budget)
+    gen = (sweeps.gamma_sweep if kind == "gamma" else sweeps.epsilon_sweep)(req, should_stop=budget,
+                                                                            repeats=PAGE_SWEEP_REPEATS)
     what = f"drafter {req.settings.drafter}, {req.settings.policy} policy"
 
     def frames() -> Iterator[SweepFrame]:
         for frac, msg, res in gen:  # its decodes stop (and the sweep with them) when the budget is spent
             if report:
                 report(frac, msg)
-            if res is not None:
-                results.append(res)
+            if res is not None:  # the points so far, each with the repeats it has
+                results[:] = res
             yield sweep_frame(kind, results, f"{msg} ({what})")
         if budget.ran_out:
             points = sum(r.get("gamma", 1) > 0 for r in results)  # the γ sweep's baseline is not a point
             log.info("%s sweep stopped at its time limit (%g s) after %d points", kind, budget.seconds, points)
-            yield sweep_frame(kind, results, f"{time_limit_note(budget, points)} ({what})")
+            yield sweep_frame(kind, results, f"{time_limit_note(budget, points)}{repeats_done(results)} ({what})")
 
     yield from under_gate(frames(), "sweep")
+
+
+def repeats_done(results: list[dict]) -> str:
+    """After a sweep cut short: how many of its rounds the points have ("" after the first round)."""
+    ns = [r.get("repeats") or 1 for r in results]
+    if not ns or max(ns) <= 1:
+        return ""
+    n = f"{max(ns)}" if min(ns) == max(ns) else f"{min(ns)}–{max(ns)}"
+    return f" Its points have {n} of {PAGE_SWEEP_REPEATS} repeats."
 
 
 def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:

@@ -1,5 +1,8 @@
 """The drafter shoot-out drawn: one table and one chart, from rows of plain dicts (a fresh
-shoot-out's `specviz.experiments.shootout.Row.as_dict()` or a recording's), and the "recorded" marking."""
+shoot-out's `specviz.experiments.shootout.Row.as_dict()` or a recording's), and the "recorded" marking.
+
+Rows measured several times show tok/s and speedup as "1.23× (1.18–1.27)": the median and the range of
+the repeats (error bars on the chart), and ⚠ where the timing judge flagged any repeat."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from ._fmt import esc
 from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
+from .sweep_plots import error_bars, spread_text
 from .theory_plots import as_number
 
 SHORT = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
@@ -27,9 +31,34 @@ METRICS = (
 TITLE = "Drafter shoot-out: the same prompt and settings, every drafter"
 
 
+SPREAD = ("tokens_per_s", "speedup")  # shown with their range over the repeats: "1.23× (1.18–1.27)"
+NOISY = "⚠"
+
+
 def _fmt(row: dict, key: str, fmt: str) -> str:
+    if key in SPREAD:
+        return spread_text(row, key, fmt)
     v = as_number(row.get(key))
     return fmt.format(v) if v is not None else "—"
+
+
+def _noisy(row: dict) -> str:
+    """The table's mark on a row whose repeats' timings were flagged ("" when none was)."""
+    bad, n = row.get("noisy"), row.get("repeats")
+    if not isinstance(bad, int) or bad <= 0:
+        return ""
+    why = f"timings flagged noisy in {bad} of {n} repeats: other work on the machine disturbed them"
+    return f' <span class="sv-noisy" title="{esc(why)}" aria-label="{esc(why)}">{NOISY}</span>'
+
+
+def repeats_caption(rows: Sequence[dict] | None) -> str:
+    """What the table's ranges are, when its rows have repeats ("" for one run each, or an older recording)."""
+    ns = [r.get("repeats") for r in rows or [] if isinstance(r.get("repeats"), int)]
+    if not ns or max(ns) <= 1:
+        return ""
+    n = f"{max(ns)}" if min(ns) == max(ns) else f"{min(ns)}–{max(ns)}"
+    return (f" · median of {n} repeats, run round-robin with standard decoding (min–max in brackets)"
+            + (f"; {NOISY}: timings flagged noisy" if any(_noisy(r) for r in rows or []) else ""))
 
 
 def table_html(rows: Sequence[dict] | None, caption: str = "") -> str:
@@ -38,7 +67,7 @@ def table_html(rows: Sequence[dict] | None, caption: str = "") -> str:
         return '<div class="sv-metrics sv-empty">No shoot-out yet: press <b>Run drafter shoot-out</b>.</div>'
     head = "".join(f'<th scope="col" title="{esc(d)}">{esc(t)}</th>' for _, t, _, d in METRICS)
     out = [f'<table class="sv-metrics sv-shootout" data-rows="{len(rows)}">',
-           f"<caption>{esc(caption or TITLE)}</caption>",
+           f"<caption>{esc((caption or TITLE) + repeats_caption(rows))}</caption>",
            f'<thead><tr><th scope="col">drafter</th><th scope="col">policy</th>{head}'
            '<th scope="col" title="the same tokens as standard decoding">same text</th></tr></thead><tbody>']
     for r in rows:
@@ -48,9 +77,11 @@ def table_html(rows: Sequence[dict] | None, caption: str = "") -> str:
             out.append(f'<tr data-key="{esc(str(r.get("key", "")))}" data-error="1">{name}{policy}'
                        f'<td class="sv-metric-d" colspan="{len(METRICS) + 1}">did not run: {esc(str(r["error"]))}</td></tr>')
             continue
-        cells = "".join(f'<td class="sv-metric-v">{esc(_fmt(r, k, f))}</td>' for k, _, f, _ in METRICS)
+        cells = "".join(f'<td class="sv-metric-v">{esc(_fmt(r, k, f))}{_noisy(r) if k == "speedup" else ""}</td>'
+                        for k, _, f, _ in METRICS)
         same = {True: "yes", False: "no"}.get(r.get("same_text"), "—")
-        out.append(f'<tr data-key="{esc(str(r.get("key", "")))}">{name}{policy}{cells}<td>{same}</td></tr>')
+        flag = f' data-noisy="{r["noisy"]}"' if _noisy(r) else ""
+        out.append(f'<tr data-key="{esc(str(r.get("key", "")))}"{flag}>{name}{policy}{cells}<td>{same}</td></tr>')
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -68,10 +99,13 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
         colors = [COLORS.get(str(r.get("key")), "#1f77b4") for r in ran]
         for col, (key, title, fmt, _) in enumerate(METRICS, 1):
             xs = [as_number(r.get(key)) for r in ran]
+            bars = error_bars(ran, key) if key in SPREAD else None
             fig.add_trace(go.Bar(
                 x=xs, y=names, orientation="h", marker_color=colors, showlegend=False, name=title,
-                text=[fmt.format(x) if x is not None else "" for x in xs], textposition="auto",
-                hovertemplate="%{y}<br>" + title + " %{x:.3f}<extra></extra>"), row=1, col=col)
+                text=[(fmt.format(x) + (NOISY if key == "speedup" and _noisy(r) else "")) if x is not None else ""
+                      for x, r in zip(xs, ran)], textposition="auto", error_x=bars,
+                customdata=[_fmt(r, key, fmt) for r in ran],
+                hovertemplate="%{y}<br>" + title + " %{customdata}<extra></extra>"), row=1, col=col)
         fig.add_vline(x=1.0, line=dict(color="black", width=1, dash="dash"), row=1, col=len(METRICS))
         skipped = [SHORT.get(str(r.get("key")), str(r.get("label"))) for r in rows or [] if r.get("error")]
         sub = subtitle + ("; " if subtitle and skipped else "") + (
