@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specviz.core.engine import speculative_decode, standard_decode  # noqa: E402
 from specviz.core.settings import DecodeSettings  # noqa: E402
+from specviz.drafters import make_drafter  # noqa: E402
 from specviz.hardware.gpu_report import ENGINE_PROMPT, random_model  # noqa: E402
 
 
@@ -42,7 +43,7 @@ def main() -> None:
                                draft_name="random 0.5B", target_name="random 1.5B", preset="gpu-exactness",
                                dtype=dtype, draft_quant=None, probe=None)
         s = DecodeSettings(gamma=5, temperature=0.0, max_new_tokens=64)
-        a = [t.id for t in speculative_decode(pair, prompt, s).tokens]
+        a = [t.id for t in speculative_decode(pair, prompt, s, drafter=make_drafter(pair, s)).tokens]
         b = [t.id for t in standard_decode(pair, prompt, s).tokens]
         first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
         row = {"dtype": str(dtype).replace("torch.", ""), "equal": a == b, "first_difference": first, "tokens": len(b)}

@@ -69,6 +69,7 @@ def page(browser, server, shots, request):
 def tiny_recording(tmp_path_factory) -> Path:
     """A recording made in-process with the tiny random pair (no server, no download)."""
     from specviz.core import engine
+    from tests import drafted
     from specviz.models import encode_prompt
     from specviz.core.settings import DecodeSettings
     from specviz.models.tiny import build_tiny_pair
@@ -78,7 +79,7 @@ def tiny_recording(tmp_path_factory) -> Path:
     prompt = "Say something."
     ids = encode_prompt(pair, prompt)
     settings = DecodeSettings.checked(gamma=4, max_new_tokens=24, temperature=1.0, seed=1)
-    spec = engine.speculative_decode(pair, ids, settings, prompt=prompt)
+    spec = drafted.speculative_decode(pair, ids, settings, prompt=prompt)
     std = engine.standard_decode(pair, ids, settings, prompt=prompt)
     assert len(spec.rounds) >= 2, "the tiny recording needs at least two rounds for step mode"
     path = tmp_path_factory.mktemp("traces") / "tiny-recording.json"

@@ -17,7 +17,7 @@ import copy
 import pytest
 
 from specviz.core import engine
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.settings import DecodeSettings
 from specviz.experiments.challenge_checks import MACHINE_BANDS, corrections
 from specviz.experiments.challenges import BY_KEY, CHALLENGES, Given, Run, check_all
@@ -27,6 +27,7 @@ from specviz.trace.timing import Timing
 from specviz.ui import challenges_ui as CU
 from specviz.ui.store import STORE
 from specviz.views.challenges import board_html
+from tests.drafted import speculative_decode
 
 TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 PROMPT = "hello there"

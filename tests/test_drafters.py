@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.drafters import DRAFTERS, DraftContext, make_drafter
@@ -18,6 +18,7 @@ from specviz.drafters.draft_model import ModelDrafter
 from specviz.drafters.prompt_lookup import PromptLookupDrafter
 from specviz.models import ModelError
 from specviz.models.tiny import build_tiny_pair
+from tests.drafted import speculative_decode, speculative_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,11 +9,12 @@ import torch
 from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.sampling import Warp, residual, verdicts
 from specviz.core.settings import DecodeSettings, SettingsError
 from specviz.trace import trace_from_json
 from tests.tiny_lm import TinyLM
+from tests.drafted import speculative_decode, speculative_stream
 
 
 class CharTokenizer:

@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.kv import CachedLM, cached_lm
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.models import compiled
 from specviz.models.compiled import StaticLM, bucket_for
+from tests.drafted import speculative_decode, speculative_stream
 from test_engine import PROMPT, CharTokenizer, assert_matches, tiny_lm
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

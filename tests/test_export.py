@@ -57,6 +57,7 @@ def upto(trace: Trace, n: int) -> Trace:
 def tiny_recording(tmp_path: Path, **settings) -> Path:
     """A version-3 recording made in-process by the tiny random pair (no download)."""
     from specviz.core import engine
+    from tests import drafted
     from specviz.core.settings import DecodeSettings
     from specviz.models import encode_prompt
     from specviz.models.tiny import build_tiny_pair
@@ -65,7 +66,7 @@ def tiny_recording(tmp_path: Path, **settings) -> Path:
     prompt = "Say something."
     ids = encode_prompt(pair, prompt)
     s = DecodeSettings.checked(**{"gamma": 3, "max_new_tokens": 12, "temperature": 1.0, "seed": 4, **settings})
-    spec = engine.speculative_decode(pair, ids, s, prompt=prompt)
+    spec = drafted.speculative_decode(pair, ids, s, prompt=prompt)
     std = engine.standard_decode(pair, ids, s, prompt=prompt)
     path = tmp_path / f"tiny-{s.drafter}.json"
     path.write_text(recording_to_json(spec, std), encoding="utf-8")

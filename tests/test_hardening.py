@@ -21,7 +21,6 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from specviz import trace as T
-from specviz.core.engine import speculative_decode
 from specviz.core.settings import SEED_MAX, DecodeSettings, SettingsError
 from specviz.models import TINY_PRESET, encode_prompt
 from specviz.models.tiny import SPECIALS, ALPHABET, build_tiny_pair, build_tokenizer
@@ -30,6 +29,7 @@ from specviz.trace import TraceError, load_recording, recording_to_json, trace_f
 from specviz.views import html as V
 from tests.rendering import render_everything
 from tests.server import launch_app
+from tests.drafted import speculative_decode
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "assets" / "traces" / "1-code-greedy.json"

@@ -12,6 +12,7 @@ from specviz.core import engine
 from specviz.core.settings import DecodeSettings
 from specviz.models import encode_prompt
 from specviz.models.tiny import build_tiny_pair
+from tests import drafted
 from specviz.trace import load_recording
 from specviz.ui import links, live
 
@@ -26,7 +27,7 @@ def tree_run():
     ids = encode_prompt(pair, "hello there")
     s = DecodeSettings.checked(gamma=3, max_new_tokens=12, temperature=1.0, seed=2, drafter="tree", branches=2,
                                tree_nodes=6, tree_mode="iid")
-    return engine.speculative_decode(pair, ids, s, prompt="hello there"), engine.standard_decode(pair, ids, s,
+    return drafted.speculative_decode(pair, ids, s, prompt="hello there"), engine.standard_decode(pair, ids, s,
                                                                                                 prompt="hello there")
 
 

@@ -9,12 +9,13 @@ import copy
 import pytest
 import torch
 
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.kv import CachedLM, cached_lm
 from specviz.core.settings import DecodeSettings
 from specviz.models import int8, lean
 from specviz.models.compiled import StaticLM
 from specviz.models.tiny import build_tiny_pair
+from tests.drafted import speculative_decode
 
 pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch has no fbgemm int8 kernels")
 

@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from specviz.core.engine import speculative_decode
 from specviz.core.settings import DecodeSettings
 from specviz.trace import TraceError, trace_from_json
 from specviz.views._fmt import fsig_pair
 from specviz.views.acceptance import acceptance_figure, position_choices
 from tests.test_engine import PROMPT, make_pair
+from tests.drafted import speculative_decode
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,14 @@ import pytest
 import torch
 
 from specviz.core import engine
-from specviz.core.engine import speculative_decode, speculative_stream, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.settings import DRAFT_STOPS
 from specviz.core.policy import RoundReport, Adaptive, Confidence, Heuristic, make_policy
 from specviz.core.sampling import Warp
 from specviz.core.settings import POLICIES, DecodeSettings
 from specviz.drafters.draft_model import ModelDrafter
 from tests.test_engine import PROMPT, assert_matches, make_pair
+from tests.drafted import speculative_decode, speculative_stream
 
 VOCAB, GAMMA, FIRST = 6, 3, 3
 TAU = 0.2  # near the median of this pair's draft confidences (quartiles 0.14 and 0.32): stops mid-round often, not always

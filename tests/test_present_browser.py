@@ -79,6 +79,7 @@ def no_error_badges(page) -> None:
 def tree_recording(tmp_path_factory) -> Path:
     """A tree run of the tiny random pair (no server, no download), long enough to scroll."""
     from specviz.core import engine
+    from tests import drafted
     from specviz.core.settings import DecodeSettings
     from specviz.models import encode_prompt
     from specviz.models.tiny import build_tiny_pair
@@ -88,7 +89,7 @@ def tree_recording(tmp_path_factory) -> Path:
     ids = encode_prompt(pair, "hello there")
     s = DecodeSettings.checked(gamma=4, max_new_tokens=32, temperature=1.0, seed=2, drafter="tree", branches=3,
                                tree_nodes=12, tree_mode="iid")
-    spec = engine.speculative_decode(pair, ids, s, prompt="hello there")
+    spec = drafted.speculative_decode(pair, ids, s, prompt="hello there")
     std = engine.standard_decode(pair, ids, s, prompt="hello there")
     assert sum(r.tree is not None for r in spec.rounds) >= 4
     path = tmp_path_factory.mktemp("traces") / "tree-recording.json"

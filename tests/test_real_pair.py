@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.settings import DecodeSettings
 import specviz.hardware  # noqa: F401  (installs the probe: a recorded probe is attached to the pair)
 from specviz.models import DEFAULT_PRESET, encode_prompt, load_pair
+from tests.drafted import speculative_decode
 
 
 # The fp32 and int8 pairs: conftest's session fixtures real_pair_fp32 and real_pair_int8.

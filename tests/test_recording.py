@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.settings import DecodeSettings
 from specviz.models.tiny import build_tiny_pair
 from specviz.trace import TraceError, load_recording, recording_to_json
@@ -14,6 +14,7 @@ from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import race_plots as RP
 from specviz.views import theory_plots as TP
+from tests.drafted import speculative_decode
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,14 @@ import torch
 from scipy.stats import chisquare
 
 from specviz.core import verify
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.rules import RULES, DraftOdds, expected_kept
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings, SettingsError
 from specviz.core.verify import verify_chain
 from tests.test_engine import PROMPT, assert_matches, make_pair
 from tests.test_policies import WARPS, assert_joint, exact_joint, first_tokens, pair  # noqa: F401
+from tests.drafted import speculative_decode
 
 V, GAMMA, FIRST = 5, 3, 3
 _g = torch.Generator().manual_seed(11)

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from specviz.core.engine import speculative_decode
 from specviz.core.rules import expected_kept
 from specviz.core.settings import DecodeSettings
 from specviz.trace import trace_from_json
 from specviz.views.rules import round_odds, rules_html
 from tests.test_engine import PROMPT, make_pair
+from tests.drafted import speculative_decode
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.drafters import DRAFTERS, make_drafter
@@ -19,6 +19,7 @@ from specviz.speculator import store
 from specviz.speculator.model import MLPSpeculator, SpeculatorConfig
 from specviz.speculator.train import TrainConfig, train
 from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
+from tests.drafted import speculative_decode
 
 # A small, fixed corpus for training tests: a package that is always installed with the app.
 CORPUS = Path(__import__("gradio").__file__).parent

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.race import interleave
 from specviz.core.settings import DecodeSettings
 from specviz.hardware import load
@@ -23,6 +23,7 @@ from specviz.trace.timing import Timing
 from specviz.views.race import race_html
 from tests.synthetic import make_std_trace, make_trace
 from tests.test_engine import PROMPT, make_pair
+from tests.drafted import speculative_decode
 
 PLAN = [dict(accept=3, extra="correction")] * 20  # 20 rounds of 4 drafts, 4 tokens each
 

@@ -12,17 +12,20 @@ import pytest
 import torch
 
 from specviz import theory
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.kv import CachedLM
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings, SettingsError
 from specviz.drafters import DraftContext, make_drafter
-from specviz.drafters.tree.structure import ROOT, DraftTree, verify
+from specviz.core.verify import ROOT
+from specviz.core.verify import verify_tree as verify
+from specviz.drafters.tree.structure import DraftTree
 from specviz.models.tiny import build_tiny_pair
 from specviz.trace import Extra, Position, Round, Token, TraceError, trace_from_dict, trace_from_json
 from specviz.trace.tree import RoundTree, TreeNode, TreeTry, TreeVisit
 from specviz.views.tree import tree_html, tree_mask_figure, tree_narration, tree_steps
 from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
+from tests.drafted import speculative_decode
 
 
 def tree_settings(mode: str, branches: int, **kw) -> DecodeSettings:

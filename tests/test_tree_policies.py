@@ -11,18 +11,19 @@ import pytest
 import torch
 
 from specviz.core import engine
-from specviz.core.engine import speculative_decode, standard_decode
+from specviz.core.engine import standard_decode
 from specviz.core.settings import DRAFT_STOPS as POLICY_STOPS
 from specviz.core.policy import Adaptive, RoundReport, Policy, make_policy
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.drafters import DraftContext, make_drafter
-from specviz.drafters.tree.structure import ROOT
+from specviz.core.verify import ROOT
 from specviz.models.tiny import build_tiny_pair
 from specviz.trace import DRAFT_STOPS
 from tests.test_engine import assert_matches, make_pair
 from tests.test_policies import first_tokens
 from tests.test_tree import PREFIX, exact_joint, tree_settings
+from tests.drafted import speculative_decode
 
 
 def measured_adaptive(a: float = 0.1, b: float = 0.01, t_step: float = 0.02,

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from ..core.engine import speculative_decode, standard_decode
 from ..core.rules import RULES, draft_odds, expected_kept
 from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
-from ..drafters import DRAFTERS
+from ..drafters import DRAFTERS, make_drafter
 from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
 from ..models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from ..models.executions import CHOICES as EXEC_CHOICES
@@ -116,7 +116,8 @@ def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSett
         new, seconds = hf_generate(pair, ids, base, config)
         return Run(tokens=len(new), seconds=seconds, decode_tokens=len(new), decode_seconds=seconds, ids=new)
     # "spec-<policy>": the chosen drafter; "chain-<policy>" (--versus) keys its settings by the whole name
-    return run_trace(speculative_decode(pair, ids, settings[config.removeprefix("spec-")], prompt=prompt))
+    s = settings[config.removeprefix("spec-")]
+    return run_trace(speculative_decode(pair, ids, s, prompt=prompt, drafter=make_drafter(pair, s)))
 
 
 # ---- statistics -------------------------------------------------------------------

@@ -7,6 +7,8 @@ policy.py      draft-length policies (constant, heuristic, confidence, adaptive)
 engine.py      the speculative and standard decoding loops -> events and traces
 tree_round.py  one round of a tree drafter (the engine dispatches to it)
 
-Nothing is imported here: the drafters import this package's lower modules and the engine imports
-the drafters, so an eager import of the engine here would be a circle.
+verify.py      the chain's and the tree's acceptance rules; drafting.py: the Drafter contract; text.py: tokens' text
+
+Nothing is imported here (the engine pulls in torch and transformers).  The core imports nothing above
+it: no model backend, drafter or machine; the caller hands the engine its drafter.
 """

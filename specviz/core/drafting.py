@@ -1,4 +1,5 @@
-"""The Drafter contract.
+"""The Drafter contract: what the engine hands a drafter and asks of it (the drafters,
+specviz.drafters, implement it; drafters/base.py re-exports it for them).
 
 A drafter proposes tokens for the target to verify.  Each round the engine calls
 ``draft(ctx)`` and iterates: the drafter *yields* each token with its draft
@@ -23,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from ..core.sampling import Warp
+from .sampling import Warp
 
 if TYPE_CHECKING:
-    from ..core.settings import DecodeSettings
+    from .settings import DecodeSettings
 
 
 @dataclass

@@ -26,15 +26,15 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..drafters import DraftContext, Drafter, make_drafter
-from ..models.tokens import Detokenizer, token_text
 from ..trace import DraftToken, Extra, Position, Round, Token, Trace
+from .drafting import DraftContext, Drafter
 from .kv import CachedLM, cached_lm
 from .policy import RoundReport, make_policy
 from .sampling import Warp, sample
 from .picture import pictures
 from .verify import verify_chain
 from .settings import GAMMA_MAX_DYNAMIC, DecodeSettings
+from .text import Detokenizer, token_text
 from .tree_round import TreeRun
 
 
@@ -99,16 +99,23 @@ def _new_trace(kind, pair, prompt, prompt_ids, settings: DecodeSettings, drafter
     )
 
 
+# The machine's description for a trace whose pair has no probe (which knows its machine): set by
+# specviz.hardware when it is imported (the core imports no hardware).
+_DESCRIBE_MACHINE: list[Callable[[torch.device], str]] = []
+
+
+def set_machine_describer(describe: Callable[[torch.device], str]) -> None:
+    _DESCRIBE_MACHINE[:] = [describe]
+
+
 def _machine_label(pair: Any) -> str:
     probe = getattr(pair, "probe", None)
     if probe is not None:
         return str(probe.machine.get("label", ""))
     device = getattr(pair, "device", None)
-    if device is None:
+    if device is None or not _DESCRIBE_MACHINE:
         return ""
-    from ..hardware.machine import this_machine
-
-    return this_machine(device).describe()
+    return _DESCRIBE_MACHINE[0](device)
 
 
 def _warp_for(settings: DecodeSettings) -> Warp:
@@ -142,15 +149,15 @@ def _speculative_events(
     settings: DecodeSettings,
     *,
     prompt: str = "",
-    drafter: Drafter | None = None,
+    drafter: Drafter,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[Event]:
     """Speculative decoding as a stream of events; the last event is "done".
 
-    The drafter is settings.drafter built for the pair unless one is given."""
+    ``drafter``: built by the caller for the pair (specviz.drafters.make_drafter(pair, settings) for
+    settings.drafter); the engine imports no drafter."""
     device = pair.device
     eos = set(pair.eos_token_ids)
-    drafter = drafter or make_drafter(pair, settings)
     policy = make_policy(settings)
     is_tree = drafter.round_kind == "tree"
     # Trees need the eager cache's 4D masks; a chain may run compiled steps (models.compiled).

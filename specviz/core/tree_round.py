@@ -2,7 +2,7 @@
 
 draft a tree (TreeDrafter.grow, one yield per depth) → one target forward over
 the uncached suffix and every node (tree mask) → the multi-candidate rule
-(specviz.drafters.tree.structure.verify) → both caches keep the accepted path only.
+(specviz.core.verify.verify_tree) → both caches keep the accepted path only.
 
 The round is recorded twice: `Round.tree` holds the whole tree and the rule at
 each visited node; the chain fields hold the accepted path as if it had been a
@@ -20,16 +20,16 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..drafters import DraftContext
-from ..drafters.tree.structure import ROOT, DraftTree, TreeVerdict, verify
 from ..trace import DraftToken, Extra, Position, Round, Token
 from ..trace.tree import RoundTree, TreeNode, TreeTry, TreeVisit
+from .drafting import DraftContext
 from .picture import try_picture
 from .policy import Policy, RoundReport
 from .sampling import Warp, sample
+from .verify import ROOT, TreeVerdict, verify_tree
 
 
-def _nodes(tree: DraftTree, piece: Callable[[int], str]) -> list[TreeNode]:
+def _nodes(tree: Any, piece: Callable[[int], str]) -> list[TreeNode]:
     depth: list[int] = []
     for par in tree.parents:
         depth.append(1 if par == ROOT else depth[par] + 1)
@@ -116,7 +116,7 @@ class TreeRun:
             spent[0] += time.perf_counter() - t0
             return out
 
-        v = verify(tree, p, self.gen, self.warp.greedy, self.eos, picture=picture)
+        v = verify_tree(tree, p, self.gen, self.warp.greedy, self.eos, picture=picture)
         self.tracing += spent[0]
         self._record(rnd, tree, p, v, fed, t_forward)
         base = len(ids)
@@ -149,7 +149,7 @@ class TreeRun:
             passes=passes[1:]))  # the first pass fed the suffix
         return done
 
-    def _record(self, rnd: Round, tree: DraftTree, p: torch.Tensor, v: TreeVerdict, fed: int,
+    def _record(self, rnd: Round, tree: Any, p: torch.Tensor, v: TreeVerdict, fed: int,
                 t_forward: float) -> None:
         piece = self.piece
         visits = [TreeVisit(vis.node, min(max(vis.reject_prob, 0.0), 1.0), vis.tv,

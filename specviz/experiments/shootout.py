@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 from ..core.engine import speculative_decode, standard_decode
 from ..core.settings import GAMMA_MAX, DecodeSettings, SettingsError
-from ..drafters import DRAFTERS
+from ..drafters import DRAFTERS, make_drafter
 from ..models import ModelError
 from ..serving.service import describe_error, probe_prices
 from .repeats import REPEATS, Spread, noisy, round_robin
@@ -205,7 +205,7 @@ def run(req: Any, contenders: list[Contender] | None = None,
                 tr = standard_decode(req.pair, req.prompt_ids, c.settings, prompt=req.prompt, should_stop=should_stop)
             else:
                 tr = speculative_decode(req.pair, req.prompt_ids, c.settings, prompt=req.prompt,
-                                        should_stop=should_stop)
+                                        drafter=make_drafter(req.pair, c.settings), should_stop=should_stop)
             if tr.stop_reason == "stopped":  # cut short (the budget): not a result
                 return
             row = _row(c, tr)

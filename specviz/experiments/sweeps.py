@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..core.engine import speculative_decode, standard_decode
 from ..core.settings import DecodeSettings
+from ..drafters import make_drafter
 from ..serving.service import Request, probe_prices
 from ..theory.costs import race_costs
 from .repeats import REPEATS, combine, noisy, round_robin
@@ -39,11 +40,13 @@ def warm_up(req: Request, speculative: Iterable[DecodeSettings] | None = None) -
     Thm 3.8 (2.29× against 1.61× at γ = 1; 7.27 ÷ 4.58 = 1.59×).  A configuration that cannot run
     is left to its timed run to report."""
     for s in [None, *(speculative if speculative is not None else [req.settings])]:
-        decode = standard_decode if s is None else speculative_decode
         base = req.settings if s is None else s
         short = replace(base, max_new_tokens=min(WARMUP_TOKENS, base.max_new_tokens))
         try:
-            decode(req.pair, req.prompt_ids, short, prompt=req.prompt)
+            if s is None:
+                standard_decode(req.pair, req.prompt_ids, short, prompt=req.prompt)
+            else:
+                speculative_decode(req.pair, req.prompt_ids, short, prompt=req.prompt, drafter=make_drafter(req.pair, short))
         except Exception as exc:  # noqa: BLE001 -- the timed run says why, where the user sees it
             if s is None:
                 raise
@@ -116,7 +119,8 @@ def gamma_sweep(req: Request, gammas=GAMMAS, should_stop: Callable[[], bool] = l
             flags[g].append(noisy(None, std, prices))
             yield i / n, f"baseline: {std_tps:.2f} tok/s{rep}", points()
             continue
-        tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, gamma=g), prompt=req.prompt,
+        s = replace(req.settings, gamma=g)
+        tr = speculative_decode(req.pair, req.prompt_ids, s, prompt=req.prompt, drafter=make_drafter(req.pair, s),
                                 should_stop=should_stop)
         if tr.stop_reason == "stopped":
             return
@@ -165,8 +169,9 @@ def epsilon_sweep(req: Request, epsilons=EPSILONS, should_stop: Callable[[], boo
             stds[r] = std
             continue
         e, variant = key
-        tr = speculative_decode(req.pair, req.prompt_ids, replace(req.settings, epsilon=e, variant=variant),
-                                prompt=req.prompt, should_stop=should_stop)
+        s = replace(req.settings, epsilon=e, variant=variant)
+        tr = speculative_decode(req.pair, req.prompt_ids, s, prompt=req.prompt, drafter=make_drafter(req.pair, s),
+                                should_stop=should_stop)
         if tr.stop_reason == "stopped":
             return
         s = tr.summary()

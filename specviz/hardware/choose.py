@@ -41,5 +41,13 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
     return model, requested, probe
 
 
+def describe_machine(device: torch.device) -> str:
+    return this_machine(device).describe()
+
+
 def install() -> None:
+    """The probe chooses load_pair's "auto" execution; a trace names this machine (core.engine)."""
+    from ..core.engine import set_machine_describer
+
     set_execution_chooser(choose_execution)
+    set_machine_describer(describe_machine)

@@ -114,6 +114,7 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
     from ..core.engine import speculative_decode, standard_decode
     from ..models.compiled import attach, detach
     from ..core.settings import DecodeSettings
+    from ..drafters import make_drafter
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:ENGINE_PROMPT]
@@ -136,8 +137,9 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
                 if mode != "eager":
                     attach(m, 512, compile=True, mode=mode, warm=KS)
             s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=new_tokens)
-            speculative_decode(pair, prompt, DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=8))
-            spec = speculative_decode(pair, prompt, s)
+            warm = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=8)
+            speculative_decode(pair, prompt, warm, drafter=make_drafter(pair, warm))
+            spec = speculative_decode(pair, prompt, s, drafter=make_drafter(pair, s))
             std = standard_decode(pair, prompt, s)
             a, b = spec.summary(), std.summary()
             row = {"target": size, "mode": mode, "greedy_equal": [t.id for t in spec.tokens] == [t.id for t in std.tokens],
@@ -160,10 +162,12 @@ def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
     the other where compiled steps own the one static cache (hardware.load.race_can_interleave, as the
     service decides); its tokens against the separate runs' and its speedup."""
     from ..core.engine import speculative_stream, standard_stream
+    from ..drafters import make_drafter
     from ..core.race import in_turn, interleave
     from .load import race_can_interleave
 
-    streams = {"spec": speculative_stream(pair, prompt, settings), "std": standard_stream(pair, prompt, settings)}
+    streams = {"spec": speculative_stream(pair, prompt, settings, drafter=make_drafter(pair, settings)),
+               "std": standard_stream(pair, prompt, settings)}
     how = "interleaved" if race_can_interleave(pair) else "sequential"
     events = interleave(streams) if how == "interleaved" else in_turn(streams)
     last = {name: ev.trace for name, ev in events}

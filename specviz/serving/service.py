@@ -27,6 +27,7 @@ from ..hardware.load import race_can_interleave, race_threads
 from ..hardware.curves import interpolate
 from ..theory.timing import Prices, assess_race
 from ..core.settings import DecodeSettings, SettingsError
+from ..drafters import make_drafter
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
 from .envvars import downloads_allowed, env_choice, env_int, env_number, memory_budget_bytes
@@ -442,6 +443,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     with race_threads(req.pair, fixed=threads) as control:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
+                                                         drafter=make_drafter(req.pair, req.settings),
                                                          should_stop=budget)}
             if standard:
                 streams["standard"] = _standard(req, budget, sequential=how == "sequential")

@@ -2,7 +2,7 @@
 
 The exact probability that every draft is rejected, its floor, and the Monte Carlo that checks
 both (the emitted token is distributed as p: the procedure is exact).  The tree drafter's "iid"
-mode is this rule at every node (`specviz.drafters.tree.structure.verify`).
+mode is this rule at every node (`specviz.core.verify.verify_tree`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Token trees: the draft tree and its lossless multi-candidate verification.
+"""Token trees: the draft tree (its lossless multi-candidate verification, the rule below, is
+:func:`specviz.core.verify.verify_tree`, beside the chain's).
 
 A tree round drafts many continuations at once (specviz.drafters.tree.drafter), the
 target scores every node in one forward pass with a tree attention mask
@@ -34,13 +35,10 @@ for the tree).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 
-from ...core.sampling import residual, sample
-
-ROOT = -1  # the parent index of a child of the last emitted token
+from ...core.verify import ROOT
 
 
 @dataclass
@@ -111,122 +109,3 @@ class DraftTree:
                 out.tries[new[node]] = [new[k] for k in kids if k in new]
         out.dist = {new[n]: d for n, d in self.dist.items() if n in new}
         return out
-
-
-@dataclass
-class Try:
-    """One child tried at a visited node."""
-
-    node: int
-    q: float  # q_j(x_j)
-    r: float  # r(x_j) before this try
-    b: float  # min(1, r / q)
-    u: float
-    accepted: bool
-    picture: Any = None  # what `picture` (verify's argument) made of the try: the acceptance picture
-
-
-@dataclass
-class Visit:
-    """The rule at one node of the accepted path."""
-
-    node: int  # ROOT or a tree node
-    tries: list[Try]
-    reject_prob: float  # P(every child tried here is rejected), over the draft's draws
-    tv: float  # TV(p, q) at this node (q = the draft's distribution there)
-
-
-@dataclass
-class TreeVerdict:
-    path: list[int]  # accepted nodes, root to deepest
-    visits: list[Visit]
-    extra: int | None  # the correction or bonus token (None: the path ended in an end of text)
-    extra_kind: str  # "correction" | "bonus"
-    extra_node: int  # the node whose distribution gave the extra token (ROOT or a tree node)
-    extra_dist: torch.Tensor | None  # what it was sampled from (r after the rejections, or p)
-
-
-def q_for_try(tree: DraftTree, node: int, child: int, like: torch.Tensor) -> torch.Tensor:
-    """q_j: the distribution child j was drawn from (`like` gives shape and device)."""
-    if tree.mode == "iid":
-        return tree.dist[node]
-    if tree.mode == "unique":  # q without the children drawn before this one, renormalised
-        q = tree.dist[node].clone()
-        for k in tree.tries[node]:
-            if k == child:
-                break
-            q[tree.tokens[k]] = 0.0
-        return q / q.sum()
-    q = torch.zeros_like(like)
-    q[tree.tokens[child]] = 1.0
-    return q
-
-
-def all_rejected_prob(p: torch.Tensor, tree: DraftTree, node: int) -> float:
-    """P(every child tried at `node` is rejected).  For i.i.d. children the residual
-    r_m = norm(max(0, r_{m−1} − q)) does not depend on the tokens drawn, so it is
-    Π_m TV(q, r_{m−1}) averaged over the draws (Yin et al.'s batch recursion).
-    Otherwise it is the probability given the children drawn, Π_j (1 − min(1, r_j(x_j) / q_j(x_j)))
-    (for deterministic children 1 − Σ_j p(x_j)); for children drawn without replacement its
-    mean over rounds estimates the probability over the draws without bias."""
-    kids = tree.tries.get(node, [])
-    if tree.mode == "best-first":
-        return float(max(0.0, 1.0 - float(sum(p[tree.tokens[j]] for j in set(kids)))))
-    if tree.mode == "unique":
-        r, prob = p, 1.0
-        for child in kids:
-            qj = q_for_try(tree, node, child, p)
-            x = tree.tokens[child]
-            q_x = float(qj[x])
-            prob *= 1.0 - (min(1.0, float(r[x]) / q_x) if q_x > 0 else 1.0)
-            if prob <= 0.0:
-                return 0.0
-            r = residual(r, qj)
-        return min(max(prob, 0.0), 1.0)
-    q, r, prob = tree.dist[node], p, 1.0
-    for _ in kids:
-        prob *= float(0.5 * (q - r).abs().sum())
-        r = residual(r, q)
-    return min(max(prob, 0.0), 1.0)
-
-
-def verify(tree: DraftTree, p: torch.Tensor, gen: torch.Generator, greedy: bool, eos: set[int],
-           picture: Callable[..., Any] | None = None) -> TreeVerdict:
-    """Walk the tree with the multi-candidate rule.  p: [len(tree) + 1, V], row 0 the
-    target's distribution after the prefix (the root), row i + 1 after node i.  ``picture(p=, r=, q=,
-    x=)``, when given, is called at every try (before r moves on) for the explainer's picture."""
-    node, path, visits = ROOT, [], []
-
-    def p_at(n: int) -> torch.Tensor:
-        return p[n + 1]
-
-    while True:
-        kids = tree.tries.get(node, [])
-        if not kids:  # a leaf: the verify pass already gave p here, a free token
-            return TreeVerdict(path, visits, sample(p_at(node), gen, greedy), "bonus", node, p_at(node))
-        pn = p_at(node)
-        q_node = tree.dist.get(node)
-        tv = float(0.5 * (pn - q_node).abs().sum()) if q_node is not None else float("nan")
-        visit = Visit(node, [], all_rejected_prob(pn, tree, node), min(max(tv, 0.0), 1.0))
-        visits.append(visit)
-        r = pn
-        u_all = torch.rand(len(kids), generator=gen, device=pn.device).tolist()
-        nxt = None
-        for j, child in enumerate(kids):
-            x = tree.tokens[child]
-            qj = q_for_try(tree, node, child, pn)
-            q_x, r_x = float(qj[x]), float(r[x])
-            b = min(1.0, r_x / q_x) if q_x > 0 else 1.0
-            ok = u_all[j] < b
-            pic = picture(p=pn, r=r, q=qj, x=x) if picture is not None else None
-            visit.tries.append(Try(child, q_x, r_x, b, u_all[j], ok, pic))
-            if ok:
-                nxt = child
-                break
-            r = residual(r, qj)
-        if nxt is None:
-            return TreeVerdict(path, visits, sample(r, gen, greedy), "correction", node, r)
-        node = nxt
-        path.append(node)
-        if tree.tokens[node] in eos:  # an accepted end of text ends the text: no extra token
-            return TreeVerdict(path, visits, None, "", node, None)
