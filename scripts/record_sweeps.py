@@ -29,6 +29,7 @@ from specviz.experiments import recorded, shootout, sweeps  # noqa: E402
 from specviz.experiments.repeats import REPEATS  # noqa: E402
 import specviz.hardware  # noqa: E402,F401  (installs the probe: load_pair's "auto" execution)
 from specviz.models import DEFAULT_PRESET, load_pair  # noqa: E402
+from specviz.models.presets import resolve_preset  # noqa: E402
 from specviz.models.int8 import cpu_model  # noqa: E402
 from specviz.serving.service import prepare  # noqa: E402
 
@@ -53,13 +54,15 @@ def _steps(label: str, gen, bar: tqdm) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=recorded.DEFAULT_PATH)
+    ap.add_argument("--preset", default=DEFAULT_PRESET,
+                    help="the pair: a preset's name or short id (default: the default pair; `tiny` to try the script)")
     ap.add_argument("--repeats", type=int, default=REPEATS,
                     help=f"runs per configuration, round-robin with standard decoding (default {REPEATS})")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     example = json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))[0]
-    pair = load_pair(DEFAULT_PRESET)
+    pair = load_pair(resolve_preset(args.preset))
     req = prepare(pair, example["prompt"], gamma=5, temperature=0.0, max_new_tokens=MAX_NEW_TOKENS, seed=0)
     with tqdm(total=3.0, desc="record", unit="sweep", bar_format="{l_bar}{bar}| {n:.2f}/{total:.0f} {postfix}") as bar:
         gamma = _steps("γ sweep", sweeps.gamma_sweep(req, GAMMAS, repeats=args.repeats), bar)
