@@ -36,7 +36,7 @@ from specviz.models import (
 from specviz.models import convert, int8, loading, packs
 from specviz.models.pair import resolve_device, resolve_dtype
 from specviz.models.tiny import build_tiny_pair, build_tokenizer
-from specviz.models.tokens import _byte_decoder
+from specviz.core.text import _byte_decoder
 
 REPO = Path(__file__).resolve().parents[1]
 
