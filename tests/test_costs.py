@@ -160,6 +160,8 @@ class Decodes:
         for mod in (sweeps, shootout):
             monkeypatch.setattr(mod, "standard_decode", self.standard)
             monkeypatch.setattr(mod, "speculative_decode", self.speculative)
+            # No pair to build a drafter for: the fake decoders ignore it (the engine takes it from its caller).
+            monkeypatch.setattr(mod, "make_drafter", lambda pair, settings: None)
 
     def standard(self, pair, ids, settings, **kw):
         self.calls.append(("standard", settings.max_new_tokens, ""))

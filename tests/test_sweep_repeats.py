@@ -44,7 +44,7 @@ class Decodes:
             monkeypatch.setattr(mod, "standard_decode", self.standard)
             monkeypatch.setattr(mod, "speculative_decode", self.speculative)
         for mod in (sweeps, shootout):  # no pair to build drafters for (where the engine is handed one)
-            monkeypatch.setattr(mod, "make_drafter", lambda pair, settings: None, raising=False)
+            monkeypatch.setattr(mod, "make_drafter", lambda pair, settings: None)
         monkeypatch.setattr(sweeps, "noisy", self.noisy)
         monkeypatch.setattr(shootout, "noisy", self.noisy)
 
