@@ -376,3 +376,13 @@ def test_spacefile_number_defaults_are_the_apps(spacefile):
     for name, default in found:
         value = float(default) if default[0].isdigit() else getattr(service, default, None) or getattr(sweep_budget, default)
         assert float(env[name]) == value, (name, env[name], value)
+
+
+def test_a_page_sweeps_gpu_time_counts_its_repeats():
+    """ZeroGPU's duration for a sweep covers what the page's sweep now runs: every configuration
+    PAGE_SWEEP_REPEATS times round-robin with its baseline."""
+    from specviz.experiments.repeats import PAGE_SWEEP_REPEATS
+
+    assert hosting.SWEEP_RUNS == 15 * PAGE_SWEEP_REPEATS
+    per_run = hosting.run_duration(max_new_tokens=64) - 20
+    assert hosting.sweep_duration(max_new_tokens=64) == min(hosting.MAX_GPU_S, 20 + hosting.SWEEP_RUNS * per_run)

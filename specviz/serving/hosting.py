@@ -72,9 +72,14 @@ def run_duration(max_new_tokens: Any = 64, **_: Any) -> int:
     return _clip(20 + 0.1 * max_new)
 
 
+# A page sweep's runs: up to 15 configurations a round (seven ε × OPT/UNO, or γ 1…12, and the standard baseline),
+# each repeated specviz.experiments.repeats.PAGE_SWEEP_REPEATS (2) times round-robin (tests/test_hosting.py checks).
+SWEEP_RUNS = 15 * 2
+
+
 def sweep_duration(**kwargs: Any) -> int:
-    """A sweep is ~14 runs."""
-    return _clip(20 + 14 * (run_duration(**kwargs) - 20))
+    """GPU seconds for a page sweep: SWEEP_RUNS runs."""
+    return _clip(20 + SWEEP_RUNS * (run_duration(**kwargs) - 20))
 
 
 def server_address(env: Mapping[str, str] | None = None) -> tuple[str, int]:
