@@ -208,7 +208,7 @@ def test_gpu_wraps_on_zerogpu_with_a_duration_from_the_request(monkeypatch, fake
     assert ask["run"](form) == 70
     assert ask["run"](form=RunForm(max_new_tokens=1000, seed=3)) == 120
     assert ask["run"](RunForm(max_new_tokens=12), "session") == hosting.MIN_GPU_S
-    assert ask["sweep"]("gamma", RunForm(max_new_tokens=100)) == 20 + 14 * 10
+    assert ask["sweep"]("gamma", RunForm(max_new_tokens=100)) == min(hosting.MAX_GPU_S, 20 + hosting.SWEEP_RUNS * 10)
     assert ask["sweep"]("epsilon", RunForm(max_new_tokens=1024)) == hosting.MAX_GPU_S
     assert ask["api_trace"]("a prompt", TINY_PRESET, 5, 0.0, 0.0, 1.0, 400) == 60
     assert ask["api_trace"]("a prompt") == hosting.run_duration(32)  # the endpoint's default
