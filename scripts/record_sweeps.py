@@ -3,8 +3,8 @@
     python scripts/record_sweeps.py                  # default offline pair, 3 repeats, on this machine
     python scripts/record_sweeps.py --repeats 5      # more repeats: narrower medians, longer recording
 
-A γ sweep, an ε sweep and a drafter shoot-out of the default pair on the first example prompt,
-greedy, 48 new tokens; metrics only (no traces), with the machine, the date and the settings.
+A γ sweep and a drafter shoot-out of the default pair on the first example prompt, greedy, 48 new
+tokens, and an ε sweep on the second (translation, sampled at T = 0.7: ε only shows where α < 1); metrics only (no traces), with the machine, the date and the settings.
 Every configuration runs `--repeats` times, round-robin with standard decoding (each round: the
 baseline, then every configuration once; specviz.experiments.repeats), and each point is the median
 of its repeats with their min–max range and how many were flagged noisy.  Record on an idle
@@ -37,6 +37,13 @@ from specviz.serving.service import prepare  # noqa: E402
 GAMMAS = (1, 2, 3, 4, 5, 6, 8, 10, 12)
 EPSILONS = (0.0, 0.1, 0.2, 0.4, 1.0)
 MAX_NEW_TOKENS = 48
+EPS_TEMPERATURE, EPS_GAMMA = 0.7, 4
+
+
+def machine_label(pair) -> str:
+    """The machine as the probe names it (CPU, ISA, threads, torch), which tells two EPYCs apart."""
+    label = ((getattr(pair.probe, "machine", None) or {}).get("label") if pair.probe is not None else None)
+    return f"{label} ({pair.device})" if label else f"{cpu_model()} ({pair.device})"
 
 
 def _steps(label: str, gen, bar: tqdm) -> list:
@@ -64,15 +71,21 @@ def main() -> None:
     example = json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))[0]
     pair = load_pair(resolve_preset(args.preset))
     req = prepare(pair, example["prompt"], gamma=5, temperature=0.0, max_new_tokens=MAX_NEW_TOKENS, seed=0)
+    # ε only shows where α < 1: greedy on the code example accepts every draft at ε = 0 already.  So the ε sweep
+    # samples (T = 0.7) on the translation example, as the page's second example does.
+    eps_example = json.loads((ROOT / "assets" / "examples.json").read_text(encoding="utf-8"))[1]
+    eps_req = prepare(pair, eps_example["prompt"], gamma=EPS_GAMMA, temperature=EPS_TEMPERATURE,
+                      max_new_tokens=MAX_NEW_TOKENS, seed=1)
     with tqdm(total=3.0, desc="record", unit="sweep", bar_format="{l_bar}{bar}| {n:.2f}/{total:.0f} {postfix}") as bar:
         gamma = _steps("γ sweep", sweeps.gamma_sweep(req, GAMMAS, repeats=args.repeats), bar)
-        eps = _steps("ε sweep", sweeps.epsilon_sweep(req, EPSILONS, repeats=args.repeats), bar)
+        eps = _steps("ε sweep", sweeps.epsilon_sweep(eps_req, EPSILONS, repeats=args.repeats), bar)
         rows = _steps("shoot-out", shootout.run(req, repeats=args.repeats), bar)
     rec = recorded.Recorded(
-        schema="specviz.sweeps", version=recorded.VERSION, machine=f"{cpu_model()} ({pair.device})",
+        schema="specviz.sweeps", version=recorded.VERSION, machine=machine_label(pair),
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         load_average=[round(x, 2) for x in os.getloadavg()], repeats=args.repeats, models={"draft": pair.draft_name, "target": pair.target_name},
         prompt=example["prompt"], settings=req.settings.as_dict(), gamma=gamma, epsilon=eps,
+        epsilon_prompt=eps_example["prompt"], epsilon_settings=eps_req.settings.as_dict(),
         shootout=[r.as_dict() for r in rows])
     text = rec.to_json()
     recorded.parse(text)  # what the page will read must load

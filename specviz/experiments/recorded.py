@@ -120,6 +120,10 @@ class Recorded(_Strict):
     prompt: Annotated[str, Field(max_length=20_000)]
     settings: dict[str, Any]  # DecodeSettings.as_dict() of the base settings
     gamma: list[GammaRow] = Field(max_length=100)
+    # The ε sweep's own prompt and settings when they differ from the base ones (a sampled prompt, where α < 1 and
+    # ε has something to accept; greedy at α = 1 shows nothing); absent: the base prompt and settings.
+    epsilon_prompt: Annotated[str, Field(max_length=20_000)] | None = None
+    epsilon_settings: dict[str, Any] | None = None
     epsilon: list[EpsilonRow] = Field(max_length=100)
     shootout: list[ShootoutRow] = Field(max_length=20)
 

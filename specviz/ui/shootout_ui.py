@@ -111,6 +111,11 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
                  "(error bars and brackets: min–max)")
     gammas = [r.gamma for r in rec.gamma if r.gamma > 0]  # 0: the standard baseline
     what += f"; γ sweep at γ = {ranges_text(gammas)}" if gammas else "; no γ sweep recorded"
+    if rec.epsilon_prompt or rec.epsilon_settings:  # the ε sweep ran on a sampled prompt of its own
+        es, ep = rec.epsilon_settings or s, rec.epsilon_prompt or rec.prompt
+        what += (f"; ε sweep on “{ep[:50]}{'…' if len(ep) > 50 else ''}”, "
+                 f"{'greedy' if not es.get('temperature') else 'T = ' + str(es.get('temperature'))}, "
+                 f"γ = {es.get('gamma')}, {es.get('max_new_tokens')} new tokens")
     if any(r.gamma > 0 for r in rec.gamma) and not any(r.v for r in rec.gamma):
         # Recorded before sweeps warmed up (specviz.experiments.sweeps.warm_up) and measured the verify factor.
         load += (" · this γ sweep timed its standard baseline cold, first thing after loading (compare the "
