@@ -242,9 +242,10 @@ def test_large_recordings_in_many_sessions_keep_memory_bounded(tmp_path, small_s
     srv = small_server  # SPECVIZ_SESSIONS=4
     proc = psutil.Process(srv.proc.pid)
     rss = []
+    outcomes = []
     for i in range(22):
         out = load_in_new_session(srv.url, path)
-        assert "Loaded big.json" in out, out
+        assert "Loaded big.json" in out, (i, out)  # a room of big loads is not locked out (store.py's fair share)
         rss.append(proc.memory_info().rss / 2**20)
     print(f"\n{len(rss)} loads of a {size / 2**20:.1f} MB recording in new sessions, RSS (MiB): "
           f"{' '.join(f'{x:.0f}' for x in rss)}")

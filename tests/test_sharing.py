@@ -131,20 +131,32 @@ def _store(total_mb=24, session_mb=10):
 
 
 def test_a_sessions_entry_survives_four_other_sessions_uploads():
-    """The issue's probe: one ~8 MB recording sent from 4 new sessions emptied the victim's page."""
-    from specviz.ui.store import StoreFull
-
+    """The issue's probe: one ~8 MB recording sent from 4 new sessions emptied the victim's page.  Now
+    the uploaders, each over a fair share of the store, evict each other; the victim keeps its run."""
     store = _store()
     victim = store.put("victim spec", None, 300_000, session="victim")
-    refused = 0
-    for k in range(4):
-        try:
-            store.put(f"big {k}", None, 8 * 2**20, session=f"attacker {k}")
-        except StoreFull as exc:
-            refused += 1
-            assert "other visitors" in str(exc) and "Traceback" not in str(exc)
+    bigs = [store.put(f"big {k}", None, 8 * 2**20, session=f"attacker {k}") for k in range(4)]
     assert store.lookup(victim.id) == {"spec": "victim spec", "std": None}
-    assert refused == 2 and store.nbytes <= store.max_bytes  # two fit beside the victim, the others are refused
+    assert [store.lookup(b.id) is not None for b in bigs] == [False, False, True, True]  # the oldest went first
+    assert store.nbytes <= store.max_bytes
+
+
+def test_a_room_loading_big_recordings_one_after_another_is_not_locked_out():
+    """Before the fair share, only the putting session's own entries could go: three 7 MB recordings
+    filled the 24 MB store and every later visitor was refused until those sessions expired."""
+    store = _store()
+    shown = [store.put(f"big {k}", None, 7 * 2**20, session=f"visitor {k}") for k in range(22)]
+    assert all(store.lookup(s.id) is not None for s in shown[-3:]) and store.nbytes <= store.max_bytes
+
+
+def test_nobody_over_a_fair_share_means_a_clear_refusal():
+    from specviz.ui.store import StoreFull
+
+    store = _store(total_mb=12, session_mb=10)
+    kept = [store.put(f"r{k}", None, 2 * 2**20 + k, session=f"s{k}") for k in range(4)]  # 8 MB, each under 12/5
+    with pytest.raises(StoreFull, match="none over a fair share"):
+        store.put("big", None, 5 * 2**20, session="new")
+    assert all(store.lookup(s.id) is not None for s in kept)  # a refused put drops nothing of theirs
 
 
 def test_the_uploaders_own_oldest_entries_go_first():
@@ -186,12 +198,15 @@ def test_the_page_shows_the_refusal_instead_of_a_traceback(monkeypatch):
     from specviz.ui.frames import SKIP
     from specviz.ui.store import as_session
 
-    store = _store(total_mb=1, session_mb=1)
-    monkeypatch.setattr(live, "STORE", store)
+    from specviz.trace import recording_to_json
+
     path = Path(__file__).resolve().parent.parent / "assets" / "traces" / "1-code-greedy.json"
     spec, std = load_recording(path.read_bytes())
-    with as_session("other"):
-        store.put("other's run", None, 2**20 - 10)
+    size = len(recording_to_json(spec, std))
+    store = _store(total_mb=1.5 * size / 2**20, session_mb=1.5 * size / 2**20)
+    monkeypatch.setattr(live, "STORE", store)
+    with as_session("other"):  # within its fair share (half the store), and too much left for this one to fit
+        store.put("other's run", None, int(0.7 * size))
     with as_session("me"):
         frame = live.final_frame(spec, std, "ok")
     assert "other visitors" in frame.status and frame.state is SKIP and frame.rounds is SKIP

@@ -6,9 +6,14 @@ traces kept there grow without bound with the number of visitors.  The page's st
 by the recordings' JSON bytes.  A handle whose traces were dropped reads as nothing shown.
 
 Fair between sessions (issue 33): each session may hold up to `SPECVIZ_STORE_SESSION_MB` of the
-`SPECVIZ_STORE_MB` in all, and making room only ever drops the *putting* session's own oldest
-entries: one visitor's uploads never empty another visitor's page.  A put that cannot fit (the
-other sessions hold the rest) raises `StoreFull`, whose message is for the page.
+`SPECVIZ_STORE_MB` in all.  Making room drops the *putting* session's own oldest entries first; then,
+only from sessions holding more than a fair share of the store (its size over the number of
+sessions holding runs, the putting one included), the largest holder's least recently used entry
+(ties: the session used least recently).  So a visitor within a fair share never loses a run to
+someone else's uploads -- four sessions uploading 8 MB recordings evict each other, not the victim's
+run -- and a room of visitors loading big recordings one after the other is not locked out by the
+first three (they were, while only the putting session's own entries could go).  A put that still
+cannot fit raises `StoreFull`, whose message is for the page.
 """
 
 from __future__ import annotations
@@ -123,20 +128,46 @@ class TraceStore:
         with self._lock:
             mine = [k for k, (_, _, s) in self._items.items() if s == session]  # least recently used first
             own = sum(self._items[k][1] for k in mine)
-            others = self.nbytes - own
-            if others + nbytes > self.max_bytes or len(self._items) - len(mine) + 1 > self.max_entries:
-                raise StoreFull(f"The server is holding other visitors' runs ({_mb(others)} of {_mb(self.max_bytes)}, "
-                                "SPECVIZ_STORE_MB): it cannot keep this one for your page now. Try again in a few "
-                                "minutes, or ask the host for a bigger store.")
-            while mine and (own + nbytes > quota or self.nbytes + nbytes > self.max_bytes
-                            or len(self._items) + 1 > self.max_entries):
-                _, n, _ = self._items.pop(mine.pop(0))
-                own -= n
-                self.nbytes -= n
+            while mine and own + nbytes > quota:
+                own -= self._pop(mine.pop(0))
+            full = lambda: self.nbytes + nbytes > self.max_bytes or len(self._items) + 1 > self.max_entries  # noqa: E731
+            while full() and mine:
+                own -= self._pop(mine.pop(0))
+            while full():
+                key = self._over_share(session)
+                if key is None:
+                    raise StoreFull(f"The server is holding other visitors' runs ({_mb(self.nbytes - own)} of "
+                                    f"{_mb(self.max_bytes)}, SPECVIZ_STORE_MB), none over a fair share: it cannot keep "
+                                    "this one for your page now. Try again in a few minutes, or ask the host for a "
+                                    "bigger store.")
+                self._pop(key)
             key = next(self._ids)
             self._items[key] = ({"spec": spec, "std": std}, nbytes, session)
             self.nbytes += nbytes
         return Shown(key, session)
+
+    def _pop(self, key: int) -> int:
+        _, n, _ = self._items.pop(key)
+        self.nbytes -= n
+        return n
+
+    def _over_share(self, putting: str) -> int | None:
+        """The entry to drop for another session's put: the least recently used entry of the session
+        holding the most bytes over a fair share (store ÷ sessions holding runs, the putting one
+        counted); None when no other session is over its share."""
+        held: dict[str, int] = {}
+        last: dict[str, int] = {}  # a session's place in the use order: its most recently used entry
+        first: dict[str, int] = {}  # its least recently used entry
+        for i, (key, (_, n, s)) in enumerate(self._items.items()):
+            held[s] = held.get(s, 0) + n
+            last[s] = i
+            first.setdefault(s, key)
+        share = self.max_bytes / (len(held | {putting: 0}))
+        over = [s for s, n in held.items() if s != putting and n > share]
+        if not over:
+            return None
+        victim = max(over, key=lambda s: (held[s], -last[s]))
+        return first[victim]
 
     def lookup(self, key: int) -> dict | None:
         with self._lock:
