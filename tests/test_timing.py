@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -207,6 +208,67 @@ def test_interleave_advances_whichever_clock_is_behind():
     assert order[:3] == ["a", "b", "b"]  # a spent more, b catches up before a goes again
 
 
+def _switching_race(phase: float, priced: bool, period: float = 3.0, slow: float = 2.3) -> float:
+    """Two one-thread runs on a fake machine whose load switches on and off every ``period`` seconds
+    (a pass then takes ``slow`` times as long): a speculative run's passes (five 61 ms draft steps, a
+    530 ms verify) against 180 ms standard steps, as on the AVX2 EPYC.  Returns the speculative run's
+    efficiency (work per second of its own time) over the standard run's: 1.0 when both met the
+    load alike."""
+    wall = [0.0]
+
+    def spend(work: float) -> None:  # advance the wall clock by `work` seconds of an idle machine
+        while work > 1e-12:
+            edge = (int((wall[0] + phase) / period) + 1) * period - phase
+            rate = 1 / slow if int((wall[0] + phase) / period) % 2 else 1.0
+            if (edge - wall[0]) * rate >= work:
+                wall[0] += work / rate
+                return
+            work -= (edge - wall[0]) * rate
+            wall[0] = edge
+
+    done, own = {"spec": 0.0, "std": 0.0}, {"spec": 0.0, "std": 0.0}
+
+    def stream(name, works):
+        for w in itertools.islice(itertools.cycle(works), 400):
+            t = wall[0]
+            spend(w)
+            done[name] += w
+            own[name] += wall[0] - t
+            yield SimpleNamespace(work=w)
+
+    cost = (lambda name, ev, seconds: ev.work) if priced else None
+    for _ in interleave({"spec": stream("spec", [0.061] * 5 + [0.530]), "std": stream("std", [0.180])},
+                        now=lambda: wall[0], cost=cost):
+        if wall[0] > 60:
+            break
+    return (done["spec"] / own["spec"]) / (done["std"] / own["std"])
+
+
+def test_a_schedule_by_price_cannot_follow_the_load():
+    """Turns taken by measured time feed the load back into the schedule (a stretched pass delays its
+    run's next turn), and under a load switching every 3 s the speculative run met more of it: the
+    AVX2 EPYC's switching races came out 0.86-1.11× against 1.06× under a steady load.  Turns taken by
+    the passes' prices are fixed in advance and meet the load alike."""
+    phases = [0.25 * i for i in range(24)]
+    by_time = [_switching_race(p, priced=False) for p in phases]
+    by_price = [_switching_race(p, priced=True) for p in phases]
+    assert statistics.mean(by_time) < 0.97  # biased: the speculative run met more of the load
+    assert abs(statistics.mean(by_price) - 1) < 0.02 and max(abs(r - 1) for r in by_price) < 0.08
+
+
+def test_a_races_turns_are_priced_by_the_probe():
+    prices = _probe(step_ms=100.0, verify_ms=110.0, draft_ms=40.0)
+    cost = TM.event_costs(prices, draft_model=True)
+    spec, std = _race()
+    rnd, step = spec.rounds[1], std.rounds[1]
+    assert cost("speculative", SimpleNamespace(kind="draft", round=rnd), 9.9) == pytest.approx(0.04)
+    assert cost("speculative", SimpleNamespace(kind="round", round=rnd), 9.9) == pytest.approx(prices.target(len(rnd.draft) + 1))
+    assert cost("standard", SimpleNamespace(kind="round", round=step), 9.9) == pytest.approx(0.1)
+    assert cost("speculative", SimpleNamespace(kind="done", round=None), 9.9) == 0.0
+    assert TM.event_costs(prices, draft_model=False)("speculative", SimpleNamespace(kind="draft", round=rnd), 1.0) == 0.0
+    assert TM.event_costs(None, draft_model=True) is None
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_the_interleaved_race_makes_the_tokens_of_separate_runs(temperature):
     pair = make_pair(vocab=8)
@@ -320,6 +382,14 @@ def test_other_work_arriving_mid_race_drops_both_runs_to_one_thread():
         assert not c.check() and c.count == 1  # never back up within a race
     finally:
         torch.set_num_threads(before)
+    # a one-thread race cannot drop, but its readings keep the history fresh for the next race's choice
+    t[0], total[0], own[0] = 100.0, 0.0, 0.0
+    one = load.ThreadControl(1, 2.0, watch=True, read=lambda: total[0], own=lambda: own[0], clock=lambda: t[0],
+                             history=history)
+    t[0], total[0], own[0] = 102.0, 4.0, 1.0
+    assert not one.check() and one.count == 1 and one.busy_during == 1.5
+    t[0] += 25.0  # 27 s after the race began, 25 s after its last reading: still busy lately
+    assert history.busy_lately() == 1.5
 
 
 # ---- nothing false is kept ---------------------------------------------------------------------------

@@ -15,8 +15,9 @@ So the race's threads are chosen for the moment (:func:`race_threads`):
   ``STICKY_S`` seconds (a load that comes and goes, a video call, a neighbour's job between its
   requests, would otherwise give every other race a different thread count); every core otherwise;
 - during the race (:meth:`ThreadControl.check`, between events) the other work is read again -- the
-  CPU all cores spent minus this process's own -- and a race that started on every core drops to one
-  thread, for both runs at once, when other work arrives.  The trace names both counts.
+  CPU all cores spent minus this process's own -- and remembered, and a race that started on every
+  core drops to one thread, for both runs at once, when other work arrives.  The trace names both
+  counts.
 
 SPECVIZ_THREADS fixes the count (an operator who knows the machine); on a GPU nothing is changed.
 The probe times each model at one thread as well as on every core (hardware.probe), so a race run on
@@ -117,7 +118,8 @@ class ThreadControl:
     busy: float | None = None  # cores' worth of CPU other work used just before (None: not measured)
     count: int | None = None  # the count now (== start unless dropped)
     busy_during: float | None = None  # the most other work seen during the race (None: not read)
-    may_drop: bool = False
+    may_drop: bool = False  # a race on every core may drop to one thread
+    watch: bool = False  # read the other work during the race (kept in the history: the next race's choice)
     read: Callable[[], float | None] = field(default=_cpu_busy_seconds, repr=False)
     own: Callable[[], float] = field(default=time.process_time, repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
@@ -127,7 +129,7 @@ class ThreadControl:
     def __post_init__(self) -> None:
         if self.count is None:
             self.count = self.start
-        if self.may_drop:
+        if self.may_drop or self.watch:
             self._mark()
 
     def _mark(self) -> None:
@@ -150,7 +152,7 @@ class ThreadControl:
         self._last = (self.clock(), total, own)
         self.history.add(other)
         self.busy_during = round(max(other, self.busy_during or 0.0), 2)
-        if self.count is not None and self.count > 1 and other >= BUSY_CORES:
+        if self.may_drop and self.count is not None and self.count > 1 and other >= BUSY_CORES:
             self.count = 1
             torch.set_num_threads(1)
             return True
@@ -178,8 +180,11 @@ def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores,
         chosen = _fixed() or choose_threads(before, busy, lately)
     torch.set_num_threads(chosen)
     try:
+        # Watched whatever the count: a long one-thread race under a load that comes and goes keeps the history
+        # fresh, so the next race does not start on every core in a quiet second (the AVX2 EPYC's switching
+        # condition did once, 30 s after its last reading).
         yield ThreadControl(chosen, None if busy is None else round(busy, 2), history=history,
-                            may_drop=fixed is None and _fixed() is None and chosen > 1)
+                            may_drop=fixed is None and _fixed() is None and chosen > 1, watch=fixed is None)
     finally:
         torch.set_num_threads(before)
 

@@ -25,7 +25,7 @@ from ..core.engine import Event, speculative_stream, standard_stream
 from ..core.race import in_turn, interleave
 from ..hardware.load import race_can_interleave, race_threads
 from ..hardware.curves import interpolate
-from ..theory.timing import Prices, assess_race
+from ..theory.timing import Prices, assess_race, event_costs
 from ..core.settings import DecodeSettings, SettingsError
 from ..drafters import make_drafter
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
@@ -451,7 +451,10 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
             with contextlib.ExitStack() as stack:
                 for stream in streams.values():
                     stack.enter_context(contextlib.closing(stream))
-                events = interleave(streams) if how == "interleaved" else in_turn(streams)
+                # Turns by the passes' prices, not their measured times: a schedule that cannot follow the load.
+                costs = event_costs(probe_prices(req.pair, control.start),
+                                    draft_model=req.settings.drafter in ("model", "tree"))
+                events = interleave(streams, cost=costs) if how == "interleaved" else in_turn(streams)
                 for phase, ev in events:
                     control.check()  # other work arrived: both runs go on with one thread
                     trace = budget.explain(ev.trace) if ev.kind == "done" else ev.trace

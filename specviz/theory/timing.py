@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..trace import Trace
 from ..trace.timing import Timing
@@ -120,6 +120,28 @@ def _priced_time(trace: Trace, prices: Prices, own_draft: float | None) -> float
     return measured_rest / max(slower, 1e-9) + priced
 
 
+def event_costs(prices: Prices | None, *, draft_model: bool) -> Callable[[str, Any, float], float] | None:
+    """What each engine event of a race should cost at the probe's prices (core.race.interleave's
+    ``cost``): a drafted token a draft-model step (nothing for a drafter without one), a finished
+    round its target pass over the tokens it fed (the prompt's too, when merged in), the end nothing.
+    None without prices (interleave then balances measured time)."""
+    if prices is None:
+        return None
+
+    def cost(name: str, event: Any, seconds: float) -> float:
+        kind, rnd = getattr(event, "kind", ""), getattr(event, "round", None)
+        if kind == "draft":
+            return (prices.draft or 0.0) if draft_model else 0.0
+        if kind != "round" or rnd is None:
+            return 0.0
+        if name == "standard":
+            return prices.target(1 + rnd.prompt_fed)
+        fed = rnd.tree.fed if rnd.tree is not None else len(rnd.draft) + 1
+        return prices.target(fed + rnd.prompt_fed) if rnd.target_forwards else 0.0
+
+    return cost
+
+
 def _uses_draft_model(trace: Trace) -> bool:
     """Whether the draft passes are the draft model's (priced by the probe's draft step)."""
     return trace.settings.drafter in ("model", "tree")
@@ -206,4 +228,4 @@ def trusted_speedup(spec: Trace, measured: float | None) -> float | None:
 
 
 __all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
-           "count_based_speedup", "excess", "flagged", "medians", "passes", "trusted_speedup"]
+           "count_based_speedup", "event_costs", "excess", "flagged", "medians", "passes", "trusted_speedup"]
