@@ -206,15 +206,15 @@ def test_the_page_marks_a_replay():
 AMX = ("amx_bf16", "avx512f", "avx2")
 
 
-@pytest.mark.parametrize("isa, forced, replayed", [(AMX, "bf16", True), (AMX, "", False), (("avx2", "fma"), "", False),
-                                                   (("avx2", "fma"), "bf16", False)])
+@pytest.mark.parametrize("isa, forced, replayed", [(("avx2", "fma"), "", True), (("avx2", "fma"), "int8", True),
+                                                   (("avx2", "fma"), "bf16", False), (AMX, "", False),
+                                                   (AMX, "bf16", False)])
 def test_shipped_recordings_are_served_for_the_page_examples(monkeypatch, tmp_path, isa, forced, replayed):
     """The page's examples with a shipped recording send exactly its settings (examples.json), and
-    are replayed where the run would execute as they did: a bf16 target on a CPU with native bf16
-    (the AMX Xeon they were recorded on), which a host asks for with SPECVIZ_TARGET_EXEC=bf16.
-    Unmeasured, a CPU runs the int8 target (the probe chose it on the AMX Xeon too), and on an
-    AVX2-only CPU bf16 is not the same machine class: there the examples run live rather than show
-    another execution's or another machine's race."""
+    are replayed where the run would execute as they did: the int8 target (the probe's choice on every
+    CPU so far) on a CPU without native bf16 (the AVX2 EPYC they were recorded on, 2026-11-26).  A
+    forced bf16 target is another execution, and a CPU with native bf16 another machine class: there
+    the examples run live rather than show another execution's or another machine's race."""
     import app
     from specviz.serving import service
     from specviz.hardware import machine

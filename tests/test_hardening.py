@@ -32,7 +32,9 @@ from tests.server import launch_app
 from tests.drafted import speculative_decode
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "assets" / "traces" / "1-code-greedy.json"
+# A fixed recording whose rounds these tests edit by index (round 6: accepted, accepted, rejected): the trace-v2
+# recording shipped before the examples were re-recorded (tests/fixtures/traces-v2/).
+EXAMPLE = ROOT / "tests" / "fixtures" / "traces-v2" / "1-code-greedy.json"
 
 
 def example() -> dict:

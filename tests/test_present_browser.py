@@ -106,7 +106,7 @@ def test_the_first_view_says_what_to_press_and_shows_the_headline(viewport_page,
     open_app(page, server)
     page.wait_for_selector("#sv-race .sv-speedup[data-speedup]")
     assert page.evaluate(IN_VIEW, "#sv-run"), "Run is not in the first view"
-    assert page.evaluate(IN_VIEW, "#sv-race .sv-speedup"), "the race's headline (the speedup) is not in the first view"
+    assert page.evaluate(IN_VIEW, "#sv-race .sv-speedup-v"), "the race's headline (the speedup) is not in the first view"
     assert "Press Run" in page.inner_text("#sv-hint")
     assert page.locator("#sv-legend .sv-legend").bounding_box()["height"] < 130, "the legend is not compact"
     page.click("#sv-legend summary")  # its meanings open on request, with the race text's second cue
@@ -124,7 +124,8 @@ def test_the_first_view_says_what_to_press_and_shows_the_headline(viewport_page,
     styles = page.evaluate("""() => Object.fromEntries(['accepted', 'correction', 'bonus'].map(o => {
         const e = document.querySelector(`#sv-race .sv-race-spec .sv-tk.sv-${o}`);
         return [o, e ? getComputedStyle(e).textDecorationLine + ' ' + getComputedStyle(e).textDecorationStyle : null]; }))""")
-    assert styles["correction"] == "underline wavy" and styles["bonus"] == "underline double", styles
+    # (the first recording, greedy Fibonacci on the int8 target, accepted every draft: it may have no correction)
+    assert styles["correction"] in (None, "underline wavy") and styles["bonus"] == "underline double", styles
     assert styles["accepted"].startswith("none"), styles
     # every chart's text fits its chart
     page.locator("#sv-draft-lengths").scroll_into_view_if_needed()

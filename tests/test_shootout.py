@@ -166,7 +166,7 @@ def test_the_recorded_gamma_sweep_says_which_gammas_it_has(tmp_path):
     data["gamma"] = [r for r in data["gamma"] if r["gamma"] in (0, 1, 2, 3, 5, 9)]
     path = tmp_path / "sweeps.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    assert "γ sweep at γ = 1–3, 5. " in shootout_ui.recorded_frame(path).status
+    assert "γ sweep at γ = 1–3, 5; ε sweep on “Translate into French" in shootout_ui.recorded_frame(path).status
     assert f"The γ sweep runs γ = {ranges_text(sweeps.GAMMAS)} and standard decoding;" in SWEEPS_INTRO
     assert "median of its rounds" in SWEEPS_INTRO and "min–max error bars" in SWEEPS_INTRO
     assert "…" not in SWEEPS_INTRO

@@ -117,8 +117,9 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
     none = ""
     if corr is None and not correction_possible(pos.reject_prob):  # nothing to draw: the bars would be noise
         res = None
-        none = (f"no correction can happen here<br><sup>the chance of a rejection is {fsig(pos.reject_prob)}"
-                f" (below {NO_CORRECTION:g}): there is no {res_name} to draw from</sup>")
+        none = ("no correction can happen here<br><sup>" + _lines(
+            f"the chance of a rejection is {fsig(pos.reject_prob)} (below {NO_CORRECTION:g}): there is no "
+            f"{res_name} to draw from") + "</sup>")
     return _draw(title=title, sub=sub, ids=pic.ids, text=pic.text, x_tok=x_tok, corr=corr,
                  target=(f"p: target{tag}", p_show), draft=(f"q: draft{tag}", q_show),
                  res=res, u=pos.u, b=pos.b, b_name=b_name, why=why,
@@ -157,6 +158,29 @@ def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
                  u=t.u, b=t.b, b_name="b", why=why, rest="", marks=None, overlap="overlap min(r, q)")
 
 
+LINE = 52  # characters a subtitle line may take: the picture must read on a 400 px phone as on a desktop
+
+
+def _lines(text: str, width: int = LINE) -> str:
+    """``text`` broken into lines of at most ``width`` characters, at its " · " separators where it has
+    them (its own <br>s kept), inside a long piece at spaces."""
+    import textwrap
+
+    out: list[str] = []
+    for para in text.split("<br>"):
+        line = ""
+        for piece in para.split(" · "):
+            for part in textwrap.wrap(piece, width) or [piece]:
+                if line and len(line) + 3 + len(part) <= width:
+                    line += " · " + part
+                else:
+                    if line:
+                        out.append(line)
+                    line = part
+        out.append(line)
+    return "<br>".join(out)
+
+
 def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, corr: int | None,
           target: tuple[str, list[float]], draft: tuple[str, list[float]], res: tuple[str, list[float]] | None,
           u: float, b: float, b_name: str, why: str, rest: str, marks, overlap: str = "overlap min(p, q)",
@@ -190,7 +214,7 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     fig.update_xaxes(range=[0, 1], row=2, col=1, title_text=why)
     fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=ticks, row=1, col=1)
     fig.update_yaxes(title_text="probability", row=1, col=1)
-    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub}</sup>", x=0.01, xanchor="left"),
+    fig.update_layout(title=dict(text=f"{title}<br><sup>{_lines(sub)}</sup>", x=0.01, xanchor="left"),
                       barmode="overlay", height=520, margin=dict(l=60, r=20, t=110, b=60),
                       legend=dict(orientation="h", y=-0.32, x=0), bargap=0.1,
                       annotations=[dict(text=rest, xref="paper", yref="paper", x=1, y=1.02, showarrow=False,
