@@ -111,6 +111,7 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
                  "(error bars and brackets: min–max)")
     gammas = [r.gamma for r in rec.gamma if r.gamma > 0]  # 0: the standard baseline
     what += f"; γ sweep at γ = {ranges_text(gammas)}" if gammas else "; no γ sweep recorded"
+    shootout_what = what  # the shoot-out chart's subtitle: its own prompt and settings, not the ε sweep's
     if rec.epsilon_prompt or rec.epsilon_settings:  # the ε sweep ran on a sampled prompt of its own
         es, ep = rec.epsilon_settings or s, rec.epsilon_prompt or rec.prompt
         what += (f"; ε sweep on “{ep[:50]}{'…' if len(ep) > 50 else ''}”, "
@@ -130,4 +131,4 @@ def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
                "replaces them.",
         gamma_plot=g.gamma_plot, eps_plot=e.eps_plot, pareto=e.pareto,
         shootout_table=SV.table_html(rows, f"Shoot-out {when}"),
-        shootout_plot=SV.mark_recorded(SV.chart(rows, what), when))
+        shootout_plot=SV.mark_recorded(SV.chart(rows, shootout_what), when))
