@@ -46,16 +46,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class GammaRow(_Strict):
-    gamma: int = Field(ge=0, le=64)  # 0: the standard run (the baseline)
-    tokens_per_s: Pos
-    speedup: Pos | None = None
-    alpha: Prob | None = None
-    c: Pos | None = None  # a draft token ÷ the baseline's standard step (older files: ÷ the verify pass)
-    v: Pos | None = None  # the verify pass ÷ the baseline's standard step (absent in older files)
-    theoretical_speedup: Pos | None = None  # Thm 3.8 with v (older files: the textbook value, c ÷ verify)
-    # Over the repeats (absent in files recorded before sweeps repeated): tokens_per_s and speedup are then
-    # medians, *_lo and *_hi their range (min, max); repeats: how many ran; noisy: how many were flagged.
+class _Repeated(_Strict):
+    """A point measured over repeats (the fields are absent in files recorded before sweeps repeated):
+    tokens_per_s and speedup are then medians, *_lo and *_hi their range (min, max); repeats: how many
+    ran; noisy: how many were flagged."""
+
     tokens_per_s_lo: Pos | None = None
     tokens_per_s_hi: Pos | None = None
     speedup_lo: Pos | None = None
@@ -64,7 +59,17 @@ class GammaRow(_Strict):
     noisy: int | None = Field(default=None, ge=0, le=100)
 
 
-class EpsilonRow(_Strict):
+class GammaRow(_Repeated):
+    gamma: int = Field(ge=0, le=64)  # 0: the standard run (the baseline)
+    tokens_per_s: Pos
+    speedup: Pos | None = None
+    alpha: Prob | None = None
+    c: Pos | None = None  # a draft token ÷ the baseline's standard step (older files: ÷ the verify pass)
+    v: Pos | None = None  # the verify pass ÷ the baseline's standard step (absent in older files)
+    theoretical_speedup: Pos | None = None  # Thm 3.8 with v (older files: the textbook value, c ÷ verify)
+
+
+class EpsilonRow(_Repeated):
     epsilon: Prob
     variant: Literal["opt", "uno"]
     alpha: Prob | None = None
@@ -75,17 +80,9 @@ class EpsilonRow(_Strict):
     mean_tv: Prob | None = None
     first_divergence: int | None = Field(default=None, ge=0)
     edit_distance: int = Field(ge=0)
-    # Over the repeats (absent in files recorded before sweeps repeated): tokens_per_s and speedup are then
-    # medians, *_lo and *_hi their range (min, max); repeats: how many ran; noisy: how many were flagged.
-    tokens_per_s_lo: Pos | None = None
-    tokens_per_s_hi: Pos | None = None
-    speedup_lo: Pos | None = None
-    speedup_hi: Pos | None = None
-    repeats: int | None = Field(default=None, ge=1, le=100)
-    noisy: int | None = Field(default=None, ge=0, le=100)
 
 
-class ShootoutRow(_Strict):
+class ShootoutRow(_Repeated):
     key: Text
     label: Text
     policy: Text = ""
@@ -99,14 +96,6 @@ class ShootoutRow(_Strict):
     target_forwards: int | None = Field(default=None, ge=0)
     same_text: bool | None = None
     error: Text = ""
-    # Over the repeats (absent in files recorded before sweeps repeated): tokens_per_s and speedup are then
-    # medians, *_lo and *_hi their range (min, max); repeats: how many ran; noisy: how many were flagged.
-    tokens_per_s_lo: Pos | None = None
-    tokens_per_s_hi: Pos | None = None
-    speedup_lo: Pos | None = None
-    speedup_hi: Pos | None = None
-    repeats: int | None = Field(default=None, ge=1, le=100)
-    noisy: int | None = Field(default=None, ge=0, le=100)
 
 
 class Recorded(_Strict):
