@@ -509,7 +509,7 @@ def preload_default() -> None:
     """Load (or convert, the first time) the default pair in the background so the first Run is quick."""
     def work():
         try:
-            get_pair(default_preset())
+            get_pair(default_preset(), serve_early=True)  # serves at once; packs its weights in the background
             log.info("default pair ready")
         except Exception as exc:  # shown again, clearly, when someone presses Run
             log.warning("could not preload the default pair: %s", describe_error(exc))

@@ -15,6 +15,7 @@ import torch
 from ..models.executions import WORDS
 from ..models.loading import ExecutionRequest, set_execution_chooser
 from ..models.pair import report
+from ..models.warm import pack_now
 from . import probe as hw_probe
 from .machine import this_machine
 
@@ -31,6 +32,7 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
         model, probe = req.apply(requested), cached
     else:
         report(req.progress, 0.0, f"Measuring how {req.name} runs fastest on this machine (once)…")
+        pack_now(req.draft)  # a deferred load (models.warm) packs before it is timed
         draft_ms = hw_probe.draft_step_ms(req.draft, req.vocab)
         probe, model = hw_probe.probe_target(req.target, req.ref, req.dtype, req.vocab, build=req.build,
                                              draft_ms=draft_ms, alpha=req.alpha, candidates=req.candidates)

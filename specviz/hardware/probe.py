@@ -334,7 +334,12 @@ def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module
     if (probe.one_thread or not probe.measured or machine.kind != "cpu" or (probe.machine or {}).get("threads", 1) <= 1
             or (busy or machine_busy)()):
         return probe
+    from ..models.warm import pack_now
+
     t0 = time.perf_counter()
+    for model in (target, draft):  # a deferred load (models.warm) packs before it is timed
+        if model is not None:
+            pack_now(model)
     probe.one_thread = time_one_thread(target, draft, vocab)
     log.info("Target %s as %s on one thread: %s ms for %s tokens, draft step %s ms (%.1f s)", probe.model, probe.choice,
              "/".join(f"{v:.0f}" for v in probe.one_thread["curve"].values()), "/".join(map(str, probe.one_thread["curve"])),

@@ -37,7 +37,7 @@ import torch
 
 from .convert import CACHE_FORMAT, cache_dir
 from .int8_target import (FUSED_GROUPS, WORKERS, FusedPart, TokenInt8Linear, int8_channel_weight,  # noqa: F401
-                          fuse_token_linears, in_threads, pack_all)
+                          fuse_token_linears, in_threads, pack_all, unpacked)
 from .pair import short_error
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,8 @@ def _quantizer(kind: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Calla
 
 
 def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
-                  cached: Int8Weights | None = None, kind: str = "dynamic") -> torch.nn.Module:
+                  cached: Int8Weights | None = None, kind: str = "dynamic", *,
+                  defer_packing: bool = False) -> torch.nn.Module:
     """Replace every nn.Linear of ``model`` (in place) by an int8 one; the rest becomes float32,
     since the quantized kernels take and return float32 activations.
 
@@ -141,7 +142,8 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
     target needs).  ``cached``: modules from :func:`load_int8_cache`, used if they match the
     model's linears (names, shapes, biases).  Otherwise the weights are quantized here (two
     threads; 0.5B draft: 3.7 s -> 2.1 s on 2 cores) and, if ``cache`` is given, written there for
-    the next start.
+    the next start.  ``defer_packing`` ("token" only): leave fbgemm's packing to :mod:`.warm` (the
+    linears run on onednn's bit-identical product meanwhile).
     """
     to_weight, to_module = _quantizer(kind)
     linears = _linears(model)
@@ -165,7 +167,7 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
         model.set_submodule(name, module)
     if kind == "token":
         fuse_token_linears(model)
-        pack_all(model)
+        pack_all(model, defer=defer_packing)
     halves = {name: m.weight.detach() for name, m in model.named_modules()
               if type(m) is torch.nn.Embedding and m.weight.dtype in (torch.bfloat16, torch.float16)}
     model.float().eval()
@@ -196,13 +198,13 @@ def compact_embedding(module: torch.nn.Embedding, half: torch.Tensor) -> None:
 
 
 def int8_draft(model: torch.nn.Module, cache: Path | None = None,
-               cached: Int8Weights | None = None) -> torch.nn.Module:
+               cached: Int8Weights | None = None, *, defer_packing: bool = False) -> torch.nn.Module:
     """The draft in int8 (:data:`DRAFT_KIND`, in place), with the lean decode path for its chain steps
     where the architecture allows it (:func:`.lean.attach`)."""
     from . import lean
 
-    model = quantize_int8(model, cache, cached, kind=DRAFT_KIND)
-    lean.attach(model)
+    model = quantize_int8(model, cache, cached, kind=DRAFT_KIND, defer_packing=defer_packing)
+    lean.attach(model, trace=not unpacked(model))  # a trace holds fbgemm's packed weights: after packing
     return model
 
 

@@ -52,24 +52,51 @@ class TokenInt8Linear(torch.nn.Module):
         super().__init__()
         self.out_features, self.in_features = qweight.shape
         self._qweight: torch.Tensor | None = qweight  # until packed (fusing needs the int8 values)
-        self._packed = None
+        self._packed = None  # fbgemm's layout: the fast products
+        self._plain: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # onednn's, until packed
         self.bias = bias
         if pack:
             self.pack()
 
     def pack(self) -> None:
-        """Hand the weights to fbgemm (its packed layout; ~7 ms per million weights on one core)."""
+        """Hand the weights to fbgemm (its packed layout; ~13 ms per million weights on one core on the
+        AVX2 EPYC: ~20 s for the 1.5B target).  Safe beside a forward in another thread: the packed
+        weights are in place before the other forms are dropped, and both give the same output."""
+        qweight = self._qweight
+        if self._packed is not None or qweight is None:  # packed already (or by another thread meanwhile)
+            return
+        packed = torch.ops.quantized.linear_prepack(qweight, None)
         if self._packed is None:
-            self._packed = torch.ops.quantized.linear_prepack(self._qweight, None)
-            self._qweight = None
+            self._packed = packed
+        self._plain = None
+        self._qweight = None
+
+    def plain(self) -> None:
+        """Make the linear runnable at once, without fbgemm's packing: onednn's product over the same
+        int8 values, whose layout takes ~1 ns a weight to prepare.  Bit-identical to the packed product
+        (integer accumulation, the same dequantization: tested, :func:`plain_matches`) and 2-3x slower
+        on the AVX2 EPYC: what a server runs for the first seconds while :meth:`pack` runs in the
+        background (:mod:`.warm`)."""
+        qweight = self._qweight
+        if self._packed is None and self._plain is None and qweight is not None:
+            scales = qweight.q_per_channel_scales().to(torch.float32)
+            self._plain = (torch.ops.onednn.qlinear_prepack(qweight.int_repr(), None), scales,
+                           torch.zeros(self.out_features, dtype=torch.long))
+
+    @property
+    def packed(self) -> bool:
+        return self._packed is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._packed is None:
+        plain, packed = self._plain, self._packed  # in this order: pack() sets _packed before dropping _plain
+        if packed is None and plain is None:
             self.pack()
+            packed = self._packed
         shape = x.shape
         rows = x.reshape(-1, self.in_features).float()
         scale = rows.abs().amax(-1, keepdim=True).clamp_(min=1e-30)
-        y = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, self._packed)
+        y = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, packed) if packed is not None \
+            else _plain_product(rows / scale, plain)
         y.mul_(scale)
         if self.bias is not None:
             y.add_(self.bias)
@@ -78,7 +105,9 @@ class TokenInt8Linear(torch.nn.Module):
     def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The float32 weight (or some of its rows) the int8 values stand for: what a reader of the
         head's weight (the learned draft head) gets from an int8 target."""
-        qweight = self._qweight if self._qweight is not None else torch.ops.quantized.linear_unpack(self._packed)[0]
+        qweight = self._qweight  # read before _packed: pack() sets _packed before dropping _qweight
+        if qweight is None:
+            qweight = torch.ops.quantized.linear_unpack(self._packed)[0]
         values, scales = qweight.int_repr(), qweight.q_per_channel_scales().to(torch.float32)
         if rows is not None:
             values, scales = values[rows], scales[rows]
@@ -86,6 +115,43 @@ class TokenInt8Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, per-token activations"
+
+
+def _plain_product(unit_rows: torch.Tensor, plain: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """What ``_STATIC_LINEAR`` computes, by onednn over its own (cheaply prepared) weight layout: the
+    rows quantized with the same fixed scale and zero point (by the same quantizer), u8 x s8 products
+    accumulated in int32, dequantized per channel.  fp32 out."""
+    weight, scales, zeros = plain
+    qx = torch.quantize_per_tensor(unit_rows, ACT_SCALE, ACT_ZERO, torch.quint8).int_repr()
+    return torch.ops.onednn.qlinear_pointwise(qx, ACT_SCALE, ACT_ZERO, weight, scales, zeros, None, 1.0, 0,
+                                              torch.float32, "none", [], "")
+
+
+_PLAIN_OK: bool | None = None
+
+
+def plain_matches() -> bool:
+    """Whether onednn's product is available here and bit-identical to fbgemm's (checked once per process
+    on random weights and rows, several batch sizes): where it is not, nothing runs plain."""
+    global _PLAIN_OK
+    if _PLAIN_OK is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gen = torch.Generator().manual_seed(0)
+                weight = torch.randn(96, 160, generator=gen)
+                scale = (weight.abs().amax(1) / 127.5).to(torch.float64)
+                q = (weight / scale[:, None].float()).round().clamp(-128, 127).to(torch.int8)
+                qweight = torch._make_per_channel_quantized_tensor(q, scale, torch.zeros(96, dtype=torch.long), 0)
+                fast, slow = TokenInt8Linear(qweight, None, pack=False), TokenInt8Linear(qweight, None, pack=False)
+                slow.plain()
+                fast.pack()
+                rows = torch.randn(40, 160, generator=gen) * torch.rand(40, 1, generator=gen) * 10
+                _PLAIN_OK = slow._plain is not None and all(
+                    torch.equal(fast(rows[:m]), slow(rows[:m])) for m in (1, 2, 6, 40))
+        except Exception:  # no onednn in this build (an ARM CPU, say): pack at load, as before
+            _PLAIN_OK = False
+    return _PLAIN_OK
 
 
 class _SharedProduct:
@@ -151,10 +217,23 @@ def fuse_token_linears(model: torch.nn.Module) -> int:
     return fused
 
 
-def pack_all(model: torch.nn.Module) -> None:
-    """Pack every unpacked TokenInt8Linear of ``model`` (two threads)."""
+def unpacked(model: torch.nn.Module) -> list[TokenInt8Linear]:
+    """The TokenInt8Linears of ``model`` not packed yet, biggest first."""
     todo = [m for m in model.modules() if isinstance(m, TokenInt8Linear) and m._packed is None]
-    in_threads(lambda m: m.pack(), sorted(todo, key=lambda m: -m.in_features * m.out_features))
+    return sorted(todo, key=lambda m: -m.in_features * m.out_features)
+
+
+def pack_all(model: torch.nn.Module, *, defer: bool = False) -> bool:
+    """Pack every unpacked TokenInt8Linear of ``model`` (two threads); with ``defer``, where onednn's
+    product matches fbgemm's here, only make them runnable (:meth:`TokenInt8Linear.plain`, ~1 s for the
+    1.5B target instead of ~10 s) and leave the packing to :func:`.warm.finish`.  Returns whether any
+    packing was left."""
+    todo = unpacked(model)
+    if defer and todo and plain_matches():
+        in_threads(lambda m: m.plain(), todo)
+        return True
+    in_threads(lambda m: m.pack(), todo)
+    return False
 
 
 def int8_channel_weight(weight: torch.Tensor) -> torch.Tensor:

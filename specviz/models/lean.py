@@ -122,6 +122,7 @@ class LeanSteps:
         self.in_use = False
         self._cos = self._sin = torch.empty(0)
         self.traced: dict[int, Callable] = {}  # feed length -> traced _decode keeping one position
+        self.trace_deferred = False  # attach(trace=False) left tracing to later (models.warm)
 
     # -- the cache --------------------------------------------------------------------------------
 
@@ -203,12 +204,16 @@ class LeanSteps:
         dispatch cost ~15 ms more; the graph runs them back to back.  Returns the seconds it took
         (~0.5 s a length); on any failure the eager path stays (logged)."""
         t0 = time.perf_counter()
+        self.trace_deferred = False
         if not all(isinstance(getattr(layer, name), TokenInt8Linear) for layer in self.layers
                    for name in ("qkv", "o", "gate_up", "down")) or not isinstance(self.head, TokenInt8Linear):
             log.info("The draft's step is not traced: its linears are not all fused int8 products")
             return 0.0
         try:
             holder = _Holder(self)
+            # A cache a run allocated under inference_mode cannot be written by the tracer: start afresh
+            # (the steps are not in use; the next run reserves its own).
+            self.release()
             self._reserve(max(feeds))
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -268,7 +273,8 @@ class _Holder(torch.nn.Module):
 def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = True) -> LeanSteps | None:
     """Give ``model`` the lean decode path (:func:`specviz.core.kv.cached_lm` then uses it for chains) when
     it supports it; returns the steps, or None (logged) when it does not.  ``trace``: also record its
-    one- and two-token steps as TorchScript graphs (:meth:`LeanSteps.trace`)."""
+    one- and two-token steps as TorchScript graphs (:meth:`LeanSteps.trace`); without, they run eagerly
+    until something traces them (:mod:`.warm`, once the weights are packed: a trace holds fbgemm's)."""
     why = unsupported(model)
     if why is not None:
         log.info("The lean decode path is off for %s: %s", type(model).__name__, why)
@@ -277,6 +283,8 @@ def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = 
     steps = LeanSteps(model, cap)
     if trace:
         steps.trace()
+    else:
+        steps.trace_deferred = True
     from .compiled import give_steps
 
     give_steps(model, steps)

@@ -202,6 +202,7 @@ def load_pair(
     target_exec: str | None = "auto",
     progress: ProgressFn | None = None,
     pin: bool = False,
+    defer_packing: bool = False,
 ) -> ModelPair:
     """Load (once per process) and return a draft/target pair.
 
@@ -215,6 +216,9 @@ def load_pair(
     "fp32", "int8" (CPU) or "bf16", "fp16", "bf16+graphs" (CUDA) force one.
     ``progress(fraction, message)`` is called during slow steps (first-use conversion, loading).
     ``pin``: the pair stays loaded whatever is loaded after it (a server's default pair).
+    ``defer_packing``: the int8 models run as soon as they are loaded, on onednn's bit-identical product,
+    and their fbgemm packing is left to :func:`specviz.models.warm.finish` (a server's warm start: ~20 s
+    sooner; slower runs until it is done).  A timing of them (the probe) packs first.
     """
     t0 = time.perf_counter()
     found = _request(preset, draft, target, device, dtype, draft_quant, target_exec)
@@ -244,7 +248,7 @@ def load_pair(
         _make_room()
         alpha = base.typical_alpha if base else 0.7
         pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
-                              target_exec=requested_exec, alpha=alpha)
+                              target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing)
         _remember(key, pair)
         if pin:
             _PINNED.add(key)
@@ -352,7 +356,7 @@ def _same_tokenizer_files(a: str, b: str) -> bool:
 
 def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
                    quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
-                   alpha: float = 0.7) -> ModelPair:
+                   alpha: float = 0.7, defer_packing: bool = False) -> ModelPair:
     # Offline packs: a first-use conversion dominates, so it gets most of the progress bar;
     # otherwise loading gets all of it.
     converting = any(needs_conversion(ref) for ref in (draft_ref, target_ref))
@@ -375,7 +379,8 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
         report(progress, 0.0, f"Loading {draft_name}…")
         draft_model = _load_model(draft_src, draft_name, dev, dt)
         if pool is not None:
-            future = pool.submit(lambda: int8.int8_draft(draft_model, int8_file, cached.result() if cached else None))
+            future = pool.submit(lambda: int8.int8_draft(draft_model, int8_file, cached.result() if cached else None,
+                                                         defer_packing=defer_packing))
         report(progress, 0.15, f"Loading the tokenizer of {target_name}…")
         tokenizer = _load_tokenizer(target_src, target_name)
         if not _same_tokenizer_files(draft_src, target_src):
@@ -405,7 +410,7 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
         canonical_head_input(model)
     target_model, chosen, probe = _target_execution(
         target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha,
-        Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98))
+        Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98), defer_packing)
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)
@@ -467,13 +472,14 @@ def as_requested(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
 
 def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.device, dt: torch.dtype,
                       requested: str, draft: torch.nn.Module, vocab: int, alpha: float, source_dir: Path | None,
-                      progress: ProgressFn | None) -> tuple[torch.nn.Module, str, Any]:
+                      progress: ProgressFn | None, defer_packing: bool = False) -> tuple[torch.nn.Module, str, Any]:
     """The target executing as requested, or as the installed chooser (the probe) decides ("auto"):
     (model, execution, probe)."""
     req = ExecutionRequest(
         target, ref, name, dev, dt, requested, draft, vocab, alpha, executions.candidates(dev, dt),
         build=lambda e: executions.apply(target, e, source_dir=source_dir, copy_model=True),
-        apply=lambda e: executions.apply(target, e, source_dir=source_dir), progress=progress)
+        apply=lambda e: executions.apply(target, e, source_dir=source_dir, defer_packing=defer_packing),
+        progress=progress)
     choose = _CHOOSER[0] if _CHOOSER else as_requested
     model, requested, probe = choose(req)
     if requested.endswith("+graphs"):  # the draft's one-token step gains the most from graphs

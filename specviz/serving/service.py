@@ -30,6 +30,7 @@ from ..core.settings import DecodeSettings, SettingsError
 from ..drafters import make_drafter
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
+from ..models import warm
 from .envvars import downloads_allowed, env_choice, env_int, env_number, memory_budget_bytes
 
 MAX_PROMPT_CHARS = 8_000
@@ -301,19 +302,25 @@ def admit(name: str, models: dict[str, Any], execution: str) -> None:
 
 def get_pair(preset: Any, draft: Any = None, target: Any = None,
              progress: Callable[[float, str], None] | None = None, target_exec: Any = None,
-             gated: bool = False) -> ModelPair:
+             gated: bool = False, serve_early: bool = False) -> ModelPair:
     """Resolve and load a preset (or an allowed custom pair); InputError/ModelError on failure.
     ``target_exec``: how the target executes (:func:`check_target_exec`; None: the server's default).
 
     The server's default pair (default preset, default execution) is loaded pinned: nothing a visitor
     asks for evicts it.  Any other pair not loaded yet is a visitor's request (issue 33): `admit` may
     refuse it, and it loads holding the live gate like a run (``gated``: the caller holds it already;
-    otherwise this waits for it, or raises replay.Busy)."""
+    otherwise this waits for it, or raises replay.Busy).
+
+    ``serve_early`` (the server's preload of the default pair): its int8 models serve as soon as they
+    are loaded and are packed into their fast layout in the background (:mod:`specviz.models.warm`; a
+    race run meanwhile is flagged)."""
     from ..models import loading
 
     name, models, execution = _asked(preset, draft, target, target_exec)
     if _is_default(name, execution):
-        return _remember_execution(name, load_pair(**models, target_exec=execution, progress=progress, pin=True))
+        pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
+        warm.finish(pair, lock=MODEL_LOCK)  # what a serve_early load left (nothing otherwise)
+        return _remember_execution(name, pair)
     if loading.loaded(**models, target_exec=execution) is None:
         admit(name, models, execution)
         if not gated:
@@ -440,6 +447,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     how = ("interleaved" if interleaved else "sequential") if standard else "alone"
     spec = std = None
     done = {"speculative": False, "standard": not standard}
+    preparing = warm.preparing(req.pair)  # the fast kernels not all in place yet: slower passes, some switching
     with race_threads(req.pair, fixed=threads) as control:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
@@ -470,7 +478,8 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
             end = control.count if control.count != control.start else None
             spec.timing = assess_race(spec, std, how=how, threads=control.start, busy=control.busy,
                                       threads_end=end, busy_during=control.busy_during,
-                                      prices=probe_prices(req.pair, control.count))
+                                      prices=probe_prices(req.pair, control.count),
+                                      preparing=preparing or warm.preparing(req.pair))
             if std is not None:
                 std.timing = spec.timing
     yield Update("done", None, spec, std, spec_done=True, std_done=True)

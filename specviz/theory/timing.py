@@ -164,16 +164,23 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
                 busy: float | None = None, prices: Prices | None = None, threads_end: int | None = None,
-                busy_during: float | None = None) -> Timing:
+                busy_during: float | None = None, preparing: bool = False) -> Timing:
     """How far this race's timings hold (see the module's docstring).  ``threads_end``: the count the
-    race dropped to when other work arrived (its prices are for that count)."""
+    race dropped to when other work arrived (its prices are for that count).  ``preparing``: the server
+    was still packing the models' weights into their fast layout during the race (specviz.models.warm):
+    its passes ran on slower products, some of them switching mid-race, so its clocks are not quoted."""
     who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during)
+    warming = ("the server had just started and was still preparing the models' fast kernels: some passes "
+               "ran on slower ones") if preparing else ""
+    if warming:
+        who.update(reliable=False, why=warming)
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
         return Timing(**who, judged=False)
     ps_spec = passes(spec)
     e_spec = excess(ps_spec)
     if std is None or not std.rounds or not spec.rounds:
         return Timing(**who, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
+    who.pop("reliable", None), who.pop("why", None)
     ps_std = passes(std)
     e_std = excess(ps_std)
     spread = (e_spec ** 2 + e_std ** 2) ** 0.5
@@ -204,6 +211,8 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
             why.append(f"the wall clock's {measured:.2f}× and the count-based {predicted:.2f}× disagree by {off:.0%}")
     if slowdown is not None and slowdown > BUSY_SLOWDOWN and why:
         why.append(f"standard steps ran {slowdown:.1f}× slower than when this machine was probed")
+    if warming:
+        why.append(warming)
     if threads_end is not None and threads_end != threads and why:
         why.append(f"other work arrived during the race, which then went on with {threads_end} thread"
                    f"{'s' if threads_end != 1 else ''} instead of {threads}")

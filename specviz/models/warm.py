@@ -1,0 +1,106 @@
+"""A warm start that serves at once: fbgemm's packing finished in the background.
+
+Packing the int8 weights into fbgemm's layout costs ~13 ms per million weights on one core of the
+AVX2 EPYC: ~20 s of CPU for the 1.5B target and ~6 s for the 0.5B draft, at every start, because the
+packed layout cannot be stored.  A server that loads with ``defer_packing`` instead makes every int8
+linear runnable through onednn's product over the same int8 values (a layout that takes ~1 ns a weight
+to prepare, :meth:`.int8_target.TokenInt8Linear.plain`), serves, and packs here, one linear at a time,
+swapping each in as it is done.  Both products are bit-identical (integer accumulation and the same
+dequantization; :func:`.int8_target.plain_matches` checks it once per process, and the loader packs at
+load where it does not hold), so a run's tokens and probabilities never depend on which product ran;
+only its speed does (2-3x slower products until packed), and a race that ran while packing is flagged
+(:func:`preparing`).
+
+Last, the draft's one- and two-token steps are traced (:meth:`.lean.LeanSteps.trace`): that writes into
+the draft's KV cache, so it runs holding the server's model lock, between runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any, ContextManager
+
+import torch
+
+from .compiled import steps_of
+from .int8_target import unpacked
+from .lean import LeanSteps
+
+log = logging.getLogger("specviz.models")
+
+_PENDING: dict[int, threading.Event] = {}  # id(target model) -> set once its pair is fully prepared
+_GUARD = threading.Lock()
+
+
+def preparing(pair: Any) -> bool:
+    """Whether ``pair``'s fast kernels are still being put in place (its runs are slower meanwhile)."""
+    event = _PENDING.get(id(getattr(pair, "target", None)))
+    return event is not None and not event.is_set()
+
+
+def wait(pair: Any, timeout: float | None = None) -> bool:
+    """Wait until ``pair`` is fully prepared (True), or ``timeout`` seconds passed (False)."""
+    event = _PENDING.get(id(getattr(pair, "target", None)))
+    return event is None or event.wait(timeout)
+
+
+def _untraced(model: torch.nn.Module) -> Any:
+    """The model's lean steps if they exist and are not traced yet (a deferred draft), else None."""
+    steps = steps_of(model)
+    return steps if isinstance(steps, LeanSteps) and steps.trace_deferred else None
+
+
+def pending(pair: Any) -> bool:
+    """Whether anything of ``pair`` was left for :func:`finish` (unpacked linears, an untraced draft)."""
+    return any(unpacked(m) for m in (pair.target, pair.draft)) or _untraced(pair.draft) is not None
+
+
+def pack_now(model: torch.nn.Module) -> None:
+    """Finish ``model`` in this thread (before timing it: the probe): pack what is left, trace its steps."""
+    for linear in unpacked(model):
+        linear.pack()
+    steps = _untraced(model)
+    if steps is not None and not steps.in_use:
+        steps.trace()
+
+
+def finish(pair: Any, *, lock: ContextManager | None = None, workers: int = 1) -> threading.Thread | None:
+    """Pack what ``pair``'s load left unpacked (the target's linears first: they carry most of a race's
+    time), in a daemon thread with ``workers`` threads, then trace the draft's steps holding ``lock``
+    (the server's model lock: no run is using the draft's cache then).  Idempotent: returns the thread
+    it started, or None when nothing was left or another call started it."""
+    with _GUARD:
+        key = id(pair.target)
+        if key in _PENDING or not pending(pair):
+            return None
+        event = _PENDING[key] = threading.Event()
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        try:
+            todo = unpacked(pair.target) + unpacked(pair.draft)
+            if workers > 1:
+                from .int8_target import in_threads
+
+                in_threads(lambda m: m.pack(), todo, workers)
+            else:
+                for linear in todo:
+                    linear.pack()
+            steps = _untraced(pair.draft)
+            if steps is not None:
+                with lock if lock is not None else contextlib.nullcontext():
+                    if not steps.in_use:
+                        steps.trace()
+            log.info("%s → %s: weights prepared (fbgemm's packing, %d linears) in %.1f s after serving began",
+                     pair.draft_name, pair.target_name, len(todo), time.perf_counter() - t0)
+        except Exception as exc:  # noqa: BLE001 -- the onednn path stays correct, only slower
+            log.warning("Preparing the fast kernels failed (%s); the models run on the slower products", exc)
+        finally:
+            event.set()
+
+    thread = threading.Thread(target=work, daemon=True, name="specviz-pack")
+    thread.start()
+    return thread

@@ -1,0 +1,125 @@
+"""A warm start that serves at once (specviz.models.warm, issue 34): int8 models loaded with their fbgemm
+packing deferred run on onednn's product over the same int8 values, bit-identical to the packed
+product; the packing then finishes in the background (the draft's steps traced last, under the lock),
+and a race run meanwhile is flagged."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specviz.core.kv import cached_lm
+from specviz.models import int8, lean, warm
+from specviz.models.int8_target import TokenInt8Linear, plain_matches, unpacked
+from specviz.models.tiny import build_tiny_pair
+from specviz.theory.timing import assess_race
+
+pytestmark = pytest.mark.skipif(not int8.int8_available() or not plain_matches(),
+                                reason="this torch has no fbgemm/onednn int8 kernels (not an x86 build)")
+
+
+def _qweight(rows: int, cols: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.randn(rows, cols, generator=gen) * 0.05
+    return int8.int8_channel_weight(weight)
+
+
+@pytest.mark.parametrize("shape", [(96, 64), (320, 896), (64, 1000)])
+def test_the_plain_product_is_bit_identical_to_the_packed_one_at_every_batch_size(shape):
+    qweight = _qweight(*shape, seed=shape[0])
+    bias = torch.randn(shape[0])
+    plain, packed = TokenInt8Linear(qweight, bias, pack=False), TokenInt8Linear(qweight.clone(), bias, pack=False)
+    plain.plain()
+    packed.pack()
+    assert plain._plain is not None and plain._packed is None and packed.packed
+    gen = torch.Generator().manual_seed(1)
+    for m in (1, 2, 3, 6, 17, 64):
+        x = torch.randn(m, shape[1], generator=gen) * torch.rand(m, 1, generator=gen) * 20
+        x[:, 0] *= 100  # one outlier feature, as real activations have
+        assert torch.equal(plain(x), packed(x)), m
+    # and the weights it reports (the learned head reads them) are the same values
+    assert torch.equal(plain.dequantized(), packed.dequantized())
+
+
+def _deferred_pair():
+    tiny = build_tiny_pair(vocab_size=48, seed=0, hidden=64, target_layers=2, draft_layers=1)
+    ref_target = int8.quantize_int8(copy.deepcopy(tiny.target), kind="token")
+    ref_draft = int8.int8_draft(copy.deepcopy(tiny.target))  # a lean-capable int8 model as the draft
+    target = int8.quantize_int8(copy.deepcopy(tiny.target), kind="token", defer_packing=True)
+    draft = int8.int8_draft(copy.deepcopy(tiny.target), defer_packing=True)
+    pair = SimpleNamespace(target=target, draft=draft, draft_name="draft", target_name="target")
+    return pair, ref_target, ref_draft
+
+
+def test_a_deferred_load_serves_at_once_and_the_background_finish_changes_no_output():
+    pair, ref_target, ref_draft = _deferred_pair()
+    ids = torch.randint(0, 48, (1, 9), generator=torch.Generator().manual_seed(2))
+    assert unpacked(pair.target) and unpacked(pair.draft)  # nothing packed: every linear runs plain
+    assert all(m._plain is not None for m in unpacked(pair.target))
+    steps = pair.draft._specviz_steps
+    assert steps.trace_deferred and not steps.traced
+    with torch.inference_mode():
+        before = pair.target(ids).logits
+        assert torch.equal(before, ref_target(ids).logits)
+        draft_before = cached_lm(pair.draft, torch.device("cpu"), need=32)
+        q_before = draft_before.feed(ids[0].tolist(), keep=1).logits
+        draft_before.free()
+    assert warm.pending(pair) and not warm.preparing(pair)
+
+    lock = threading.Lock()
+    thread = warm.finish(pair, lock=lock)
+    assert thread is not None and warm.finish(pair, lock=lock) is None  # one finisher per pair
+    thread.join(60)
+    assert not warm.preparing(pair) and warm.wait(pair, 0)
+    assert not unpacked(pair.target) and not unpacked(pair.draft) and not warm.pending(pair)
+    assert not steps.trace_deferred and set(steps.traced) == set(lean.TRACED_FEEDS)
+    with torch.inference_mode():
+        assert torch.equal(pair.target(ids).logits, before)
+        lm = cached_lm(pair.draft, torch.device("cpu"), need=32)
+        assert torch.equal(lm.feed(ids[0].tolist(), keep=1).logits, q_before)
+        lm.free()
+        ref = cached_lm(ref_draft, torch.device("cpu"), need=32)
+        torch.testing.assert_close(ref.feed(ids[0].tolist(), keep=1).logits, q_before, rtol=1e-5, atol=1e-5)
+        ref.free()
+
+
+def test_the_trace_waits_for_the_lock_and_packing_beside_a_forward_changes_nothing():
+    pair, ref_target, _ = _deferred_pair()
+    ids = torch.randint(0, 48, (1, 7), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        want = ref_target(ids).logits
+    lock = threading.Lock()
+    lock.acquire()  # a run holds the model lock: the finisher packs, but does not trace yet
+    thread = warm.finish(pair, lock=lock)
+    outs = []
+    with torch.inference_mode():
+        while unpacked(pair.target) or len(outs) < 3:  # forwards while the linears switch under them
+            outs.append(pair.target(ids).logits)
+    assert all(torch.equal(o, want) for o in outs)
+    steps = pair.draft._specviz_steps
+    thread.join(0.5)
+    assert thread.is_alive() and steps.trace_deferred and warm.preparing(pair)
+    lock.release()
+    thread.join(60)
+    assert not steps.trace_deferred and not warm.preparing(pair)
+
+
+def test_pack_now_finishes_a_model_before_it_is_timed():
+    pair, _, _ = _deferred_pair()
+    warm.pack_now(pair.draft)
+    assert not unpacked(pair.draft) and pair.draft._specviz_steps.traced
+
+
+def test_a_race_run_while_the_weights_were_prepared_is_flagged():
+    from tests.test_timing import _race  # a judged race of realistic passes
+
+    spec, std = _race()
+    assert assess_race(spec, std).reliable
+    timing = assess_race(spec, std, preparing=True)
+    assert not timing.reliable and "preparing the models' fast kernels" in timing.why
+    short = assess_race(spec, None, preparing=True)  # not judged by its passes, still not quoted
+    assert not short.reliable
