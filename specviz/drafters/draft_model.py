@@ -27,7 +27,10 @@ class ModelDrafter(ChainDrafter):
         return cls(pair.draft, pair.device, name=pair.draft_name, max_new_tokens=settings.max_new_tokens)
 
     def start(self, ids: list[int]) -> None:
+        from ..models.draft_vocab import prepare
+
         self.lm.free()
+        prepare(self.model, ids)  # a reduced head also keeps this prompt's ids (models.draft_vocab)
         # Compiled steps over the draft's static cache when it has them and the run fits.
         need = None if self.max_new_tokens is None else len(ids) + self.max_new_tokens + GAMMA_MAX_DYNAMIC + 1
         self.lm = cached_lm(self.model, self.device, need)

@@ -100,7 +100,6 @@ class LeanSteps:
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.embed = body.embed_tokens
         self.norm = body.norm.weight.detach().float()
-        self.head = model.get_output_embeddings()
         rot = body.rotary_emb
         self.inv_freq = rot.inv_freq.detach().float().cpu()
         self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
@@ -123,6 +122,12 @@ class LeanSteps:
         self._cos = self._sin = torch.empty(0)
         self.traced: dict[int, Callable] = {}  # feed length -> traced _decode keeping one position
         self.trace_deferred = False  # attach(trace=False) left tracing to later (models.warm)
+
+    @property
+    def head(self) -> torch.nn.Module:
+        """The model's output head as it is now: applied after the decoder (and outside the traced
+        graphs), so a head swapped on the model (:mod:`.draft_vocab`'s reduced one) takes effect at once."""
+        return self.model.get_output_embeddings()
 
     # -- the cache --------------------------------------------------------------------------------
 
@@ -169,10 +174,16 @@ class LeanSteps:
 
     def _decode(self, tokens: torch.Tensor, pos: torch.Tensor, keep: int, cos_table: torch.Tensor,
                 sin_table: torch.Tensor, *cache: torch.Tensor, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits of the last ``keep`` of ``tokens`` (:meth:`_body`) and their final normed hidden states."""
+        h = self._body(tokens, pos, keep, cos_table, sin_table, *cache)
+        return self.head(h).float(), h
+
+    def _body(self, tokens: torch.Tensor, pos: torch.Tensor, keep: int, cos_table: torch.Tensor,
+              sin_table: torch.Tensor, *cache: torch.Tensor) -> torch.Tensor:
         """The decoder over ``tokens`` ([T] ids at cache slots ``pos``, [T] consecutive), with RoPE's
         tables ([cap, d]): writes their keys and values into ``cache`` (every layer's keys, then every
         layer's values: [1, kvh, cap, d]) and
-        returns the logits of the last ``keep`` and their final normed hidden states.  Attention runs
+        returns the final normed hidden states of the last ``keep``.  Attention runs
         over the whole capacity, masked to the slots at or before each query (later slots may hold a
         rolled-back draft): no shape here depends on the cache's length, so one trace serves every step."""
         t, n = tokens.shape[0], len(self.layers)
@@ -192,8 +203,7 @@ class LeanSteps:
             x = x + layer.o(att[0].transpose(0, 1).reshape(t, self.q_size))
             gate, up = layer.gate_up(self._rms(x, layer.norm_post)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
-        h = self._rms(x[t - keep:], self.norm)
-        return self.head(h).float(), h
+        return self._rms(x[t - keep:], self.norm)
 
     # -- traced steps -------------------------------------------------------------------------------
 
@@ -206,7 +216,7 @@ class LeanSteps:
         t0 = time.perf_counter()
         self.trace_deferred = False
         if not all(isinstance(getattr(layer, name), TokenInt8Linear) for layer in self.layers
-                   for name in ("qkv", "o", "gate_up", "down")) or not isinstance(self.head, TokenInt8Linear):
+                   for name in ("qkv", "o", "gate_up", "down")):
             log.info("The draft's step is not traced: its linears are not all fused int8 products")
             return 0.0
         try:
@@ -238,9 +248,10 @@ class LeanSteps:
             raise RuntimeError(f"the lean KV cache holds {self.max_len} tokens; this run needs more")
         self._reserve(start + t)
         tokens, pos = torch.tensor(ids, dtype=torch.long), torch.arange(start, start + t)
-        graph = self.traced.get(t) if keep == 1 and not hidden else None
-        if graph is not None:
-            logits, h = graph(tokens, pos, self._cos, self._sin, *self.keys, *self.values), None
+        graph = self.traced.get(t) if keep == 1 else None
+        if graph is not None:  # the graph gives the hidden state; the head (swappable) runs after it
+            h = graph(tokens, pos, self._cos, self._sin, *self.keys, *self.values)
+            logits = self.head(h).float()
         else:
             logits, h = self._decode(tokens, pos, keep, self._cos, self._sin, *self.keys, *self.values,
                                     hidden=hidden)
@@ -253,21 +264,21 @@ class LeanSteps:
 
 
 class _Holder(torch.nn.Module):
-    """What :func:`torch.jit.trace` records: :meth:`LeanSteps._decode` keeping one position.  The
-    tracer takes fbgemm's packed weights only from attributes of the traced module, so they are
-    listed here."""
+    """What :func:`torch.jit.trace` records: :meth:`LeanSteps._body` keeping one position (the head
+    runs after the graph).  The tracer takes fbgemm's packed weights only from attributes of the
+    traced module, so they are listed here."""
 
     def __init__(self, steps: LeanSteps):
         super().__init__()
         self.steps = [steps]  # a list: not a submodule (the steps are not an nn.Module)
         linears = [getattr(layer, name) for layer in steps.layers for name in ("qkv", "o", "gate_up", "down")]
-        for n, linear in enumerate(linears + [steps.head]):
+        for n, linear in enumerate(linears):
             linear.pack()
             setattr(self, f"packed_{n}", linear._packed)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
                 *cache: torch.Tensor) -> torch.Tensor:
-        return self.steps[0]._decode(tokens, pos, 1, cos_table, sin_table, *cache)[0]
+        return self.steps[0]._body(tokens, pos, 1, cos_table, sin_table, *cache)
 
 
 def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = True) -> LeanSteps | None:

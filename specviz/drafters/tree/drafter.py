@@ -67,7 +67,10 @@ class TreeDrafter(Drafter):
                    name=pair.draft_name)
 
     def start(self, ids: list[int]) -> None:
+        from ...models.draft_vocab import prepare
+
         self.lm.free()
+        prepare(self.lm.model, ids)  # a reduced head also keeps this prompt's ids (models.draft_vocab)
         self.lm.prefill(ids)
 
     # ---- growing the tree ------------------------------------------------------------
