@@ -48,28 +48,43 @@ class TokenInt8Linear(torch.nn.Module):
     than one scale per matrix.
     """
 
-    def __init__(self, qweight: torch.Tensor, bias: torch.Tensor | None, pack: bool = True):
+    def __init__(self, qweight: torch.Tensor | None, bias: torch.Tensor | None, pack: bool = True, *,
+                 values: torch.Tensor | None = None, scales: torch.Tensor | None = None):
+        """From a per-channel qint8 ``qweight`` [out, in], or from its int8 ``values`` and float64
+        ``scales`` (what the weight cache stores: no quantized tensor to build on the way)."""
         super().__init__()
-        self.out_features, self.in_features = qweight.shape
-        self._qweight: torch.Tensor | None = qweight  # until packed (fusing needs the int8 values)
+        if qweight is not None:
+            values, scales = qweight.int_repr(), qweight.q_per_channel_scales()
+        if values is None or scales is None or values.dtype != torch.int8 or values.dim() != 2:
+            raise ValueError("a TokenInt8Linear needs a qint8 weight, or int8 values [out, in] and their scales")
+        self.out_features, self.in_features = values.shape
+        # The int8 values and per-channel scales, until packed (fusing and plain() read them).
+        self._int8: tuple[torch.Tensor, torch.Tensor] | None = (values, scales.to(torch.float64))
         self._packed = None  # fbgemm's layout: the fast products
         self._plain: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # onednn's, until packed
         self.bias = bias
         if pack:
             self.pack()
 
+    def qweight(self) -> torch.Tensor:
+        """The weight as a per-channel qint8 tensor (what fbgemm packs; unpacked from it once packed)."""
+        held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
+        if held is None:
+            return torch.ops.quantized.linear_unpack(self._packed)[0]
+        values, scales = held
+        return torch._make_per_channel_quantized_tensor(values, scales, torch.zeros(len(scales), dtype=torch.long), 0)
+
     def pack(self) -> None:
         """Hand the weights to fbgemm (its packed layout; ~13 ms per million weights on one core on the
         AVX2 EPYC: ~20 s for the 1.5B target).  Safe beside a forward in another thread: the packed
         weights are in place before the other forms are dropped, and both give the same output."""
-        qweight = self._qweight
-        if self._packed is not None or qweight is None:  # packed already (or by another thread meanwhile)
+        if self._packed is not None or self._int8 is None:  # packed already (or by another thread meanwhile)
             return
-        packed = torch.ops.quantized.linear_prepack(qweight, None)
+        packed = torch.ops.quantized.linear_prepack(self.qweight(), None)
         if self._packed is None:
             self._packed = packed
         self._plain = None
-        self._qweight = None
+        self._int8 = None
 
     def plain(self) -> None:
         """Make the linear runnable at once, without fbgemm's packing: onednn's product over the same
@@ -77,10 +92,10 @@ class TokenInt8Linear(torch.nn.Module):
         (integer accumulation, the same dequantization: tested, :func:`plain_matches`) and 2-3x slower
         on the AVX2 EPYC: what a server runs for the first seconds while :meth:`pack` runs in the
         background (:mod:`.warm`)."""
-        qweight = self._qweight
-        if self._packed is None and self._plain is None and qweight is not None:
-            scales = qweight.q_per_channel_scales().to(torch.float32)
-            self._plain = (torch.ops.onednn.qlinear_prepack(qweight.int_repr(), None), scales,
+        held = self._int8
+        if self._packed is None and self._plain is None and held is not None:
+            values, scales = held
+            self._plain = (torch.ops.onednn.qlinear_prepack(values, None), scales.to(torch.float32),
                            torch.zeros(self.out_features, dtype=torch.long))
 
     @property
@@ -105,10 +120,11 @@ class TokenInt8Linear(torch.nn.Module):
     def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The float32 weight (or some of its rows) the int8 values stand for: what a reader of the
         head's weight (the learned draft head) gets from an int8 target."""
-        qweight = self._qweight  # read before _packed: pack() sets _packed before dropping _qweight
-        if qweight is None:
+        held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
+        if held is None:
             qweight = torch.ops.quantized.linear_unpack(self._packed)[0]
-        values, scales = qweight.int_repr(), qweight.q_per_channel_scales().to(torch.float32)
+            held = (qweight.int_repr(), qweight.q_per_channel_scales())
+        values, scales = held[0], held[1].to(torch.float32)
         if rows is not None:
             values, scales = values[rows], scales[rows]
         return values.to(torch.float32) * scales[:, None]
@@ -200,17 +216,18 @@ def fuse_token_linears(model: torch.nn.Module) -> int:
     for module in list(model.modules()):
         for names in FUSED_GROUPS:
             members = [getattr(module, n, None) for n in names]
-            if not all(isinstance(m, TokenInt8Linear) and m._qweight is not None for m in members):
+            if not all(isinstance(m, TokenInt8Linear) and m._int8 is not None for m in members):
                 continue
             if len({m.in_features for m in members}) != 1:
                 continue
-            qw = [m._qweight for m in members]
-            weight = torch._make_per_channel_quantized_tensor(
-                torch.cat([q.int_repr() for q in qw]), torch.cat([q.q_per_channel_scales() for q in qw]),
-                torch.zeros(sum(q.shape[0] for q in qw), dtype=torch.long), 0)
+            held = [m._int8 for m in members]
             biases = [m.bias if m.bias is not None else torch.zeros(m.out_features) for m in members]
             bias = torch.cat(biases) if any(m.bias is not None for m in members) else None
-            shared = _SharedProduct(TokenInt8Linear(weight, bias, pack=False), [m.out_features for m in members])
+            linear = TokenInt8Linear(None, bias, pack=False, values=torch.cat([v for v, _ in held]),
+                                     scales=torch.cat([sc for _, sc in held]))
+            for m in members:
+                m._int8 = None  # their values live on in the fused copy only
+            shared = _SharedProduct(linear, [m.out_features for m in members])
             for i, name in enumerate(names):
                 setattr(module, name, FusedPart(shared, i, members[0].in_features))
             fused += 1
