@@ -188,3 +188,20 @@ def test_the_shipped_vocabulary_is_the_learned_heads_and_keeps_end_of_text():
     cov = vocab.provenance["coverage"]
     assert 0.5 < cov["kept"] <= cov["kept_or_in_prompt"] <= 1.0
     assert vocab.provenance["answer_tokens"] > 0
+
+
+def test_bench_runs_a_configuration_again_with_the_full_head(tmp_path, monkeypatch):
+    from specviz.cli import bench
+
+    pair = make_pair(vocab=11, draft_seed=5, target_seed=6, sharp=10.0, kind="llama")
+    pair.vocab_size, pair.draft_quant = 11, "int8"
+    monkeypatch.setattr(DV, "ASSETS", tmp_path)
+    DV.save(tmp_path / f"{DV.slug(pair.target_name)}.json", _vocab([0, 1, 2, 3, 5, 8, 9], 11))
+    assert DV.set_mode(pair, "reduced") == "reduced"
+    seen = []
+    monkeypatch.setattr(bench, "speculative_decode",
+                        lambda *a, **k: seen.append(DV.mode(pair)) or speculative_decode(*a, **k))
+    settings = {"constant": DecodeSettings(gamma=3, temperature=0.0, max_new_tokens=12)}
+    runs = [bench.run_config(pair, c, [1, 2, 3], settings) for c in ("spec-constant", "spec-constant@full-vocab")]
+    assert seen == ["reduced", "full"] and DV.mode(pair) == "reduced"  # the full head only for its run
+    assert runs[0].ids == runs[1].ids and len(runs[0].ids) == 12

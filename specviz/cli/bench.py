@@ -38,6 +38,7 @@ from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 from ..drafters import DRAFTERS, make_drafter
 from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
 from ..models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
+from ..models import draft_vocab
 from ..models.executions import CHOICES as EXEC_CHOICES
 from ..models.executions import words as exec_words
 from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
@@ -45,6 +46,7 @@ from .bench_report import (BF16_BASELINE, LEGEND, Run, baseline_lines, merge, po
                            run_json, summarise)
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.jsonl"
+FULL_VOCAB = "@full-vocab"  # a configuration's suffix (--draft-vocab both): its draft runs the full head
 BF16_NOTE = ("bf16/fp16 divergences are rounding: the verify pass computes several positions in one matmul, whose "
              "low-precision sums differ in the last bits from one-token steps and flip near-ties; fp32 should match")
 
@@ -115,6 +117,13 @@ def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSett
     if config in HF_CONFIGS:
         new, seconds = hf_generate(pair, ids, base, config)
         return Run(tokens=len(new), seconds=seconds, decode_tokens=len(new), decode_seconds=seconds, ids=new)
+    if config.endswith(FULL_VOCAB):  # the same configuration with the draft's full head (then back)
+        was = draft_vocab.mode(pair)
+        draft_vocab.set_mode(pair, "full")
+        try:
+            return run_config(pair, config.removesuffix(FULL_VOCAB), ids, settings, prompt, baseline)
+        finally:
+            draft_vocab.set_mode(pair, was)
     # "spec-<policy>": the chosen drafter; "chain-<policy>" (--versus) keys its settings by the whole name
     s = settings[config.removeprefix("spec-")]
     return run_trace(speculative_decode(pair, ids, s, prompt=prompt, drafter=make_drafter(pair, s)))
@@ -216,6 +225,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--versus", default=None, metavar="POLICIES",
                     help="also run the draft model's chain with these policies (comma-separated, or 'all') in "
                          "the same interleaved runs: a tree or another drafter against the chain, on one clock")
+    ap.add_argument("--draft-vocab", default="loaded", choices=["loaded", "reduced", "full", "both"],
+                    help="the int8 draft's head (specviz.models.draft_vocab): as loaded, reduced to the kept ids, "
+                         f"full, or both (every spec- configuration again with the full head: <name>{FULL_VOCAB})")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each configuration per prompt (median reported)")
     ap.add_argument("--compare-hf", action="store_true",
                     help="also time transformers' generate: plain, assisted with the same γ, assisted with its "
@@ -303,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
           f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)
 
     configs = configurations(args.runs, args.compare_hf, args.versus, bf16_baseline=baseline is not None)
+    if args.draft_vocab != "loaded":
+        draft_vocab.set_mode(pair, "reduced" if args.draft_vocab == "both" else args.draft_vocab)
+    if args.draft_vocab == "both" and draft_vocab.mode(pair) == "reduced":
+        configs += [f"{c}{FULL_VOCAB}" for c in configs if c.startswith(("spec-", "chain-"))]
+    print(f"draft head: {draft_vocab.label(pair)}", file=sys.stderr)
     # Warm up every configuration once (first calls allocate and are slower).
     warm_ids = encode_prompt(pair, "Hello", chat=True)
     warm = {k: dataclasses.replace(s, max_new_tokens=4) for k, s in settings.items()}
@@ -329,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             equal = [p["configs"][cfg]["greedy_equal"] for p in prompts]
             agg[cfg].update(greedy_equal=all(equal), greedy_equal_prompts=f"{sum(equal)}/{len(equal)}")
 
-    if len(args.runs) == 1 and not args.versus:
+    if len(args.runs) == 1 and not args.versus and FULL_VOCAB not in "".join(configs):
         print(prompt_table(prompts, agg, f"spec-{args.runs[0]}", [h for h in HF_CONFIGS if h in configs]))
     else:
         print(policy_table(agg, [c for c in configs if c.startswith(("spec-", "chain-"))]))
@@ -347,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats, "configs": configs,
             "preset": args.preset, "draft": pair.draft_name, "target": pair.target_name,
             "device": pair.device_label(), "dtype": dtype, "draft_quant": pair.draft_quant,
+            "draft_vocab": draft_vocab.label(pair),
             "target_exec": pair.target_exec, "machine": pair.probe.machine if pair.probe else None,
             "probe": pair.probe.as_dict() if pair.probe else None,
             "torch": torch.__version__, "transformers": transformers.__version__,
