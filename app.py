@@ -16,11 +16,19 @@ import gc
 import json
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
-import gradio as gr
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
+if __name__ == "__main__" and os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
+    # The default pair starts loading before Gradio is imported: reading its weights overlaps the
+    # page's imports (a warm start serves its first run sooner; issue 34).
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    from specviz.serving import preload
+
+    preload.start()
+
+import gradio as gr  # noqa: E402
 
 from specviz.core.rules import RULE_LABELS
 from specviz.core.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, SEED_MAX, TREE_NODES_MAX, VARIANTS,
@@ -29,7 +37,7 @@ from specviz.drafters import DRAFTERS
 from specviz.models import PRESETS
 from specviz.serving import hosting, long_urls, replay, stream_log, temp_files
 from specviz.serving.envvars import env_int
-from specviz.serving.service import CUSTOM_PRESET, default_preset, describe_error, get_pair, ui_presets
+from specviz.serving.service import CUSTOM_PRESET, default_preset, ui_presets
 from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, present, shootout_ui, tabs, tree_ui
 from specviz.ui.form import (FORM_FROM_TRACE, RULE_HELP, RunForm, example_label, form_duration, form_values,
                              form_sweep_duration)
@@ -506,14 +514,10 @@ def build() -> gr.Blocks:
 
 
 def preload_default() -> None:
-    """Load (or convert, the first time) the default pair in the background so the first Run is quick."""
-    def work():
-        try:
-            get_pair(default_preset(), serve_early=True)  # serves at once; packs its weights in the background
-            log.info("default pair ready")
-        except Exception as exc:  # shown again, clearly, when someone presses Run
-            log.warning("could not preload the default pair: %s", describe_error(exc))
-    threading.Thread(target=work, daemon=True, name="preload").start()
+    """Load the default pair in the background so the first Run is quick (specviz.serving.preload)."""
+    from specviz.serving import preload
+
+    preload.start()
 
 
 def launch_options() -> dict[str, Any]:
@@ -524,14 +528,15 @@ def launch_options() -> dict[str, Any]:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     stream_log.install()  # a client's queue stream ending early: one line, not gradio's traceback
     # What the imports made lives as long as the server: out of the cycle collector's reach, the full
     # collection after every run (service.release_memory) walks ~0.1 s of objects instead of ~0.25 s.
-    # Before the preload thread starts, so nothing transient is frozen.
+    # The preload thread may be loading meanwhile: what it holds now is frozen too, and still freed by
+    # reference counting when it lets go (only a reference cycle among those objects would stay).
     gc.freeze()
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
-        preload_default()  # first: loading overlaps building the UI and starting the server
+        preload_default()  # started already when app.py runs as a script: loading overlaps the imports too
     demo = build()
     temp_files.start(demo)  # Gradio's file copies bounded by size and count too, not only by age
     host, port = hosting.server_address()
