@@ -123,3 +123,24 @@ def test_a_race_run_while_the_weights_were_prepared_is_flagged():
     assert not timing.reliable and "preparing the models' fast kernels" in timing.why
     short = assess_race(spec, None, preparing=True)  # not judged by its passes, still not quoted
     assert not short.reliable
+
+
+def test_a_sweep_on_a_fresh_server_waits_for_the_fast_kernels(monkeypatch):
+    """A sweep measures: started while a pair is still being prepared, it first says why it waits, and waits."""
+    from specviz.ui import tabs
+
+    events = []
+    monkeypatch.setattr(warm, "preparing_any", lambda: True)
+    monkeypatch.setattr(warm, "wait_all", lambda timeout=None: events.append(("waited", timeout)) or True)
+    monkeypatch.setattr(tabs, "request_at_gate", lambda *a, **k: (events.append(("gate",)), iter(()))[1])
+
+    class Form:
+        def check(self):
+            return None
+
+    frames = tabs.enter_gate(Form(), None, "sweep")
+    first = next(frames)
+    assert "just started" in first.status and events == []
+    with pytest.raises(StopIteration):
+        next(frames)
+    assert events == [("waited", tabs.WARM_WAIT_S), ("gate",)]

@@ -47,6 +47,21 @@ def wait(pair: Any, timeout: float | None = None) -> bool:
     return event is None or event.wait(timeout)
 
 
+def preparing_any() -> bool:
+    """Whether any loaded pair is still being prepared."""
+    return any(not event.is_set() for event in list(_PENDING.values()))
+
+
+def wait_all(timeout: float | None = None) -> bool:
+    """Wait until every pair being prepared is done (True), or ``timeout`` seconds passed (False)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for event in list(_PENDING.values()):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not event.wait(left):
+            return False
+    return True
+
+
 def _untraced(model: torch.nn.Module) -> Any:
     """The model's lean steps if they exist and are not traced yet (a deferred draft), else None."""
     steps = steps_of(model)

@@ -12,7 +12,7 @@ from ..core.settings import GAMMA_MAX, GAMMA_MAX_DYNAMIC, SettingsError, parse_i
 from ..experiments import sweeps
 from ..experiments.repeats import PAGE_SWEEP_REPEATS, REPEATS
 from ..experiments.shootout import cost_ratio
-from ..models import ModelError
+from ..models import ModelError, warm
 from ..serving.jobs import request_at_gate
 from ..serving.replay import GATE, Busy
 from ..serving.service import InputError, describe_error
@@ -196,10 +196,17 @@ SWEEPS_INTRO = ("Run the prompt and settings of the **Live** tab (drafter and dr
                 "median of its rounds, each divided by its own round's standard run, with min–max error bars.")
 
 
+WARM_WAIT_S = 180.0  # at most this long for a fresh server's packing before a sweep (it then runs anyway)
+
+
 def enter_gate(form: RunForm, report: Callable[..., Any] | None, what: str) -> Iterator[SweepFrame]:
     """Check the form and wait at the live gate (live runs go first: a sweep waits behind them, and gives
     them the gate between its points), showing the queue; returns the request.
     `req = yield from enter_gate(...)`; pair it with `under_gate`."""
+    if warm.preparing_any():  # just started: a sweep measures the fast kernels, not the stopgap ones
+        yield SweepFrame(status=f"*The server has just started: the {what} begins once the models' fast kernels "
+                                "are in place (under a minute)…*")
+        warm.wait_all(timeout=WARM_WAIT_S)
     try:
         waits = request_at_gate(form.check(), report, priority="sweep")  # a pair other than the default loads inside
         while True:
