@@ -15,13 +15,16 @@ Exit status 0 when every attendee was served or told when to retry, 1 otherwise.
 Only loopback addresses are accepted: this is a load test of your own server.
 
 Issue 33 ("one visitor cannot spoil the room"): `--compare --adversaries 3` runs the room twice on the
-same server, alone and then beside adversarial clients that loop over what the public API lets a
-visitor do to the others (ask for other executions and presets, hold the models with long unique
-runs, send refused values) and reports the honest attendees' p95 with and without them.  `--launch`
-starts the app itself (on a free port, `--env NAME=VALUE` for its settings) and also reports its RSS
-at rest and at peak and whether the attendees' pair was loaded more than once (from the server's log).
-The page-only events (uploads from many sessions, "Download as a page", sweeps) have no public API:
-tests/test_sharing.py covers them.  A tiny smoke run:
+same server, alone and then beside adversarial clients that loop over the issue's items 1-4: other
+executions and hub presets and a refused value through the API, and, through the page's own events sent as
+a browser sends them (scripts/page_events.py), a 7.5 MB recording uploaded from a new session, "Download as
+a page" of it, and a γ sweep.  Attendees with a prompt of their own write a new one each try (the same one
+again would be a replay).  `--keepers 3` page sessions load a recording before each room and must still have
+it at the end.  It reports the honest attendees' p95 with and without the adversaries.  `--launch` starts
+the app itself (on a free port, `--env NAME=VALUE` for its settings), waits until the default pair is loaded
+and the server idle (a warm start packs its weights in the background), and reports its RSS at rest, at
+peak while loading and in each room, and whether any pair was loaded more than once (from the server's
+log).  A tiny smoke run:
 
     python scripts/crowd.py --launch --preset tiny --attendees 2 --seconds 20 --compare --adversaries 1
 """
@@ -44,6 +47,7 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 from app import EXAMPLES as PAGE_EXAMPLES, example_settings  # noqa: E402
 
 # What the page sends for its first four examples: the prompt and the settings the example sets.
@@ -67,7 +71,7 @@ def attendee(url: str, prompt: str, settings: dict, kind: str, delay: float, out
     from gradio_client import Client
 
     time.sleep(delay)
-    rec = {"kind": kind, "prompt": prompt[:60]}
+    rec = {"kind": kind, "prompt": prompt[:60], "at": time.time()}
     job = None
     try:
         client = Client(url, verbose=False)
@@ -94,37 +98,106 @@ def attendee(url: str, prompt: str, settings: dict, kind: str, delay: float, out
         out.append(rec)
 
 
-# What an adversary loops over (issue 33, items 1 and 4 through the public API): another execution of the
-# default pair, the hub presets (a download on a server that allows them), a long unique run holding the
-# models, and values the server must refuse.
+# What an adversary loops over: issue 33's items 1-4 and refused values.  Through the public API: another
+# execution of the default pair, the hub presets (a download on a server that allows them), a value the
+# server must refuse.  Through the page's own events, sent as a browser sends them (scripts/page_events.py):
+# a big recording uploaded from a new session (item 2: it used to empty other sessions' store), "Download
+# as a page" of it (item 3), and a γ sweep on the default form (item 4).  `--long-runs` adds a 256-token
+# unique run: an ordinary visitor may ask for one, so it is not an attack the issue names.
 ADVERSARY = [
     ({"target_exec": "int8"}, "other execution"),
     ({"target_exec": "bf16"}, "other execution"),
     ({"preset": "qwen-coder-7b"}, "hub preset"),
     ({"preset": "pythia"}, "hub preset"),
     ({"temperature": 1e-40}, "refused value"),
-    ({"max_new_tokens": 256}, "long unique run"),
+    ("upload", "big upload from a new session"),
+    ("export", "download a big recording as a page"),
+    ("sweep", "γ sweep through the page's event"),
 ]
+LONG_RUN = ({"max_new_tokens": 256}, "long unique run")
 
 
-def adversary(url: str, stop: threading.Event, preset: str | None, out: list, lock: threading.Lock, k: int) -> None:
+def big_recording(path: Path, target_bytes: int) -> int:
+    """A shipped recording with its rounds repeated until the file is about target_bytes (numbered as a real
+    run would be: the loader checks the order)."""
+    doc = json.loads((ROOT / "assets" / "traces" / "1-code-greedy.json").read_text())
+    rounds, per_round = doc["speculative"]["rounds"], len(json.dumps(doc["speculative"]["rounds"]))
+    copies = [dict(r) for r in rounds * max(1, int(target_bytes / per_round))]
+    n = 0
+    for k, r in enumerate(copies):
+        r["index"], r["n_before"] = k, n
+        n += len(r["emitted"])
+    doc["speculative"]["rounds"] = copies
+    text = json.dumps(doc)
+    path.write_text(text)
+    return len(text)
+
+
+def page_attack(page, what: str, big: Path, preset: str | None) -> str:
+    """One of the page-event attacks, from a new session; its outcome in a few words."""
+    from page_events import new_session, text_of
+
+    session = new_session()
+    if what in ("upload", "export"):
+        r = page.fire(page.event("upload", elem_id="sv-upload"), [page.upload(big)], session)
+        if not r["ok"] or what == "upload":
+            return "uploaded" if r["ok"] else f"upload: {r['error']}"
+        r = page.fire(page.event("click", elem_id="sv-export-page"), [None], session)
+        out = text_of(r["output"])
+        return "exported" if r["ok"] and ".html" in out else f"export: {r['error'] or re.sub(r'<[^>]+>', '', out)[:100]}"
+    dep = page.event("click", label="Run γ sweep")
+    over = {"sv-preset": preset} if preset else {}
+    r = page.fire(dep, page.defaults(dep, **over), session)
+    return "sweep done" if r["ok"] else f"sweep: {r['error']}"
+
+
+def adversary(url: str, stop: threading.Event, preset: str | None, out: list, lock: threading.Lock, k: int,
+              big: Path, long_runs: bool = False) -> None:
     from gradio_client import Client
 
+    from page_events import Page
+
     client = Client(url, verbose=False)
-    n = 0
+    page = Page(url)
+    steps = ADVERSARY + ([LONG_RUN] if long_runs else [])
+    n = k * 3  # the adversaries start at different steps
     while not stop.is_set():
-        extra, kind = ADVERSARY[n % len(ADVERSARY)]
-        settings = {"preset": preset, **extra} if preset and "preset" not in extra else dict(extra)
-        prompt = f"Adversary {k} asks for the {kind} (try {n}): write a long essay about queues."
+        extra, kind = steps[n % len(steps)]
         t0 = time.perf_counter()
         try:
-            client.predict(prompt, api_name="/trace", **settings)
-            outcome = "served"
+            if isinstance(extra, str):
+                outcome = page_attack(page, extra, big, preset)
+            else:
+                settings = {"preset": preset, **extra} if preset and "preset" not in extra else dict(extra)
+                prompt = f"Adversary {k} asks for the {kind} (try {n}): write a long essay about queues."
+                client.predict(prompt, api_name="/trace", **settings)
+                outcome = "served"
         except Exception as exc:  # refusals are what it should get
             outcome = " ".join(str(exc).split())[:120]
         with lock:
             out.append({"kind": kind, "outcome": outcome, "seconds": time.perf_counter() - t0})
         n += 1
+
+
+KEEP = "2-chat-greedy.json"  # what a keeper session loads (a shipped recording, many rounds)
+
+
+def keeper_load(url: str) -> str | None:
+    """An honest page session that loads a recording and then only reads it: its session id, or None."""
+    from page_events import Page, new_session
+
+    page, session = Page(url), new_session()
+    r = page.fire(page.event("upload", elem_id="sv-upload"), [page.upload(ROOT / "assets" / "traces" / KEEP)], session)
+    return session if r["ok"] else None
+
+
+def keeper_still_has_it(url: str, session: str) -> bool:
+    """Next ▶ from round 1 shows round 2 while the session's recording is there; round 1 once it is gone."""
+    from page_events import Page
+
+    page = Page(url)
+    r = page.fire(page.event("click", elem_id="sv-next"), [None, 1], session)
+    return bool(r["ok"] and r["output"] and r["output"][0] == 2)
 
 
 def summarise(results: list[dict]) -> dict:
@@ -178,6 +251,9 @@ class Server:
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.samples: list[int] = []
         self._stop = threading.Event()
+        self.launched = time.monotonic()
+        threading.Thread(target=self._sample, daemon=True).start()  # from the start: the peak is while it loads
+        self.up_s = self.ready_s = self.settled_s = None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -192,7 +268,38 @@ class Server:
                 time.sleep(0.5)
         else:
             raise RuntimeError(f"the app did not answer in {timeout:.0f} s; see {self.log.name}")
-        threading.Thread(target=self._sample, daemon=True).start()
+        self.up_s = time.monotonic() - self.launched
+        if full.get("SPECVIZ_PRELOAD", "1") != "0":  # "at rest" is with the default pair loaded, not before
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                text = Path(self.log.name).read_text(errors="replace")
+                if "default pair ready" in text or "could not preload" in text:
+                    self.ready_s = time.monotonic() - self.launched
+                    break
+                time.sleep(0.5)
+            self.settled_s = self._settle(deadline)
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server has used so far (user + system)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def _settle(self, deadline: float) -> float | None:
+        """After the default pair is ready, wait until the server is idle: a warm start serves at once and
+        finishes fbgemm's packing in the background (specviz.models.warm, "weights prepared"), and a room
+        measured meanwhile would time the slower products and the packing beside it.  Idle: "weights
+        prepared" (or its failure) is in the log, or under 0.1 core used over 5 s.  Seconds after launch."""
+        last = self.cpu_s()
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(5.0)
+            text = Path(self.log.name).read_text(errors="replace")
+            used, last = self.cpu_s() - last, self.cpu_s()
+            if "weights prepared" in text or "Preparing the fast kernels failed" in text or used < 0.5:
+                time.sleep(3.0)  # let the loader's transient buffers go
+                return time.monotonic() - self.launched
+        return None
 
     def rss(self) -> int:
         try:
@@ -204,16 +311,21 @@ class Server:
         return 0
 
     def _sample(self) -> None:
-        while not self._stop.wait(0.5):
-            self.samples.append(self.rss())
+        while not self._stop.wait(0.25):
+            self.samples.append((time.monotonic() - self.launched, self.rss()))
+
+    def peak(self, start: float = 0.0, end: float = float("inf")) -> int:
+        """The highest RSS sampled between `start` and `end` seconds after launch."""
+        return max((r for t, r in list(self.samples) if start <= t <= end), default=0)
 
     def loads(self) -> dict[str, int]:
         """How often each pair was loaded, from the log ("Loaded A → B on … in N s"; the tiny pair, built in
         process, says nothing of the kind and is not counted)."""
         text = Path(self.log.name).read_text(errors="replace")
         found: dict[str, int] = {}
-        for m in re.finditer(r"Loaded (.+?) on .+? in [\d.]+ s", text):
-            found[m.group(1)] = found.get(m.group(1), 0) + 1
+        for m in re.finditer(r"Loaded (.+?) on .+? in [\d.]+ s(?:.*?the target runs as (\S+))?", text):
+            key = m.group(1) + (f" ({m.group(2).rstrip(';,')})" if m.group(2) else "")  # bf16 beside int8: two pairs
+            found[key] = found.get(key, 0) + 1
         return found
 
     def tracebacks(self) -> int:
@@ -228,7 +340,7 @@ class Server:
             self.proc.kill()
 
 
-def room(args: argparse.Namespace, url: str, plan: list, rng: random.Random, adversaries: int) -> dict:
+def room(args: argparse.Namespace, url: str, plan: list, rng: random.Random, adversaries: int, big: Path) -> dict:
     """One room: every attendee runs its plan (again and again until --seconds have passed), beside
     `adversaries` adversarial clients looping until the attendees are done."""
     results: list[dict] = []
@@ -238,24 +350,39 @@ def room(args: argparse.Namespace, url: str, plan: list, rng: random.Random, adv
     until = time.monotonic() + (args.seconds or 0)
 
     def honest(k: str, p: str, s: dict, delay: float) -> None:
-        attendee(url, p, s, k, delay, results, lock, args.timeout)
+        # Someone writing prompts writes a new one each time (the same one again, or the one from the room
+        # before, would be a replay of its recording).
+        def prompt(tries: int) -> str:
+            return p if k == "example" else f"{p} Room {'with adversaries' if adversaries else 'alone'}, try {tries}."
+        tries = 0
+        attendee(url, prompt(tries), s, k, delay, results, lock, args.timeout)
         while time.monotonic() < until:
-            attendee(url, p, s, k, 0.0, results, lock, args.timeout)
+            tries += 1
+            attendee(url, prompt(tries), s, k, 0.0, results, lock, args.timeout)
 
     threads = [threading.Thread(target=honest, args=(k, p, s, rng.uniform(0, args.spread))) for k, (p, s) in plan]
+    keepers = [keeper_load(url) for _ in range(args.keepers)]
     stop_adv = threading.Event()
-    advs = [threading.Thread(target=adversary, args=(url, stop_adv, args.preset, bad, lock, j), daemon=True)
-            for j in range(adversaries)]
+    advs = [threading.Thread(target=adversary, args=(url, stop_adv, args.preset, bad, lock, j, big, args.long_runs),
+                             daemon=True) for j in range(adversaries)]
     for t in advs + threads:
         t.start()
     for t in threads:
         t.join()
-    stop_adv.set()  # the adversaries stop after the request in flight
-    for t in advs:
-        t.join(args.timeout)
-    summary = {**summarise(results), "wall_s": time.perf_counter() - t0, "load_avg": os.getloadavg(),
-               "adversaries": adversaries, "adversary_requests": len(bad),
-               "adversary_outcomes": sorted({b["outcome"] for b in bad})[:12]}
+    honest_s = time.perf_counter() - t0
+    stop_adv.set()  # the adversaries stop after the request in flight; what they started may run on (a sweep
+    for t in advs:  # holds its budget, SPECVIZ_SWEEP_SECONDS): they are not waited for long
+        t.join(30)
+    kept = [bool(s_) and keeper_still_has_it(url, s_) for s_ in keepers]
+    outcomes: dict[str, dict[str, int]] = {}
+    for b in bad:
+        o = re.sub(r"\d+", "N", b["outcome"])[:90]
+        outcomes.setdefault(b["kind"], {})[o] = outcomes.setdefault(b["kind"], {}).get(o, 0) + 1
+    summary = {**summarise(results), "wall_s": time.perf_counter() - t0, "honest_s": honest_s,
+               "load_avg": os.getloadavg(),
+               "adversaries": adversaries, "adversary_requests": len(bad), "adversary_outcomes": outcomes,
+               "keepers": len(keepers), "keepers_loaded": sum(bool(s_) for s_ in keepers),
+               "keepers_kept": sum(kept)}
     served = [r["total"] for r in results if r["served"]]
     summary["total_p95_all"] = percentile(served, 0.95)
     summary["clean"] = all(r["served"] or r.get("retry_s") is not None for r in results)
@@ -278,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", action="store_true", help="run the room alone first, then with the adversaries")
     ap.add_argument("--launch", action="store_true", help="start the app here (free port) and watch its RSS and log")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the launched app (repeatable)")
+    ap.add_argument("--keepers", type=int, default=3,
+                    help="honest page sessions that load a recording first and must still have it at the end")
+    ap.add_argument("--long-runs", action="store_true", help="the adversaries also ask for 256-token unique runs")
+    ap.add_argument("--big-mb", type=float, default=7.5, help="size of the adversaries' uploaded recording")
     args = ap.parse_args(argv)
     server = None
     if args.launch:
@@ -296,39 +427,62 @@ def main(argv: list[str] | None = None) -> int:
     if args.preset:
         plan = [(k, (p, {**s, "preset": args.preset})) for k, (p, s) in plan]
     rooms = {}
+    spans = {}
+    big = Path(tempfile.mkdtemp(prefix="crowd-")) / "big-recording.json"
+    big_bytes = big_recording(big, int(args.big_mb * 2**20)) if args.adversaries else 0
     try:
         rest = server.rss() if server else None
-        if args.compare or not args.adversaries:
-            rooms["alone"] = room(args, args.url, plan, random.Random(args.seed), 0)
-        if args.adversaries:
-            rooms["with adversaries"] = room(args, args.url, plan, random.Random(args.seed), args.adversaries)
+        names = (["alone"] if args.compare or not args.adversaries else []) + (["with adversaries"] if args.adversaries else [])
+        for name in names:
+            t = time.monotonic() - server.launched if server else 0.0
+            rooms[name] = room(args, args.url, plan, random.Random(args.seed), 0 if name == "alone" else args.adversaries,
+                               big)
+            spans[name] = (t, time.monotonic() - server.launched if server else 0.0)
+        after = server.rss() if server else None
     finally:
         if server:
             server.stop()
     results = {name: r.pop("results") for name, r in rooms.items()}
     first = next(iter(rooms))
     out: dict = {"summary": rooms[first], "results": results[first], "rooms": rooms}  # "summary": the first room
+    from specviz.hardware.machine import cpu_name
+
+    out["machine"], out["cores"] = cpu_name(), os.cpu_count()
+    out["settings"] = {k: v for k, v in vars(args).items() if k in ("attendees", "unique", "seconds", "adversaries",
+                                                                   "keepers", "long_runs", "big_mb", "preset", "env")}
     if server:
         loads = server.loads()
-        out["server"] = {"rss_rest_mb": rest / 2**20, "rss_peak_mb": max(server.samples + [rest]) / 2**20,
+        ready = server.ready_s or server.up_s
+        out["server"] = {"up_s": server.up_s, "ready_s": server.ready_s, "settled_s": server.settled_s,
+                         "rss_rest_mb": rest / 2**20, "rss_after_rooms_mb": after / 2**20,
+                         "rss_peak_loading_mb": server.peak(0, (server.settled_s or ready) + 1) / 2**20,
+                         "rss_peak_mb": max(server.peak(), rest) / 2**20,
+                         "rss_peak_by_room_mb": {n: server.peak(*sp) / 2**20 for n, sp in spans.items()},
                          "loads": loads, "pair_reloaded": any(n > 1 for n in loads.values()),
                          "tracebacks": server.tracebacks(), "log": server.log.name}
+    out["big_recording_bytes"] = big_bytes
     if "alone" in rooms and "with adversaries" in rooms:
         a, b = rooms["alone"]["total_p95_all"], rooms["with adversaries"]["total_p95_all"]
         out["p95_ratio"] = b / a if a and b else None
+        for kind in ("example", "unique"):
+            a, b = rooms["alone"][kind]["total_p95"], rooms["with adversaries"][kind]["total_p95"]
+            out[f"p95_ratio_{kind}"] = b / a if a and b else None
     print(json.dumps({k: v for k, v in out.items() if k != "results"}, indent=2))
     for name, summary in rooms.items():
         print(f"-- {name}:")
         print(report(summary))
+        print(f"  keepers: {summary['keepers_kept']} of {summary['keepers_loaded']} still had their recording")
     if "p95_ratio" in out:
         print(f"honest p95 total with adversaries / alone: {out['p95_ratio'] or float('nan'):.2f}× (issue 33: ≤ 1.5×)")
     if server:
         sv = out["server"]
-        print(f"server RSS at rest {sv['rss_rest_mb']:.0f} MB, peak {sv['rss_peak_mb']:.0f} MB; loads {sv['loads']} "
+        print(f"server RSS at rest {sv['rss_rest_mb']:.0f} MB, peak while loading {sv['rss_peak_loading_mb']:.0f} MB, "
+              f"peak {sv['rss_peak_mb']:.0f} MB; loads {sv['loads']} "
               f"(reloaded: {sv['pair_reloaded']}); {sv['tracebacks']} traceback(s) in {sv['log']}")
     if args.json:
         args.json.write_text(json.dumps({**out, "results_by_room": results}, indent=2))
-    clean = all(s["clean"] for s in rooms.values())  # served, or told when to retry
+    clean = all(s["clean"] and s["keepers_kept"] == s["keepers_loaded"] == s["keepers"]
+                for s in rooms.values())  # served, or told when to retry; no keeper lost its recording
     return 0 if clean else 1
 
 

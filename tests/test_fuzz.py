@@ -262,6 +262,38 @@ def test_random_requests(server, gamma, epsilon, temperature, top_p, max_new_tok
         assert any(names(p, out) for p in LABELS), out
 
 
+def test_forged_values_for_the_pages_events_are_refused_without_a_traceback(server):
+    """The page's private events sent as a browser sends them (scripts/page_events.py), with values no page
+    would send: each is refused with Gradio's message (or coerced by the handler), and the log gets one line
+    per refusal, no traceback (specviz.serving.forged; before it: 91 tracebacks for 96 such events)."""
+    import sys
+
+    from tests.server import ROOT
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from page_events import Page, new_session
+
+    page = Page(server.url)
+    before = server.log()
+    nxt, pos = page.event("click", elem_id="sv-next"), page.event("change", elem_id="sv-pos-pick")
+    refused = 0
+    for v in (math.nan, math.inf, -math.inf, 10**30, "abc", None, [1], {"a": 1}):
+        for dep, data in ((nxt, [None, v]), (pos, page.defaults(pos, **{"sv-step": 2, "sv-pos-pick": v}))):
+            r = page.fire(dep, data, new_session(), timeout=60)
+            assert r["http"] == 200
+            refused += not r["ok"]
+            assert r["ok"] or (r["error"] and "Traceback" not in r["error"]), r
+    assert refused >= 8
+    # an event number the page does not have: 404, not a 500
+    import httpx
+
+    bad = httpx.post(server.url + "gradio_api/queue/join", json={"data": [], "fn_index": 10**6, "session_hash": "x"})
+    assert bad.status_code == 404
+    log = server.log()[len(before):]
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log[-3000:]
+    assert "specviz.forged refused" in log
+
+
 def test_server_is_healthy_afterwards(server, client):
     """After all of the above: a valid run works and no validation error left a traceback."""
     doc = client.predict(api_name="/trace", **{**GOOD, "max_new_tokens": 16})

@@ -96,7 +96,13 @@ class StreamEndFilter(logging.Filter):
 
 
 def install(logger: logging.Logger | None = None) -> StreamEndFilter:
-    """Add the filter to uvicorn's error logger (once; uvicorn's own logging set-up keeps it)."""
+    """Add the filter to uvicorn's error logger (once; uvicorn's own logging set-up keeps it).  Also makes a
+    client's forged event values one log line, not a traceback (:mod:`specviz.serving.forged`), and Gradio's
+    session limit drop the sessions holding nothing first (:mod:`specviz.serving.sessions`)."""
+    from . import forged, sessions
+
+    forged.install()
+    sessions.install()
     logger = logger or logging.getLogger(LOGGER)
     for f in logger.filters:
         if isinstance(f, StreamEndFilter):
