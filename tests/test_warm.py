@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -87,7 +88,8 @@ def test_a_deferred_load_serves_at_once_and_the_background_finish_changes_no_out
         ref.free()
 
 
-def test_the_trace_waits_for_the_lock_and_packing_beside_a_forward_changes_nothing():
+def test_the_trace_waits_for_the_lock_and_packing_beside_a_forward_changes_nothing(monkeypatch):
+    monkeypatch.setattr(warm, "YIELD_S", 0.0)  # pack beside the run at once: forwards see the switch
     pair, ref_target, _ = _deferred_pair()
     ids = torch.randint(0, 48, (1, 7), generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
@@ -144,3 +146,30 @@ def test_a_sweep_on_a_fresh_server_waits_for_the_fast_kernels(monkeypatch):
     with pytest.raises(StopIteration):
         next(frames)
     assert events == [("waited", tabs.WARM_WAIT_S), ("gate",)]
+
+
+def test_packing_waits_for_a_run_to_end_but_not_forever(monkeypatch):
+    pair, _, _ = _deferred_pair()
+    lock = threading.Lock()
+    monkeypatch.setattr(warm, "YIELD_S", 60.0)
+    before = len(unpacked(pair.target))
+    lock.acquire()  # a run is going: the first linear waits for it
+    thread = warm.finish(pair, lock=lock)
+    thread.join(0.5)
+    assert thread.is_alive() and len(unpacked(pair.target)) == before
+    lock.release()  # the run ended: packing goes on, then the trace takes the lock
+    thread.join(60)
+    assert not unpacked(pair.target) and not warm.preparing(pair)
+
+    other, _, _ = _deferred_pair()
+    monkeypatch.setattr(warm, "YIELD_S", 0.05)
+    lock.acquire()  # a room that never pauses: each linear still gets packed, YIELD_S later
+    thread = warm.finish(other, lock=lock)
+    give_up = time.monotonic() + 60
+    while unpacked(other.target) or unpacked(other.draft):
+        assert time.monotonic() < give_up and thread.is_alive()
+        time.sleep(0.05)
+    assert other.draft._specviz_steps.trace_deferred  # but the trace needs the lock itself
+    lock.release()
+    thread.join(60)
+    assert not other.draft._specviz_steps.trace_deferred

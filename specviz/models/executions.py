@@ -108,10 +108,11 @@ def twin(model: torch.nn.Module, dtype: torch.dtype, *, keep_linears: bool = Fal
 
 
 def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, max_len: int = 4096,
-          copy_model: bool = False, defer_packing: bool = False) -> torch.nn.Module:
+          copy_model: bool = False, defer_packing: bool = False, cached: Any = None) -> torch.nn.Module:
     """``model`` (loaded in bf16, or fp16 on GPUs without bf16) executing as ``name``.  In place unless
     ``copy_model``; int8 weights are cached beside the model's converted weights (``source_dir``).
-    ``defer_packing``: an int8 target runs at once, its packing left to :mod:`.warm`."""
+    ``defer_packing``: an int8 target runs at once, its packing left to :mod:`.warm`.  ``cached``: a
+    Future of its int8 weights (:func:`.int8.load_int8_cache`), read ahead by the loader."""
     loaded = dtype_name(next(model.parameters()).dtype)
     base, graphs = name.removesuffix("+graphs"), name.endswith("+graphs")
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.float32}
@@ -127,7 +128,7 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
 
         fingerprint = head_fingerprint(model)  # a learned head trained on the loaded target still finds it
         cache = int8.cache_file(source_dir, loaded_dtype, "token") if source_dir else None
-        cached = int8.load_int8_cache(cache, kind="token") if cache else None
+        cached = cached.result() if cached is not None else (int8.load_int8_cache(cache, kind="token") if cache else None)
         model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing)
         model._specviz_head_fingerprint = fingerprint
         return invariant.make_invariant(model)

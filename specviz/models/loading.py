@@ -374,6 +374,13 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     if pool is not None and int8_file is not None:
         # Leave a core to this thread, which has more to do (on 2 cores: pack in one thread).
         cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1, kind=int8.DRAFT_KIND)
+    # A deferred load (a server's start) reads the target's int8 weights now as well, if they are cached:
+    # reading them needs no GIL, so it overlaps importing transformers (and the page) instead of following.
+    target_file = int8.cache_file(Path(target_src), dt, "token") if offline_pack(target_ref) else None
+    early = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-early") \
+        if defer_packing and target_file is not None and target_file.exists() else None
+    target_int8: Future | None = early.submit(int8.load_int8_cache, target_file, workers=1, kind="token") \
+        if early is not None else None
     future: Future | None = None
     try:
         report(progress, 0.0, f"Loading {draft_name}…")
@@ -410,7 +417,10 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
         canonical_head_input(model)
     target_model, chosen, probe = _target_execution(
         target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha,
-        Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98), defer_packing)
+        Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98), defer_packing,
+        target_int8)
+    if early is not None:
+        early.shutdown(wait=False, cancel_futures=True)
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)
@@ -472,13 +482,15 @@ def as_requested(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
 
 def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.device, dt: torch.dtype,
                       requested: str, draft: torch.nn.Module, vocab: int, alpha: float, source_dir: Path | None,
-                      progress: ProgressFn | None, defer_packing: bool = False) -> tuple[torch.nn.Module, str, Any]:
+                      progress: ProgressFn | None, defer_packing: bool = False,
+                      int8_weights: Future | None = None) -> tuple[torch.nn.Module, str, Any]:
     """The target executing as requested, or as the installed chooser (the probe) decides ("auto"):
     (model, execution, probe)."""
     req = ExecutionRequest(
         target, ref, name, dev, dt, requested, draft, vocab, alpha, executions.candidates(dev, dt),
         build=lambda e: executions.apply(target, e, source_dir=source_dir, copy_model=True),
-        apply=lambda e: executions.apply(target, e, source_dir=source_dir, defer_packing=defer_packing),
+        apply=lambda e: executions.apply(target, e, source_dir=source_dir, defer_packing=defer_packing,
+                                         cached=int8_weights if e == "int8" else None),
         progress=progress)
     choose = _CHOOSER[0] if _CHOOSER else as_requested
     model, requested, probe = choose(req)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 
@@ -82,11 +82,24 @@ def pack_now(model: torch.nn.Module) -> None:
         steps.trace()
 
 
-def finish(pair: Any, *, lock: ContextManager | None = None, workers: int = 1) -> threading.Thread | None:
+YIELD_S = 3.0  # a linear waits at most this long for a run to end before it is packed beside it
+
+
+def _pack_between_runs(linear: Any, lock: Any) -> None:
+    """Pack ``linear`` when no run holds ``lock`` (a run has both cores to itself: the first visitors' runs
+    are not slowed twice over), or after YIELD_S seconds of waiting, so a busy room still gets packed."""
+    deadline = time.monotonic() + YIELD_S
+    while lock is not None and getattr(lock, "locked", lambda: False)() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    linear.pack()
+
+
+def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread | None:
     """Pack what ``pair``'s load left unpacked (the target's linears first: they carry most of a race's
-    time), in a daemon thread with ``workers`` threads, then trace the draft's steps holding ``lock``
-    (the server's model lock: no run is using the draft's cache then).  Idempotent: returns the thread
-    it started, or None when nothing was left or another call started it."""
+    time), in a daemon thread with ``workers`` threads, each linear between runs where it can (while a
+    run holds ``lock``, at most YIELD_S seconds later); then trace the draft's steps holding ``lock`` (the
+    server's model lock: no run is using the draft's cache then).  Idempotent: returns the thread it
+    started, or None when nothing was left or another call started it."""
     with _GUARD:
         key = id(pair.target)
         if key in _PENDING or not pending(pair):
@@ -100,10 +113,10 @@ def finish(pair: Any, *, lock: ContextManager | None = None, workers: int = 1) -
             if workers > 1:
                 from .int8_target import in_threads
 
-                in_threads(lambda m: m.pack(), todo, workers)
+                in_threads(lambda m: _pack_between_runs(m, lock), todo, workers)
             else:
                 for linear in todo:
-                    linear.pack()
+                    _pack_between_runs(linear, lock)
             steps = _untraced(pair.draft)
             if steps is not None:
                 with lock if lock is not None else contextlib.nullcontext():
