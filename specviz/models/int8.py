@@ -37,7 +37,7 @@ import torch
 
 from .convert import CACHE_FORMAT, cache_dir
 from .int8_target import (FUSED_GROUPS, WORKERS, FusedPart, TokenInt8Linear, int8_channel_weight,  # noqa: F401
-                          fuse_token_linears, in_threads, pack_all, unpacked)
+                          fuse_by_name, fuse_token_linears, in_threads, pack_all, plain_all, unpacked)
 from .pair import short_error
 
 log = logging.getLogger(__name__)
@@ -270,10 +270,12 @@ def save_int8_cache(path: Path, entries: list[tuple[str, torch.Tensor, torch.Ten
         tmp.unlink(missing_ok=True)
 
 
-def load_int8_cache(path: Path, workers: int = WORKERS, kind: str = "dynamic") -> Int8Weights | None:
-    """Dynamic int8 linears by module name from the cache at ``path``, packed in ``workers`` threads;
-    None if the file is missing, unreadable or stale (another int8 format, cache format, torch or
-    checkpoint)."""
+def load_int8_cache(path: Path, workers: int = WORKERS, kind: str = "dynamic", *,
+                    runnable: bool = False) -> Int8Weights | None:
+    """Int8 linears by module name from the cache at ``path`` (dynamic ones packed in ``workers``
+    threads); None if the file is missing, unreadable or stale (another int8 format, cache format, torch
+    or checkpoint).  ``runnable`` ("token"): also fused and made runnable without packing (a deferred
+    load reads ahead in a thread of its own: this C work then overlaps the imports)."""
     from safetensors import safe_open
 
     t0 = time.perf_counter()
@@ -304,7 +306,11 @@ def load_int8_cache(path: Path, workers: int = WORKERS, kind: str = "dynamic") -
         log.warning("Ignoring the int8 cache %s: %s", path, short_error(exc, 200))
         return None
     layout = {n: [*tensors[n + ".weight"].shape, n + ".bias" in tensors] for n in names}
-    log.info("Loaded the int8 weights from %s in %.1f s", path, time.perf_counter() - t0)
+    if runnable and kind == "token":
+        modules = fuse_by_name(modules)
+        plain_all(list(modules.values()))
+    log.info("Loaded the int8 weights from %s in %.1f s%s", path, time.perf_counter() - t0,
+             " (fused, runnable)" if runnable and kind == "token" else "")
     return Int8Weights(modules, layout)
 
 

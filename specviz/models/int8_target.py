@@ -209,29 +209,59 @@ class FusedPart(torch.nn.Module):
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
+def _fused(members: list) -> list[FusedPart] | None:
+    """FusedParts of one product for ``members`` (unpacked TokenInt8Linears reading the same input), in
+    their order; None when they cannot be fused."""
+    if not all(isinstance(m, TokenInt8Linear) and m._int8 is not None for m in members):
+        return None
+    if len({m.in_features for m in members}) != 1:
+        return None
+    held = [m._int8 for m in members]
+    biases = [m.bias if m.bias is not None else torch.zeros(m.out_features) for m in members]
+    bias = torch.cat(biases) if any(m.bias is not None for m in members) else None
+    linear = TokenInt8Linear(None, bias, pack=False, values=torch.cat([v for v, _ in held]),
+                             scales=torch.cat([sc for _, sc in held]))
+    for m in members:
+        m._int8 = None  # their values live on in the fused copy only
+    shared = _SharedProduct(linear, [m.out_features for m in members])
+    return [FusedPart(shared, i, members[0].in_features) for i in range(len(members))]
+
+
 def fuse_token_linears(model: torch.nn.Module) -> int:
     """Fuse the unpacked TokenInt8Linear members of each group in FUSED_GROUPS (same input) into one
     product (in place); returns how many groups were fused."""
     fused = 0
     for module in list(model.modules()):
         for names in FUSED_GROUPS:
-            members = [getattr(module, n, None) for n in names]
-            if not all(isinstance(m, TokenInt8Linear) and m._int8 is not None for m in members):
-                continue
-            if len({m.in_features for m in members}) != 1:
-                continue
-            held = [m._int8 for m in members]
-            biases = [m.bias if m.bias is not None else torch.zeros(m.out_features) for m in members]
-            bias = torch.cat(biases) if any(m.bias is not None for m in members) else None
-            linear = TokenInt8Linear(None, bias, pack=False, values=torch.cat([v for v, _ in held]),
-                                     scales=torch.cat([sc for _, sc in held]))
-            for m in members:
-                m._int8 = None  # their values live on in the fused copy only
-            shared = _SharedProduct(linear, [m.out_features for m in members])
-            for i, name in enumerate(names):
-                setattr(module, name, FusedPart(shared, i, members[0].in_features))
-            fused += 1
+            parts = _fused([getattr(module, n, None) for n in names])
+            if parts is not None:
+                for name, part in zip(names, parts):
+                    setattr(module, name, part)
+                fused += 1
     return fused
+
+
+def fuse_by_name(modules: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
+    """:func:`fuse_token_linears` on linears by module name ("model.layers.0.mlp.gate_proj", ...) before
+    they are in a model (a cache read ahead of the model's load fuses in its own thread)."""
+    out = dict(modules)
+    parents = {name.rpartition(".")[0] for name in modules}
+    for parent in parents:
+        for names in FUSED_GROUPS:
+            full = [f"{parent}.{n}" if parent else n for n in names]
+            parts = _fused([modules.get(n) for n in full])
+            if parts is not None:
+                out.update(zip(full, parts))
+    return out
+
+
+def plain_all(modules: list[torch.nn.Module]) -> None:
+    """:meth:`TokenInt8Linear.plain` for every unpacked TokenInt8Linear in ``modules`` (FusedParts: their
+    product), where it matches fbgemm's here."""
+    if plain_matches():
+        linears = {id(m): m for m in (x.fused if isinstance(x, FusedPart) and x.index == 0 else x for x in modules)
+                   if isinstance(m, TokenInt8Linear) and m._packed is None}
+        in_threads(lambda m: m.plain(), list(linears.values()))
 
 
 def unpacked(model: torch.nn.Module) -> list[TokenInt8Linear]:

@@ -379,8 +379,8 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     target_file = int8.cache_file(Path(target_src), dt, "token") if offline_pack(target_ref) else None
     early = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-early") \
         if defer_packing and target_file is not None and target_file.exists() else None
-    target_int8: Future | None = early.submit(int8.load_int8_cache, target_file, workers=1, kind="token") \
-        if early is not None else None
+    target_int8: Future | None = early.submit(int8.load_int8_cache, target_file, workers=1, kind="token",
+                                              runnable=True) if early is not None else None
     future: Future | None = None
     try:
         report(progress, 0.0, f"Loading {draft_name}…")
