@@ -373,7 +373,8 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     cached: Future | None = None
     if pool is not None and int8_file is not None:
         # Leave a core to this thread, which has more to do (on 2 cores: pack in one thread).
-        cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1, kind=int8.DRAFT_KIND)
+        cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1, kind=int8.DRAFT_KIND,
+                             runnable=defer_packing)
     # A deferred load (a server's start) reads the target's int8 weights now as well, if they are cached:
     # reading them needs no GIL, so it overlaps importing transformers (and the page) instead of following.
     target_file = int8.cache_file(Path(target_src), dt, "token") if offline_pack(target_ref) else None
