@@ -151,15 +151,24 @@ def page_attack(page, what: str, big: Path, preset: str | None) -> str:
     return "sweep done" if r["ok"] else f"sweep: {r['error']}"
 
 
+def _attack(step: tuple) -> str:
+    """A step's short name for --attacks: exec, preset, refused, upload, export, sweep, long."""
+    extra, kind = step
+    if isinstance(extra, str):
+        return extra
+    return {"other execution": "exec", "hub preset": "preset", "refused value": "refused",
+            "long unique run": "long"}[kind]
+
+
 def adversary(url: str, stop: threading.Event, preset: str | None, out: list, lock: threading.Lock, k: int,
-              big: Path, long_runs: bool = False) -> None:
+              big: Path, long_runs: bool = False, attacks: set[str] | None = None) -> None:
     from gradio_client import Client
 
     from page_events import Page
 
     client = Client(url, verbose=False)
     page = Page(url)
-    steps = ADVERSARY + ([LONG_RUN] if long_runs else [])
+    steps = [a for a in ADVERSARY + ([LONG_RUN] if long_runs else []) if not attacks or _attack(a) in attacks]
     n = k * 3  # the adversaries start at different steps
     while not stop.is_set():
         extra, kind = steps[n % len(steps)]
@@ -363,8 +372,9 @@ def room(args: argparse.Namespace, url: str, plan: list, rng: random.Random, adv
     threads = [threading.Thread(target=honest, args=(k, p, s, rng.uniform(0, args.spread))) for k, (p, s) in plan]
     keepers = [keeper_load(url) for _ in range(args.keepers)]
     stop_adv = threading.Event()
-    advs = [threading.Thread(target=adversary, args=(url, stop_adv, args.preset, bad, lock, j, big, args.long_runs),
-                             daemon=True) for j in range(adversaries)]
+    attacks = set(args.attacks.split(",")) if args.attacks else None
+    advs = [threading.Thread(target=adversary, args=(url, stop_adv, args.preset, bad, lock, j, big, args.long_runs,
+                                                     attacks), daemon=True) for j in range(adversaries)]
     for t in advs + threads:
         t.start()
     for t in threads:
@@ -409,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="honest page sessions that load a recording first and must still have it at the end")
     ap.add_argument("--long-runs", action="store_true", help="the adversaries also ask for 256-token unique runs")
     ap.add_argument("--big-mb", type=float, default=7.5, help="size of the adversaries' uploaded recording")
+    ap.add_argument("--attacks", default=None,
+                    help="only these adversary steps, comma-separated: exec,preset,refused,upload,export,sweep,long")
     args = ap.parse_args(argv)
     server = None
     if args.launch:
@@ -445,9 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {name: r.pop("results") for name, r in rooms.items()}
     first = next(iter(rooms))
     out: dict = {"summary": rooms[first], "results": results[first], "rooms": rooms}  # "summary": the first room
-    from specviz.hardware.machine import cpu_name
+    from specviz.hardware.machine import this_machine
 
-    out["machine"], out["cores"] = cpu_name(), os.cpu_count()
+    out["machine"], out["cores"] = this_machine().describe(), os.cpu_count()
     out["settings"] = {k: v for k, v in vars(args).items() if k in ("attendees", "unique", "seconds", "adversaries",
                                                                    "keepers", "long_runs", "big_mb", "preset", "env")}
     if server:

@@ -497,8 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"total: {total['inputs']} inputs, {total['refused_with_message']} refused with a message, "
           f"{total['accepted']} accepted, {total['failed']} failed, {total['tracebacks']} traceback(s) in {server.log}")
     if args.json:
-        from specviz.hardware.machine import cpu_name  # noqa: PLC0415 - only for the record
-        args.json.write_text(json.dumps({"machine": cpu_name(), "cores": os.cpu_count(), "batteries": rows,
+        from specviz.hardware.machine import this_machine  # noqa: PLC0415 - only for the record
+        args.json.write_text(json.dumps({"machine": this_machine().describe(), "cores": os.cpu_count(), "batteries": rows,
                                          "total": total, "log": str(server.log)}, indent=2, ensure_ascii=False))
     good = all(r["tracebacks"] == 0 and r["healthy_after"] and r["failed"] == 0 for r in rows)
     return 0 if good else 1

@@ -145,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _machine() -> str:
-    from specviz.hardware.machine import cpu_name
+    from specviz.hardware.machine import this_machine
 
-    return cpu_name()
+    return this_machine().describe()
 
 
 if __name__ == "__main__":
