@@ -8,11 +8,19 @@ Pages are made outside the model gate, by `EXPORTS`: at most `SPECVIZ_EXPORTS` (
 everyone and one at a time per session; a request past either limit is answered at once with what
 it waits for, priced by the sizes of the pages in the making (about `SECONDS_PER_MB` of CPU per MB
 of recording), and a recording over `SPECVIZ_EXPORT_MB` is refused with its size (issue 33).
+
+Each page is made in a child process at a lower priority (specviz.cli.page_worker), one per slot, so
+at most `SPECVIZ_EXPORTS` at once: made in the server's process, a big one's ~17 s of CPU held the GIL
+in long stretches and stalled every replay streaming beside it.  The server writes the recording to
+a file, the child writes the page to the file the server named; only paths and one line cross.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -22,9 +30,9 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ..serving.envvars import env_int, env_number
-from ..trace import recording_to_json
+from ..cli import page_worker
+from ..trace import recording_bytes
 from ..trace.recording import write_new_file
-from ..views.export_page import export_page
 from .live import export_dir, prune, status_html
 from .store import current_session
 
@@ -92,14 +100,59 @@ class ExportSlots:
 EXPORTS = ExportSlots()
 
 
-def write_page(spec: Any, std: Any, folder: Path | None = None) -> Path:
-    """The page of (spec, std), written to a new file in the exports folder; returns its path."""
+class ExportFailed(RuntimeError):
+    """The page could not be made; the message (one line, no traceback) is for the status line."""
+
+
+class PageWorkers:
+    """The child processes making pages now (bounded by EXPORTS' slots; counted for tests and the log)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = 0
+        self.most = 0  # the most running at once since the start
+
+    def run(self, recording: Path, out: Path, source: str, timeout_s: float) -> None:
+        """Make the page of `recording` into `out` in a child process; ExportFailed with its reason."""
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            done = subprocess.run([sys.executable, "-m", page_worker.__name__, str(recording), str(out), source],
+                                  cwd=root, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ExportFailed(f"it took longer than {timeout_s:.0f} s (the server is busy): try again later") from None
+        finally:
+            with self._lock:
+                self.running -= 1
+        if done.returncode != 0:
+            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise ExportFailed(lines[-1] if lines else f"the page maker stopped (status {done.returncode})")
+
+
+WORKERS = PageWorkers()
+
+
+def write_page(spec: Any, std: Any, folder: Path | None = None, *, data: bytes | None = None) -> Path:
+    """The page of (spec, std), written to a new file in the exports folder by a child process; returns
+    its path.  ``data``: the recording's bytes when the caller has them (``recording_bytes``)."""
     folder = folder or export_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    data = export_page(spec, std, source="exported from the specviz app").encode("utf-8")
-    name = write_new_file(data, directory=folder, prefix="specviz-page-", suffix=".html")
+    data = recording_bytes(spec, std) if data is None else data
+    src = Path(write_new_file(data, directory=folder, prefix=".specviz-src-", suffix=".json"))  # not pruned
+    out = Path(write_new_file(b"", directory=folder, prefix="specviz-page-", suffix=".html"))
+    try:
+        WORKERS.run(src, out, "exported from the specviz app", timeout_s=max(120.0, 10 * EXPORTS.price_s(len(data))))
+    except BaseException:
+        out.unlink(missing_ok=True)  # never a half or empty page left behind
+        raise
+    finally:
+        src.unlink(missing_ok=True)
     prune(folder, "specviz-page-*.html", PAGES_KEEP)
-    return Path(name)
+    return out
 
 
 def download_page(state: Any) -> tuple[Any, Any]:
@@ -108,12 +161,17 @@ def download_page(state: Any) -> tuple[Any, Any]:
     if not spec and not std:
         return gr.update(value=None, visible=False), status_html(NOTHING, "warn")
     try:
-        nbytes = getattr(state, "nbytes", None)  # a Shown knows its size; a plain dict (tests) is measured
-        nbytes = nbytes if isinstance(nbytes, int) else len(recording_to_json(spec, std))
+        nbytes, data = getattr(state, "nbytes", None), None  # a Shown knows its size; a plain dict (tests) is measured
+        if not isinstance(nbytes, int):
+            data = recording_bytes(spec, std)
+            nbytes = len(data)
         with EXPORTS.slot(current_session(), nbytes):
-            path = write_page(spec, std)
+            path = write_page(spec, std, data=data)
     except ExportBusy as exc:
         return gr.update(value=None, visible=False), status_html(str(exc), "warn")
+    except ExportFailed as exc:  # the child's reason, in one line: no traceback to log (it has none here)
+        log.warning("page export failed: %s", exc)
+        return gr.update(value=None, visible=False), status_html(f"Could not make the page: {exc}", "error")
     except Exception as exc:  # a full disk, an unreadable exports folder, a view that cannot draw…
         log.exception("page export failed")
         return gr.update(value=None, visible=False), status_html(f"Could not make the page: {exc}", "error")
