@@ -5,7 +5,8 @@ AVX2 EPYC: ~20 s of CPU for the 1.5B target and ~6 s for the 0.5B draft, at ever
 packed layout cannot be stored.  A server that loads with ``defer_packing`` instead makes every int8
 linear runnable through onednn's product over the same int8 values (a layout that takes ~1 ns a weight
 to prepare, :meth:`.int8_target.TokenInt8Linear.plain`), serves, and packs here, one linear at a time,
-swapping each in as it is done.  Both products are bit-identical (integer accumulation and the same
+swapping each in as it is done, in threads at the lowest CPU priority that also step aside while a run
+holds the model lock.  Both products are bit-identical (integer accumulation and the same
 dequantization; :func:`.int8_target.plain_matches` checks it once per process, and the loader packs at
 load where it does not hold), so a run's tokens and probabilities never depend on which product ran;
 only its speed does (2-3x slower products until packed), and a race that ran while packing is flagged
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -94,6 +97,15 @@ def _pack_between_runs(linear: Any, lock: Any) -> None:
     linear.pack()
 
 
+def _lowest_priority() -> None:
+    """This thread at the lowest CPU priority (Linux: a thread is a task with its own nice value), so the
+    packing takes only CPU time nothing else wants: the page's start and the first runs go first."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: it still yields to runs between linears
+        pass
+
+
 def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread | None:
     """Pack what ``pair``'s load left unpacked (the target's linears first: they carry most of a race's
     time), in a daemon thread with ``workers`` threads, each linear between runs where it can (while a
@@ -110,13 +122,11 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
         t0 = time.perf_counter()
         try:
             todo = unpacked(pair.target) + unpacked(pair.draft)
-            if workers > 1:
-                from .int8_target import in_threads
-
-                in_threads(lambda m: _pack_between_runs(m, lock), todo, workers)
-            else:
-                for linear in todo:
-                    _pack_between_runs(linear, lock)
+            # The packers run at the lowest priority; this thread, which traces holding the model lock
+            # afterwards, keeps its own (a lock held at the lowest priority would stall runs behind it).
+            with ThreadPoolExecutor(max_workers=max(1, workers), initializer=_lowest_priority,
+                                    thread_name_prefix="specviz-pack") as pool:
+                list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             steps = _untraced(pair.draft)
             if steps is not None:
                 with lock if lock is not None else contextlib.nullcontext():
