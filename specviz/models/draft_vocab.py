@@ -40,7 +40,11 @@ log = logging.getLogger("specviz.models")
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "draft_vocab"
 FORMAT = "specviz.draft_vocab/1"
 MODES = ("reduced", "full")
-DEFAULT_MODE = "reduced"  # where an asset exists for the pair and its draft runs int8 on the CPU
+# Off by default: on the AVX2 EPYC (2 threads, busy machine, 2026-11-26) the 16,384-id head cut the draft's
+# step 39.7 -> 33.1 ms (c 0.29 -> 0.24) but α fell 0.90 -> 0.85 on assets/prompts.jsonl (greedy, 64 tokens,
+# γ = 5) and the bench's tokens/s 5.41 -> 5.12 (translation 3.15 -> 1.91: 7 of its 19 tokens are not kept).
+# Turn it on per run with set_mode(pair, "reduced") or the bench's --draft-vocab.
+DEFAULT_MODE = "full"
 
 
 def slug(name: str) -> str:
