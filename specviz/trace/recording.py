@@ -8,16 +8,44 @@ data model itself, and what a trace's JSON holds, is specviz.trace.model.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import tempfile
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from .model import READ_VERSIONS, SCHEMA_NAME, SCHEMA_VERSION, Trace, TraceError
 from .schema import parse_trace
 
 MAX_TRACE_BYTES = 20 * 1024 * 1024  # a trace file larger than this is refused
+_PAUSE_LOCK = threading.Lock()
+_PAUSES = [0, False]  # loads and serializations in progress, whether the collector was on before the first
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No automatic cycle collection while a recording is parsed or serialized (issue 33).
+
+    A 7.5 MB recording makes ~2 M objects, none in a cycle: they set off full collections (4 while it
+    loaded, 0.2-0.5 s each with two such recordings held), each walking every object of the server
+    with the GIL held, stalling every stream beside it.  Paused, the objects are counted once, later;
+    what they allocate is freed by reference counting as before.  Nested and threaded uses share the
+    pause; the collector is turned back on only if it was on."""
+    with _PAUSE_LOCK:
+        if _PAUSES[0] == 0:
+            _PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _PAUSES[0] += 1
+    try:
+        yield
+    finally:
+        with _PAUSE_LOCK:
+            _PAUSES[0] -= 1
+            if _PAUSES[0] == 0 and _PAUSES[1]:
+                gc.enable()
 
 
 def _read_json(data: str | bytes) -> Any:
@@ -32,9 +60,29 @@ def _read_json(data: str | bytes) -> Any:
     if len(data) > MAX_TRACE_BYTES:
         raise TraceError(f"file is too large ({len(data):,} characters; the limit is {MAX_TRACE_BYTES:,})")
     try:
-        return json.loads(data)
+        # The hook is called once per object: a big file's parse gives other threads the GIL in between
+        # (one C call held it for 0.4 s for a 7.5 MB recording, stalling every stream; issue 33).
+        return json.loads(data, object_hook=_same)
     except (ValueError, RecursionError) as exc:  # ValueError: also an integer of over 4300 digits
         raise TraceError(f"not valid JSON: {exc}") from None
+
+
+def _same(obj: dict) -> dict:
+    return obj
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _compact(value: Any, depth: int = 0) -> str:
+    """``_dumps(value)``, the same text, in pieces down to `depth` 3 (a trace's rounds one by one): one C call
+    for a 7.5 MB recording held the GIL for ~0.45 s, stalling every stream beside it (issue 33)."""
+    if depth < 3 and isinstance(value, dict) and all(type(k) is str for k in value):
+        return "{" + ",".join(_dumps(k) + ":" + _compact(v, depth + 1) for k, v in value.items()) + "}"
+    if depth < 3 and isinstance(value, list):
+        return "[" + ",".join(_compact(v, depth + 1) for v in value) + "]"
+    return _dumps(value)
 
 
 def _versions_read() -> str:
@@ -84,7 +132,8 @@ def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None 
     """One file for a whole race: what the app exports and loads back.
 
     Without ``indent`` the text is compact and written by json's C encoder (an indent makes json fall
-    back to its Python encoder: 0.87 s instead of 0.26 s for a 7 MB recording on the 2-core EPYC)."""
+    back to its Python encoder: 0.87 s instead of 0.26 s for a 7 MB recording on the 2-core EPYC), a
+    round at a time (`_compact`)."""
     doc = {
         "schema": RECORDING_NAME,
         "version": SCHEMA_VERSION,
@@ -92,7 +141,7 @@ def recording_to_json(spec: Trace | None, std: Trace | None, indent: int | None 
         "standard": std.to_dict() if std else None,
     }
     if indent is None:
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _compact(doc)
     return json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
 
 
@@ -100,7 +149,9 @@ def recording_bytes(spec: Trace | None, std: Trace | None) -> bytes:
     """The recording's file contents: its compact JSON as UTF-8, a lone surrogate built in memory
     (loading already replaces them) written as U+FFFD.  Compute it once per run or load and pass it
     on (``save_recording(data=...)``, the store's size): a 7 MB recording takes ~0.3 s."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", recording_to_json(spec, std)).encode("utf-8")
+    with gc_paused():
+        text = recording_to_json(spec, std)
+    return re.sub("[\ud800-\udfff]", "\ufffd", text).encode("utf-8")
 
 
 def save_recording(spec: Trace | None, std: Trace | None, directory: str | os.PathLike | None = None, *,
@@ -129,6 +180,11 @@ def write_new_file(data: bytes, *, directory: str | os.PathLike | None, prefix: 
 
 def load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
     """Parse an exported recording (or a bare trace) into (speculative, standard)."""
+    with gc_paused():
+        return _load_recording(data)
+
+
+def _load_recording(data: str | bytes) -> tuple[Trace | None, Trace | None]:
     doc = _read_json(data)
     if isinstance(doc, dict) and doc.get("schema") == SCHEMA_NAME:
         tr = trace_from_dict(doc)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import gc
 import html
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -25,7 +28,7 @@ from ..core.settings import round_kind
 from ..models import ModelError
 from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFailed, Stalled, Waiting, run_job
 from ..serving.replay import Busy, Entry, replay_speed
-from ..serving.service import InputError, Update, describe_error, release_memory
+from ..serving.service import InputError, Update, describe_error
 from ..theory.costs import race_costs
 from ..theory.timing import flagged, trusted_speedup
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes, save_recording
@@ -387,8 +390,20 @@ def load_file(file: Any) -> LiveFrame:
     if len(data) > TRIM_AFTER_BYTES:
         # Parsing and drawing a large recording allocates ~20× its size for a moment; give the freed
         # heap back, as after a run (measured: RSS ~120 MiB lower after 30 loads of a 7 MB recording).
-        release_memory()
+        # The young objects only: the loaded traces hold no cycle, and a full collection walks every
+        # object of the server with the GIL held (0.3-0.5 s beside big recordings; issue 33).
+        gc.collect(1)
+        trim_heap()
     return frame
+
+
+def trim_heap() -> None:
+    """Freed heap pages back to the system (glibc's malloc_trim; nothing elsewhere)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl): nothing to trim
+            pass
 
 
 def load_example_recording(recordings: list[Path], name: str | None = None) -> LiveFrame:
