@@ -37,12 +37,13 @@ from ..core.rules import RULES, draft_odds, expected_kept
 from ..core.settings import POLICIES, TREE_MODES, DecodeSettings, SettingsError
 from ..drafters import DRAFTERS, make_drafter
 from .. import hardware  # noqa: F401  (installs the probe: load_pair's "auto" execution)
-from ..models import ModelError, encode_prompt, load_pair, preset_help, resolve_preset
+from ..models import PRESETS, ModelError, encode_prompt, load_pair, preset_help, resolve_preset
 from ..models import draft_vocab
 from ..models.executions import CHOICES as EXEC_CHOICES
 from ..models.executions import words as exec_words
 from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
-from .bench_report import (BF16_BASELINE, LEGEND, Run, baseline_lines, merge, policy_table, prompt_table, rate_table,
+from . import bench_llamacpp
+from .bench_report import (BF16_BASELINE, LEGEND, LLAMACPP, Run, baseline_lines, merge, policy_table, prompt_table, rate_table,
                            run_json, summarise)
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.jsonl"
@@ -105,15 +106,19 @@ def run_trace(trace) -> Run:
 
 
 def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSettings], prompt: str = "",
-               baseline=None) -> Run:
+               baseline=None, llama=None) -> Run:
     """``baseline``: the pair whose target runs in bf16, for "standard_bf16" (when the chosen target
-    execution is another)."""
+    execution is another); ``llama``: the llama.cpp runner (bench_llamacpp.LlamaCpp), for "llamacpp"."""
     # Standard decoding and transformers take the constant γ ("base"); a policy's own runs its γ (maximum).
     base = settings.get("base") or next(iter(settings.values()))
     if config == "standard":
         return run_trace(standard_decode(pair, ids, base, prompt=prompt))
     if config == BF16_BASELINE:
         return run_trace(standard_decode(baseline, ids, base, prompt=prompt))
+    if config == LLAMACPP:
+        new, seconds, after_first = llama.greedy(ids, base.max_new_tokens, set(pair.eos_token_ids))
+        return Run(tokens=len(new), seconds=seconds, decode_tokens=max(0, len(new) - 1), decode_seconds=after_first,
+                   ids=new)
     if config in HF_CONFIGS:
         new, seconds = hf_generate(pair, ids, base, config)
         return Run(tokens=len(new), seconds=seconds, decode_tokens=len(new), decode_seconds=seconds, ids=new)
@@ -121,7 +126,7 @@ def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSett
         was = draft_vocab.mode(pair)
         draft_vocab.set_mode(pair, "full")
         try:
-            return run_config(pair, config.removesuffix(FULL_VOCAB), ids, settings, prompt, baseline)
+            return run_config(pair, config.removesuffix(FULL_VOCAB), ids, settings, prompt, baseline, llama)
         finally:
             draft_vocab.set_mode(pair, was)
     # "spec-<policy>": the chosen drafter; "chain-<policy>" (--versus) keys its settings by the whole name
@@ -133,12 +138,13 @@ def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSett
 
 
 def configurations(policies: list[str], compare_hf: bool, versus: list[str] | None = None,
-                   bf16_baseline: bool = False) -> list[str]:
+                   bf16_baseline: bool = False, llamacpp: bool = False) -> list[str]:
     """Config names: "spec-<policy>" for the chosen drafter, "chain-<policy>" for the draft model's
     chain beside it (--versus), then transformers' runs; "standard_bf16" (standard decoding with the
     target in bf16) when the target runs another way."""
     return (["standard"] + ([BF16_BASELINE] if bf16_baseline else []) + [f"spec-{p}" for p in policies]
-            + [f"chain-{p}" for p in versus or []] + (list(HF_CONFIGS) if compare_hf else []))
+            + [f"chain-{p}" for p in versus or []] + (list(HF_CONFIGS) if compare_hf else [])
+            + ([LLAMACPP] if llamacpp else []))
 
 
 def rotated(configs: list[str], repeat: int) -> list[str]:
@@ -147,7 +153,7 @@ def rotated(configs: list[str], repeat: int) -> list[str]:
 
 
 def bench_prompt(pair, row, configs: list[str], settings: dict[str, DecodeSettings], repeats: int,
-                 done: Callable[[str], None], baseline=None) -> tuple[dict[str, Any], dict[str, list[Run]]]:
+                 done: Callable[[str], None], baseline=None, llama=None) -> tuple[dict[str, Any], dict[str, list[Run]]]:
     ids = encode_prompt(pair, row["prompt"], chat=bool(row.get("chat", True)))
     runs: dict[str, list[Run]] = {c: [] for c in configs}
     orders = []
@@ -155,7 +161,7 @@ def bench_prompt(pair, row, configs: list[str], settings: dict[str, DecodeSettin
         order = rotated(configs, rep)
         orders.append(order)
         for cfg in order:
-            runs[cfg].append(run_config(pair, cfg, ids, settings, prompt=row["prompt"], baseline=baseline))
+            runs[cfg].append(run_config(pair, cfg, ids, settings, prompt=row["prompt"], baseline=baseline, llama=llama))
             done(f"{row['name'][:24]} · {cfg}")
     res = {"name": row["name"], "category": row.get("category", ""), "prompt_tokens": len(ids), "orders": orders}
     return res, runs
@@ -232,6 +238,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--compare-hf", action="store_true",
                     help="also time transformers' generate: plain, assisted with the same γ, assisted with its "
                     "defaults (assisted runs use the draft model whatever --drafter says)")
+    ap.add_argument("--compare-llamacpp", action="store_true",
+                    help="also time llama.cpp's plain greedy decoding of the target's own GGUF file, same prompt "
+                         "ids, interleaved (needs llama-cpp-python, never a requirement: "
+                         f"{bench_llamacpp.INSTALL})")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's choice; on a shared machine contended threads "
                     "slow small models many times over)")
@@ -241,6 +251,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--repeats must be at least 1")
     if args.threads is not None and args.threads < 1:
         ap.error("--threads must be at least 1")
+    if args.compare_llamacpp and args.temperature != 0:
+        ap.error("--compare-llamacpp compares greedy decoding: use --temperature 0")
+    if args.compare_llamacpp and not bench_llamacpp.available():
+        ap.error(f"--compare-llamacpp needs llama-cpp-python, built from source: {bench_llamacpp.INSTALL}")
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     versus = [] if not args.versus else list(POLICIES) if args.versus == "all" else args.versus.split(",")
     unknown = [p for p in versus if p not in POLICIES]
@@ -314,7 +328,17 @@ def main(argv: list[str] | None = None) -> int:
           f"T={base.temperature} "
           f"max_new_tokens={base.max_new_tokens}, {args.repeats} repeat(s)", file=sys.stderr)
 
-    configs = configurations(args.runs, args.compare_hf, args.versus, bf16_baseline=baseline is not None)
+    llama = None
+    if args.compare_llamacpp:
+        try:
+            llama = bench_llamacpp.LlamaCpp(bench_llamacpp.gguf_file(PRESETS[resolve_preset(args.preset)].target),
+                                            threads=torch.get_num_threads())
+        except ModelError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"llama.cpp {llama.version()} on {llama.path.name}, {llama.threads} threads", file=sys.stderr)
+    configs = configurations(args.runs, args.compare_hf, args.versus, bf16_baseline=baseline is not None,
+                             llamacpp=llama is not None)
     if args.draft_vocab != "loaded":
         draft_vocab.set_mode(pair, "reduced" if args.draft_vocab == "both" else args.draft_vocab)
     if args.draft_vocab == "both" and draft_vocab.mode(pair) == "reduced":
@@ -324,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_ids = encode_prompt(pair, "Hello", chat=True)
     warm = {k: dataclasses.replace(s, max_new_tokens=4) for k, s in settings.items()}
     for cfg in configs:
-        run_config(pair, cfg, warm_ids, warm, baseline=baseline)
+        run_config(pair, cfg, warm_ids, warm, baseline=baseline, llama=llama)
 
     prompts, all_runs = [], []
     with tqdm(total=len(rows) * args.repeats * len(configs), desc="bench", unit="run", file=sys.stderr) as bar:
@@ -333,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(1)
 
         for row in rows:
-            res, runs = bench_prompt(pair, row, configs, settings, args.repeats, done, baseline=baseline)
+            res, runs = bench_prompt(pair, row, configs, settings, args.repeats, done, baseline=baseline, llama=llama)
             res["configs"] = summarise(runs, greedy)
             res["runs"] = {cfg: [run_json(r) for r in rs] for cfg, rs in runs.items()}
             prompts.append(res)
@@ -347,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             agg[cfg].update(greedy_equal=all(equal), greedy_equal_prompts=f"{sum(equal)}/{len(equal)}")
 
     if len(args.runs) == 1 and not args.versus and FULL_VOCAB not in "".join(configs):
-        print(prompt_table(prompts, agg, f"spec-{args.runs[0]}", [h for h in HF_CONFIGS if h in configs]))
+        print(prompt_table(prompts, agg, f"spec-{args.runs[0]}", [h for h in [*HF_CONFIGS, LLAMACPP] if h in configs]))
     else:
         print(policy_table(agg, [c for c in configs if c.startswith(("spec-", "chain-"))]))
         print(rate_table(prompts, agg, configs))
@@ -372,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
             "hf": {"same": hf_same_values(base), "default": hf_default_assistant(pair.draft),
                    "default_threshold_retuned": is_sklearn_available(),  # see specviz.cli.bench_hf
                    "descriptions": HF_CONFIGS} if args.compare_hf else None,
+            "llamacpp": {"version": llama.version(), "gguf": llama.path.name, "threads": llama.threads,
+                         "description": bench_llamacpp.DESCRIPTION} if llama is not None else None,
             "greedy_note": BF16_NOTE if greedy and dtype in ("bfloat16", "float16") else None,
             "prompts": prompts, "aggregate": agg,
         }

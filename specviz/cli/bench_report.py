@@ -13,6 +13,8 @@ from typing import Any, Callable
 from ..core.rules import RULES
 from .bench_hf import HF_CONFIGS
 
+LLAMACPP = "llamacpp"  # the configuration name of specviz.cli.bench_llamacpp's runs
+
 
 @dataclass
 class Run:
@@ -260,6 +262,16 @@ def baseline_lines(agg: dict[str, Any]) -> list[str]:
                    f"chosen execution is {agg['standard']['tok_s'].median / bf16:.2f}x it"
                    + (f", the best speculative configuration ({_label(best)}) {agg[best]['tok_s'].median / bf16:.2f}x"
                       if best else ""))
+    if LLAMACPP in agg:
+        best = max((c for c in agg if c.startswith(("spec-", "chain-"))), key=lambda c: agg[c]["tok_s"].median,
+                   default=None)
+        lc = agg[LLAMACPP]["tok_s"].median
+        out.append(f"{LLAMACPP} (plain decoding of the same GGUF): {_num(agg[LLAMACPP]['tok_s'])} tok/s; specviz's "
+                   f"standard is {agg['standard']['tok_s'].median / lc:.2f}x it"
+                   + (f", its best speculative configuration ({_label(best)}) {agg[best]['tok_s'].median / lc:.2f}x"
+                      if best else "")
+                   + (f"; greedy text equal to specviz's standard on {agg[LLAMACPP]['greedy_equal_prompts']} prompts"
+                      if "greedy_equal_prompts" in agg[LLAMACPP] else ""))
     for h in HF_CONFIGS:
         if h in agg:
             vs = f", {_num(agg[h]['speedup_vs_hf_plain'], suffix='x')} vs hf_plain" if h != "hf_plain" else ""
