@@ -296,7 +296,8 @@ def fake_pairs(monkeypatch):
 
     loads = []
 
-    def fake_load(label, draft_ref, target_ref, dev, dt, quant, progress, t0, *, target_exec, alpha):
+    def fake_load(label, draft_ref, target_ref, dev, dt, quant, progress, t0, *, target_exec, alpha,
+                  defer_packing=False):
         loads.append((label, target_exec))
         return SimpleNamespace(preset=label, target_exec="int8" if target_exec == "auto" else target_exec,
                                probe=None, target_name=target_ref, draft=None, target=None)

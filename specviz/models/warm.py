@@ -73,7 +73,8 @@ def _untraced(model: torch.nn.Module) -> Any:
 
 def pending(pair: Any) -> bool:
     """Whether anything of ``pair`` was left for :func:`finish` (unpacked linears, an untraced draft)."""
-    return any(unpacked(m) for m in (pair.target, pair.draft)) or _untraced(pair.draft) is not None
+    models = [m for m in (getattr(pair, "target", None), getattr(pair, "draft", None)) if m is not None]
+    return any(unpacked(m) for m in models) or any(_untraced(m) is not None for m in models)
 
 
 def pack_now(model: torch.nn.Module) -> None:
@@ -121,13 +122,14 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
     def work() -> None:
         t0 = time.perf_counter()
         try:
-            todo = unpacked(pair.target) + unpacked(pair.draft)
+            models = [m for m in (pair.target, pair.draft) if m is not None]  # the target's linears first
+            todo = [linear for model in models for linear in unpacked(model)]
             # The packers run at the lowest priority; this thread, which traces holding the model lock
             # afterwards, keeps its own (a lock held at the lowest priority would stall runs behind it).
             with ThreadPoolExecutor(max_workers=max(1, workers), initializer=_lowest_priority,
                                     thread_name_prefix="specviz-pack") as pool:
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
-            steps = _untraced(pair.draft)
+            steps = _untraced(pair.draft) if pair.draft is not None else None
             if steps is not None:
                 with lock if lock is not None else contextlib.nullcontext():
                     if not steps.in_use:
