@@ -329,7 +329,8 @@ def test_asking_by_name_for_the_execution_auto_chose_reuses_the_loaded_pair(monk
 
     loads = []
 
-    def fake_load(label, draft_ref, target_ref, dev, dt, quant, progress, t0, *, target_exec, alpha):
+    def fake_load(label, draft_ref, target_ref, dev, dt, quant, progress, t0, *, target_exec, alpha,
+                  defer_packing=False):
         loads.append(target_exec)
         return SimpleNamespace(preset=label, target_exec="int8" if target_exec == "auto" else target_exec)
 

@@ -213,7 +213,9 @@ def full_head(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def reduced_head(model: torch.nn.Module) -> ReducedHead | None:
-    head = model.get_output_embeddings()
+    """The reduced head ``model`` drafts with, if any (a model without a head accessor -- a wrapper -- has none)."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
     return head if isinstance(head, ReducedHead) else None
 
 
