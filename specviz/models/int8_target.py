@@ -277,7 +277,7 @@ def pack_all(model: torch.nn.Module, *, defer: bool = False) -> bool:
     packing was left."""
     todo = unpacked(model)
     if defer and todo and plain_matches():
-        in_threads(lambda m: m.plain(), todo)
+        plain_all(todo)
         return True
     in_threads(lambda m: m.pack(), todo)
     return False

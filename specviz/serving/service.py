@@ -319,8 +319,8 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
     name, models, execution = _asked(preset, draft, target, target_exec)
     if _is_default(name, execution):
         pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
-        # What a serve_early load left (nothing otherwise): packed on every core between runs.
-        warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
+        if serve_early:  # what that load left, packed on every core between runs (a run's call scans nothing)
+            warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
         return _remember_execution(name, pair)
     if loading.loaded(**models, target_exec=execution) is None:
         admit(name, models, execution)
