@@ -101,3 +101,59 @@ def test_engine_runs_chains_on_static_steps_and_trees_eager():
     for _ in stream:
         pass
     assert not compiled.steps_of(pair.target).in_use and not compiled.steps_of(pair.draft).in_use
+
+
+def test_static_steps_bring_their_own_mask_and_positions(monkeypatch):
+    """A captured CUDA graph replays whatever transformers decided in Python at capture.  transformers 5.17
+    skips the causal mask for a one-token feed and at offset 0, and a static cache's keys span all its slots,
+    so a replayed step attended to slots past the cache's length (on the H100, the graphs left the dynamic
+    cache's logits from the second feed on).  The static steps hand the model its positions and a 4D mask
+    computed on the device from the cache's length tensor: with transformers made to skip every mask it
+    builds itself, the static path still gives the dynamic cache's logits, through crops that leave stale
+    slots behind."""
+    from transformers.models.llama import modeling_llama
+
+    real = modeling_llama.create_causal_mask
+
+    def skipping(**kw):  # a 4D mask handed in is used as it is; any other is left out (is_causal / none)
+        mask = kw.get("attention_mask")
+        return mask if mask is not None and mask.dim() == 4 else None
+
+    model = tiny_lm(20, 3, 4.0)
+    steps = compiled.attach(model, 64, compile=False)
+    ids = torch.randint(0, 20, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    ref, lm = CachedLM(model, torch.device("cpu")), cached_lm(model, torch.device("cpu"), need=60)
+    with torch.inference_mode():
+        for end, keep, crop in ((10, 1, 8), (11, 1, None), (12, 1, None), (15, 3, 11), (12, 1, None), (20, 2, None)):
+            a = ref.feed(ids[:end], keep=keep).logits
+            monkeypatch.setattr(modeling_llama, "create_causal_mask", skipping)
+            b = lm.feed(ids[:end], keep=keep).logits
+            monkeypatch.setattr(modeling_llama, "create_causal_mask", real)
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            if crop is not None:
+                ref.crop(crop), lm.crop(crop)
+    lm.free()
+    assert not steps.in_use
+
+
+def test_a_capture_mid_run_leaves_the_runs_cache_as_it_was():
+    """A graph is captured when a run first feeds a length no graph has yet (unless attach warmed it up), and
+    its warm-ups and capture are passes of their own: they must leave the run's cache as it was.  They used to
+    reset it to 0, so on the H100 every feed that met a new bucket mid-run attended to nothing it had fed.
+    On the CPU the same scratch passes run eagerly (the GPU adds only the recording around them)."""
+    model = tiny_lm(20, 3, 4.0)
+    steps = compiled.attach(model, 64, compile=False)
+    ids = torch.randint(0, 20, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref, lm = CachedLM(model, torch.device("cpu")), cached_lm(model, torch.device("cpu"), need=60)
+    with torch.inference_mode():
+        for end, keep in ((10, 1), (13, 3), (14, 1), (20, 2)):
+            a = ref.feed(ids[:end], keep=keep).logits
+            length = steps.length
+            for size in (1, 4, 8):  # what _capture runs before recording a graph of `size` tokens
+                steps.scratch(steps._eager_logits, torch.zeros(1, size, dtype=torch.long))
+                assert steps.length == length
+            b = lm.feed(ids[:end], keep=keep).logits
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        with pytest.raises(RuntimeError, match="does not fit"):
+            steps.scratch(steps._eager_logits, torch.zeros(1, 60, dtype=torch.long))
+    lm.free()

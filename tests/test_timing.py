@@ -127,6 +127,16 @@ def test_without_a_probe_the_spread_still_flags():
     spec, std = _race(3, 0.3)
     t = TM.assess_race(spec, std, prices=None)
     assert not t.reliable and t.predicted is None and t.slowdown is None
+    assert "other work on the machine stretched some of them" in t.why
+
+
+def test_on_a_gpu_the_spread_is_blamed_on_kernel_launches_too():
+    """An eager GPU pass waits on Python launching its kernels: on an idle H100 the race's passes varied by
+    ±35%, so the flag names that, not only other work on the machine."""
+    spec, std = _race(3, 0.3)
+    spec.device = std.device = "cuda:0 (NVIDIA H100 80GB HBM3)"
+    t = TM.assess_race(spec, std, prices=None)
+    assert not t.reliable and "launch their kernels" in t.why and "other work on the machine" not in t.why
 
 
 def test_a_probe_at_other_threads_gives_no_slowdown():

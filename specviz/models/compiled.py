@@ -74,28 +74,60 @@ class CompiledSteps:
             self._forward = self._replay
 
     def _eager_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True).logits
+        return self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                          **self._where(input_ids.shape[1])).logits
+
+    def _where(self, size: int) -> dict[str, torch.Tensor]:
+        """The feed's positions and its 4D attention mask (slot j visible to new token i iff j <= its
+        position), computed on the device from the cache's own length tensor, so a captured graph reads
+        the length at each replay.  Left to transformers, both came out of Python-side decisions taken
+        once at capture: transformers 5.17 skips the mask for a one-token feed (``q_length == 1``) or at
+        offset 0, and a static cache's mask spans all its ``max_len`` slots, so a replayed step attended
+        to slots past the cache's length (first seen on the H100: the CUDA-graph steps left the dynamic
+        cache's logits from the second feed on)."""
+        length = self.cache.layers[0].cumulative_length
+        device = length.device
+        positions = torch.arange(size, device=device) + length
+        visible = torch.arange(self.max_len, device=device)[None, :] <= positions[:, None]
+        return {"position_ids": positions[None], "attention_mask": visible[None, None]}
 
     def _capture(self, size: int) -> tuple:
-        """Record the forward over ``size`` tokens as a CUDA graph (inputs and outputs at fixed addresses)."""
+        """Record the forward over ``size`` tokens as a CUDA graph (inputs and outputs at fixed addresses).
+        Captured when a run first feeds ``size`` tokens (unless warm_up did it before): the warm-ups and the
+        capture are scratch passes (:meth:`scratch`), so the run's cache is as it was."""
         device = next(self.model.parameters()).device
         static_in = torch.zeros(1, size, dtype=torch.long, device=device)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             for _ in range(2):  # warm-up runs on a side stream, as CUDA graph capture requires
-                self._held = -1
-                self.set_length(0)
-                self._eager_logits(static_in)
+                self.scratch(self._eager_logits, static_in)
         torch.cuda.current_stream(device).wait_stream(side)
-        self._held = -1
-        self.set_length(0)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = self._eager_logits(static_in)
-        self._held = -1
-        self.set_length(0)
+        static_out = self.scratch(lambda ids: self._record(graph, ids), static_in)
         return graph, static_in, static_out
+
+    def _record(self, graph: "torch.cuda.CUDAGraph", input_ids: torch.Tensor) -> torch.Tensor:
+        with torch.cuda.graph(graph):
+            return self._eager_logits(input_ids)
+
+    def scratch(self, forward: Callable[[torch.Tensor], torch.Tensor], input_ids: torch.Tensor) -> torch.Tensor:
+        """Run ``forward`` over ``input_ids`` where a capture or a warm-up needs a pass, leaving the cache as
+        it was: the pass writes its keys and values into the slots past the cache's length (free: the next
+        feed overwrites them), and the length is put back.  (Resetting the cache to 0 here, as before, wiped
+        the run's cache whenever a run met a feed length with no graph yet: its replay then attended to
+        nothing it had fed, first seen on the H100.)"""
+        n = self.length
+        if n + input_ids.shape[1] > self.max_len:
+            raise RuntimeError(f"the static KV cache holds {self.max_len} tokens; a pass of {input_ids.shape[1]} "
+                               f"after {n} does not fit")
+        self._held = -1
+        self.set_length(n)
+        try:
+            return forward(input_ids)
+        finally:
+            self._held = -1
+            self.set_length(n)
 
     def _replay(self, input_ids: torch.Tensor) -> torch.Tensor:
         size = input_ids.shape[1]
@@ -127,11 +159,7 @@ class CompiledSteps:
         with torch.inference_mode():
             for b in sizes or self.buckets:
                 for _ in range(3):  # torch.compile's cudagraph trees record on the second or third call
-                    self._held = -1
-                    self.set_length(0)
-                    self._forward(torch.zeros(1, b, dtype=torch.long, device=device))
-        self._held = -1
-        self.set_length(0)
+                    self.scratch(self._forward, torch.zeros(1, b, dtype=torch.long, device=device))
 
     def feed(self, new: list[int], keep: int, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``new`` tokens after the cache's contents; logits (and, if asked, final hidden states)
@@ -144,7 +172,7 @@ class CompiledSteps:
         if hidden or size is None or start + size > self.max_len:
             out = self.model(input_ids=torch.tensor([new], dtype=torch.long, device=device),
                              past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
-                             output_hidden_states=hidden)
+                             output_hidden_states=hidden, **self._where(k))
             self._held = start + k
             self.set_length(start + k)
             h = out.hidden_states[-1][0, -keep:] if hidden else None
