@@ -23,6 +23,17 @@ pytestmark = pytest.mark.skipif(not int8.int8_available() or not plain_matches()
                                 reason="this torch has no fbgemm/onednn int8 kernels (not an x86 build)")
 
 
+@pytest.fixture(autouse=True)
+def _fbgemm_and_onednn():
+    """These are the deferred packing's tests: fbgemm's packing and onednn's stopgap, without specviz's own
+    kernel (which needs no packing: tests/test_kernels.py)."""
+    from specviz.models import kernels
+
+    kernels.set_enabled(False)
+    yield
+    kernels.set_enabled(None)
+
+
 def _qweight(rows: int, cols: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     weight = torch.randn(rows, cols, generator=gen) * 0.05

@@ -188,7 +188,14 @@ def _probe_path():
 
 
 def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
-    return "|".join([f"v{PROBE_FORMAT}", machine.key, model, str(dtype).removeprefix("torch.")])
+    """Where a probe is remembered: the machine, the model, the dtype, and on a CPU whether the int8 linears
+    run on specviz's own kernel (specviz.models.kernels) -- other products, other curves: measured again."""
+    from ..models import kernels
+
+    parts = [f"v{PROBE_FORMAT}", machine.key, model, str(dtype).removeprefix("torch.")]
+    if machine.kind == "cpu" and kernels.ready():
+        parts.append("kernel")
+    return "|".join(parts)
 
 
 def read_probes() -> dict:

@@ -14,12 +14,8 @@ from typing import Callable
 
 import torch
 
-# fbgemm's linear with a *fixed* activation quantization (fp32 in, fp32 out): each token, divided by its
-# own max |x|, lies in [-1, 1] and is quantized as round(63 x) + 64, i.e. into 1..127.  Seven bits, as
-# fbgemm's dynamic linear uses with reduce_range: AVX2 without VNNI multiplies u8 by s8 in pairs
-# summed into int16 (vpmaddubsw), and 2 x 127 x 128 still fits where 2 x 255 x 128 would saturate.
-_STATIC_LINEAR = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
-ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
+from . import kernels
+from .kernels import _STATIC_LINEAR, ACT_SCALE, ACT_ZERO  # noqa: F401 (the activations' fixed quantization)
 
 WORKERS = 2  # weight packing is single-threaded inside torch: two Python threads halve the time
 
@@ -69,18 +65,22 @@ class TokenInt8Linear(torch.nn.Module):
     def qweight(self) -> torch.Tensor:
         """The weight as a per-channel qint8 tensor (what fbgemm packs; unpacked from it once packed)."""
         held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
-        if held is None:
+        if held is None and not isinstance(self._packed, kernels.Weights):
             return torch.ops.quantized.linear_unpack(self._packed)[0]
-        values, scales = held
+        values, scales = held if held is not None else (self._packed.values, self._packed.scales)
         return torch._make_per_channel_quantized_tensor(values, scales, torch.zeros(len(scales), dtype=torch.long), 0)
 
     def pack(self) -> None:
         """Hand the weights to fbgemm (its packed layout; ~13 ms per million weights on one core on the
         AVX2 EPYC: ~20 s for the 1.5B target).  Safe beside a forward in another thread: the packed
         weights are in place before the other forms are dropped, and both give the same output."""
-        if self._packed is not None or self._int8 is None:  # packed already (or by another thread meanwhile)
+        held = self._int8
+        if self._packed is not None or held is None:  # packed already (or by another thread meanwhile)
             return
-        packed = torch.ops.quantized.linear_prepack(self.qweight(), None)
+        if kernels.matches():  # specviz's own kernel: the int8 values as they are (no packing), fbgemm's bits
+            packed = kernels.Weights.of(*held)
+        else:
+            packed = torch.ops.quantized.linear_prepack(self.qweight(), None)
         if self._packed is None:
             self._packed = packed
         self._plain = None
@@ -110,8 +110,12 @@ class TokenInt8Linear(torch.nn.Module):
         shape = x.shape
         rows = x.reshape(-1, self.in_features).float()
         scale = rows.abs().amax(-1, keepdim=True).clamp_(min=1e-30)
-        y = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, packed) if packed is not None \
-            else _plain_product(rows / scale, plain)
+        if isinstance(packed, kernels.Weights):
+            y = packed.product(rows / scale)
+        elif packed is not None:
+            y = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, packed)
+        else:
+            y = _plain_product(rows / scale, plain)
         y.mul_(scale)
         if self.bias is not None:
             y.add_(self.bias)
@@ -121,7 +125,9 @@ class TokenInt8Linear(torch.nn.Module):
         """The float32 weight (or some of its rows) the int8 values stand for: what a reader of the
         head's weight (the learned draft head) gets from an int8 target."""
         held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
-        if held is None:
+        if held is None and isinstance(self._packed, kernels.Weights):
+            held = (self._packed.values, self._packed.scales)
+        elif held is None:
             qweight = torch.ops.quantized.linear_unpack(self._packed)[0]
             held = (qweight.int_repr(), qweight.q_per_channel_scales())
         values, scales = held[0], held[1].to(torch.float32)
@@ -257,11 +263,12 @@ def fuse_by_name(modules: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Modu
 
 def plain_all(modules: list[torch.nn.Module]) -> None:
     """:meth:`TokenInt8Linear.plain` for every unpacked TokenInt8Linear in ``modules`` (FusedParts: their
-    product), where it matches fbgemm's here."""
+    product), where it matches fbgemm's here; their kernel form instead where specviz's kernel is ready."""
     if plain_matches():
         linears = {id(m): m for m in (x.fused if isinstance(x, FusedPart) and x.index == 0 else x for x in modules)
                    if isinstance(m, TokenInt8Linear) and m._packed is None}
-        in_threads(lambda m: m.plain(), list(linears.values()))
+        # Where specviz's kernel is built already, its form needs no packing: the linears take it at once.
+        in_threads((lambda m: m.pack()) if kernels.ready() else (lambda m: m.plain()), list(linears.values()))
 
 
 def unpacked(model: torch.nn.Module) -> list[TokenInt8Linear]:
@@ -277,8 +284,8 @@ def pack_all(model: torch.nn.Module, *, defer: bool = False) -> bool:
     packing was left."""
     todo = unpacked(model)
     if defer and todo and plain_matches():
-        plain_all(todo)
-        return True
+        plain_all(todo)  # where specviz's kernel is built already, this is its (instant) packing
+        return any(m._packed is None for m in todo)
     in_threads(lambda m: m.pack(), todo)
     return False
 

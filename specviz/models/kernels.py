@@ -1,0 +1,172 @@
+"""specviz's own CPU kernel for the int8 linears of few tokens (``csrc/int8_small.cpp``), built on first use.
+
+fbgemm's int8 product is bandwidth-bound for one token but not for a few: on the AVX2 EPYC (no VNNI) the
+1.5B target's step took 138 ms and a verify pass over 6 tokens 350 ms, its linears 82 ms and 265 ms.  Its
+small-batch path repacks the activations and runs a kernel built for large products.  ``int8_small``
+reads each weight once per call and lets every token of the call use it while it sits in the L1 cache:
+exact integer sums (so a token's output does not depend on the batch) and fbgemm's float epilogue.
+
+It is compiled with the machine's compiler by :func:`torch.utils.cpp_extension.load` the first time it is
+asked for (about a minute; the build is cached under the specviz cache) and used only where the CPU has
+AVX2 and a check on random weights gives fbgemm's bits (:func:`available`).  Anywhere else -- no compiler,
+an ARM CPU, ``SPECVIZ_KERNEL=0`` -- the linears run on fbgemm as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("specviz.models")
+
+# fbgemm's linear with a *fixed* activation quantization (fp32 in, fp32 out): each token, divided by its
+# own max |x|, lies in [-1, 1] and is quantized as round(63 x) + 64, i.e. into 1..127.  Seven bits, as
+# fbgemm's dynamic linear uses with reduce_range: AVX2 without VNNI multiplies u8 by s8 in pairs
+# summed into int16 (vpmaddubsw), and 2 x 127 x 128 still fits where 2 x 255 x 128 would saturate.
+_STATIC_LINEAR = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
+ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
+
+SOURCE = Path(__file__).with_name("csrc") / "int8_small.cpp"
+_LOCK = threading.Lock()
+_STATE: dict[str, object] = {}
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx2" in flags
+
+
+def _build_dir() -> Path:
+    from .convert import cache_dir  # the specviz cache ($SPECVIZ_CACHE or platformdirs)
+
+    return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}"
+
+
+def ready() -> bool:
+    """Whether the kernel is in use here without building it now: checked already, or built by an
+    earlier process (loading the built library takes ~0.1 s; building it, about a minute)."""
+    with _LOCK:
+        if "matches" in _STATE:
+            return bool(_STATE["matches"])
+    if not (_build_dir() / "specviz_int8_small.so").exists():
+        return False
+    return matches()
+
+
+def _build():
+    from torch.utils.cpp_extension import load
+
+    where = _build_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        load(name="specviz_int8_small", sources=[str(SOURCE)], build_directory=str(where), is_python_module=False,
+             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+    return torch.ops.specviz.int8_small
+
+
+def module():
+    """The compiled operator (``torch.ops.specviz.int8_small``), or None where it cannot be had here (the
+    reason is logged once)."""
+    with _LOCK:
+        if "module" not in _STATE:
+            mod, why = None, ""
+            if os.environ.get("SPECVIZ_KERNEL", "1") == "0":
+                why = "SPECVIZ_KERNEL=0"
+            elif not _cpu_has_avx2():
+                why = "the CPU has no AVX2"
+            else:
+                try:
+                    mod = _build()
+                except Exception as exc:  # noqa: BLE001 -- no compiler, headers, ...: fbgemm it is
+                    why = f"it could not be built ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+            if mod is None:
+                log.info("int8 linears run on fbgemm: %s", why)
+            _STATE["module"] = mod
+        return _STATE["module"]
+
+
+def matches() -> bool:
+    """Whether the kernel is here and gives fbgemm's bits (random weights, 1 to 40 tokens; once per process)."""
+    with _LOCK:
+        if "matches" in _STATE:
+            return bool(_STATE["matches"])
+    op = module()
+    ok = False
+    if op is not None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gen = torch.Generator().manual_seed(0)
+                values = torch.randint(-128, 128, (70, 200), dtype=torch.int8, generator=gen)
+                scales = torch.rand(70, generator=gen, dtype=torch.float64) / 100 + 1e-4
+                packed = torch.ops.quantized.linear_prepack(torch._make_per_channel_quantized_tensor(
+                    values, scales, torch.zeros(70, dtype=torch.long), 0), None)
+                weights = Weights.of(values, scales)
+                ok = True
+                for m in (1, 2, 3, 6, 40):
+                    rows = torch.rand(m, 200, generator=gen) * 2 - 1
+                    ok &= torch.equal(_STATIC_LINEAR(rows, ACT_SCALE, ACT_ZERO, packed), weights.product(rows))
+        except Exception as exc:  # noqa: BLE001
+            log.info("int8 linears run on fbgemm: the kernel failed its check (%s)", exc)
+            ok = False
+        if op is not None and not ok:
+            log.info("int8 linears run on fbgemm: the kernel does not give fbgemm's bits here")
+    with _LOCK:
+        _STATE["matches"] = ok
+    return ok
+
+
+class Weights:
+    """One int8 linear's weights in the kernel's form: the int8 values blocked 4 rows by 32 columns
+    ([out/4, in/32, 4, 32], zero-padded: one sequential stream per block of rows; ~0.3 ns a weight to
+    make, against fbgemm's ~13 ns), each row's sum and float32 scale, and the float64 scales the values
+    were quantized with.  :meth:`values` gives the [out, in] int8 values back (the learned head reads them)."""
+
+    __slots__ = ("blocked", "scales", "wsum", "wscale", "shape")
+
+    def __init__(self, blocked: torch.Tensor, scales: torch.Tensor, wsum: torch.Tensor, wscale: torch.Tensor,
+                 shape: tuple[int, int]):
+        self.blocked, self.scales, self.wsum, self.wscale, self.shape = blocked, scales, wsum, wscale, shape
+
+    @classmethod
+    def of(cls, values: torch.Tensor, scales: torch.Tensor) -> "Weights":
+        n, k = values.shape
+        n4, k32 = -(-n // 4) * 4, -(-k // 32) * 32
+        padded = values if (n4, k32) == (n, k) else torch.nn.functional.pad(values, (0, k32 - k, 0, n4 - n))
+        blocked = padded.reshape(n4 // 4, 4, k32 // 32, 32).transpose(1, 2).contiguous()
+        return cls(blocked, scales, values.sum(1, dtype=torch.int32), scales.to(torch.float32), (n, k))
+
+    @property
+    def values(self) -> torch.Tensor:
+        n, k = self.shape
+        b = self.blocked
+        return b.transpose(1, 2).reshape(b.shape[0] * 4, b.shape[1] * 32)[:n, :k]
+
+    def product(self, unit_rows: torch.Tensor) -> torch.Tensor:
+        """What fbgemm's static-input linear gives for rows in [-1, 1] (fp32 in and out), to the bit."""
+        qx = torch.quantize_per_tensor(unit_rows, ACT_SCALE, ACT_ZERO, torch.quint8).int_repr()
+        pad = self.blocked.shape[1] * 32 - qx.shape[1]
+        if pad:
+            qx = torch.nn.functional.pad(qx, (0, pad))
+        return torch.ops.specviz.int8_small(qx, self.blocked, self.wsum, self.wscale, ACT_SCALE, ACT_ZERO)
+
+
+def set_enabled(on: bool | None) -> None:
+    """Use the kernel where it matches (None: decide again), or not (False: fbgemm and onednn, as without
+    it; the tests of those paths)."""
+    with _LOCK:
+        if on is None:
+            _STATE.pop("matches", None)
+        elif not on:
+            _STATE["matches"] = False
+    if on:
+        matches()

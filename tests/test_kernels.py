@@ -1,0 +1,117 @@
+"""specviz's own int8 kernel (specviz/models/csrc/int8_small.cpp, loaded by specviz.models.kernels): fbgemm's
+bits at every shape and batch size, a token's output independent of the batch, and the linears, fused
+products and traced draft steps running on it.  Built with the machine's compiler on first use (~1 min,
+cached); where it cannot be built the linears run on fbgemm, and these tests say why they skip."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specviz.models import int8, kernels
+from specviz.models.int8_target import _STATIC_LINEAR, ACT_SCALE, ACT_ZERO, TokenInt8Linear
+
+pytestmark = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(),
+                                reason="specviz's int8 kernel is not in use here (no AVX2 or no compiler: "
+                                       "the log says which); the linears run on fbgemm")
+
+
+def _values(rows: int, cols: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randint(-128, 128, (rows, cols), dtype=torch.int8, generator=gen)
+    scales = torch.rand(rows, generator=gen, dtype=torch.float64) / 50 + 1e-5
+    return values, scales
+
+
+@pytest.mark.parametrize("shape", [(1, 32), (5, 33), (96, 64), (130, 896), (257, 1000), (64, 8960)])
+def test_the_kernel_gives_fbgemms_bits_at_every_shape_and_batch_size(shape):
+    """Rows not a multiple of the 4-row block, columns not a multiple of 32 (the scalar tail), 1 to 70 tokens
+    (the 2-token groups and the odd one), rows with values at both ends of the 7-bit range."""
+    values, scales = _values(*shape, seed=shape[0])
+    packed = torch.ops.quantized.linear_prepack(torch._make_per_channel_quantized_tensor(
+        values, scales, torch.zeros(shape[0], dtype=torch.long), 0), None)
+    weights = kernels.Weights.of(values, scales)
+    gen = torch.Generator().manual_seed(1)
+    for m in (1, 2, 3, 4, 5, 6, 9, 17, 70):
+        rows = torch.rand(m, shape[1], generator=gen) * 2 - 1
+        rows[:, 0] = 1.0
+        rows[:, -1] = -1.0
+        assert torch.equal(weights.product(rows), _STATIC_LINEAR(rows, ACT_SCALE, ACT_ZERO, packed)), m
+
+
+def test_a_tokens_output_is_the_same_bits_in_any_batch():
+    values, scales = _values(300, 1536, seed=3)
+    weights = kernels.Weights.of(values, scales)
+    rows = torch.rand(12, 1536, generator=torch.Generator().manual_seed(4)) * 2 - 1
+    batch = weights.product(rows)
+    for i in range(12):
+        assert torch.equal(weights.product(rows[i:i + 1])[0], batch[i])
+        assert torch.equal(weights.product(rows[max(0, i - 2):i + 1])[-1], batch[i])
+
+
+def test_linears_take_the_kernel_form_and_keep_their_weights():
+    """A packed TokenInt8Linear holds the int8 values themselves (nothing packed), gives the fbgemm-packed
+    linear's output, and still reports its weights (the learned head and the reduced draft head read them)."""
+    values, scales = _values(200, 256, seed=5)
+    qweight = torch._make_per_channel_quantized_tensor(values, scales, torch.zeros(200, dtype=torch.long), 0)
+    bias = torch.randn(200)
+    ours = TokenInt8Linear(qweight, bias)
+    assert isinstance(ours._packed, kernels.Weights) and torch.equal(ours._packed.values, values)
+    kernels.set_enabled(False)
+    try:
+        theirs = TokenInt8Linear(qweight.clone(), bias)
+    finally:
+        kernels.set_enabled(None)
+    assert not isinstance(theirs._packed, kernels.Weights)
+    x = torch.randn(7, 256) * 4
+    assert torch.equal(ours(x), theirs(x))
+    assert torch.equal(ours.dequantized(), theirs.dequantized())
+    assert torch.equal(ours.qweight().int_repr(), values)
+
+
+def test_a_model_on_the_kernel_scores_a_verify_pass_as_its_steps():
+    """The int8 target (fused q/k/v and gate/up, the batch-invariant attention) on the kernel: each position
+    of a 6-token pass is bit-identical to a one-token step there, and to the fbgemm-packed model."""
+    from specviz.core.kv import CachedLM
+    from specviz.models.tiny import build_tiny_pair
+
+    tiny = build_tiny_pair(vocab_size=64, seed=0, hidden=64, target_layers=2, draft_layers=1)
+    ours = int8.quantize_int8(copy.deepcopy(tiny.target), kind="token")
+    kernels.set_enabled(False)
+    try:
+        theirs = int8.quantize_int8(copy.deepcopy(tiny.target), kind="token")
+    finally:
+        kernels.set_enabled(None)
+    assert any(isinstance(m._packed, kernels.Weights) for m in ours.modules() if isinstance(m, TokenInt8Linear))
+    ids = torch.randint(0, 64, (30,), generator=torch.Generator().manual_seed(6)).tolist()
+    cpu = torch.device("cpu")
+    with torch.inference_mode():
+        a, b = CachedLM(ours, cpu), CachedLM(theirs, cpu)
+        a.feed(ids[:20]), b.feed(ids[:20])
+        verify = a.feed(ids[:26], keep=6).logits
+        assert torch.equal(verify, b.feed(ids[:26], keep=6).logits)
+        a.crop(20)
+        steps = torch.stack([a.feed(ids[:21 + i]).logits[-1] for i in range(6)])
+    assert torch.equal(verify, steps)
+
+
+def test_the_lean_draft_traces_through_the_kernel():
+    """torch.jit.trace records the kernel as an operator (torch.ops.specviz.int8_small), so the traced draft
+    steps give the eager ones' logits."""
+    from specviz.models import lean
+    from specviz.models.tiny import build_tiny_pair
+
+    tiny = build_tiny_pair(vocab_size=64, seed=1, hidden=64, target_layers=2, draft_layers=1)
+    draft = int8.int8_draft(copy.deepcopy(tiny.target))
+    eager = lean.attach(copy.deepcopy(draft), 128, trace=False)
+    traced = lean.attach(draft, 128, trace=True)
+    assert traced is not None and eager is not None
+    assert 1 in traced.traced and "specviz::int8_small" in str(traced.traced[1].inlined_graph)
+    ids = torch.randint(0, 64, (20,), generator=torch.Generator().manual_seed(7)).tolist()
+    with torch.inference_mode():
+        eager.feed(ids[:12], 1, False), traced.feed(ids[:12], 1, False)
+        for n in range(12, 20):
+            torch.testing.assert_close(eager.feed(ids[n:n + 1], 1, False)[0], traced.feed(ids[n:n + 1], 1, False)[0],
+                                       rtol=1e-5, atol=1e-5)
