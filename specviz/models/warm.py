@@ -35,6 +35,7 @@ from .lean import LeanSteps
 log = logging.getLogger("specviz.models")
 
 _PENDING: dict[int, threading.Event] = {}  # id(target model) -> set once its pair is fully prepared
+_DONE: set[int] = set()  # id(target model) of pairs found fully prepared at load (said once in the log)
 _GUARD = threading.Lock()
 
 
@@ -115,7 +116,13 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
     started, or None when nothing was left or another call started it."""
     with _GUARD:
         key = id(pair.target)
-        if key in _PENDING or not pending(pair):
+        if key in _PENDING:
+            return None
+        if not pending(pair):  # specviz's kernel needs no packing, and the draft was traced at load
+            if key not in _DONE:
+                _DONE.add(key)
+                log.info("%s → %s: weights prepared at load (nothing left to pack)", pair.draft_name,
+                         pair.target_name)
             return None
         event = _PENDING[key] = threading.Event()
 
@@ -134,7 +141,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                 with lock if lock is not None else contextlib.nullcontext():
                     if not steps.in_use:
                         steps.trace()
-            log.info("%s → %s: weights prepared (fbgemm's packing, %d linears) in %.1f s after serving began",
+            log.info("%s → %s: weights prepared (packed, %d linears) in %.1f s after serving began",
                      pair.draft_name, pair.target_name, len(todo), time.perf_counter() - t0)
         except Exception as exc:  # noqa: BLE001 -- the onednn path stays correct, only slower
             log.warning("Preparing the fast kernels failed (%s); the models run on the slower products", exc)
