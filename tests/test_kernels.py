@@ -13,9 +13,19 @@ import torch
 from specviz.models import int8, kernels
 from specviz.models.int8_target import _STATIC_LINEAR, ACT_SCALE, ACT_ZERO, TokenInt8Linear
 
-pytestmark = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(),
-                                reason="specviz's int8 kernel is not in use here (no AVX2 or no compiler: "
-                                       "the log says which); the linears run on fbgemm")
+needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
+                                  reason="specviz's int8 kernel cannot run here (no AVX2, or no compiler: "
+                                         "install g++ and ninja to test it); the linears run on fbgemm")
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on():
+    """The kernel in use for these tests wherever it is correct (also on an AVX-512 CPU, where the app itself
+    prefers fbgemm), then this machine's own choice again."""
+    if int8.int8_available() and kernels.matches(policy=False):
+        kernels.set_enabled(True)
+    yield
+    kernels.set_enabled(None)
 
 
 def _values(rows: int, cols: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,6 +35,7 @@ def _values(rows: int, cols: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
     return values, scales
 
 
+@needs_kernel
 @pytest.mark.parametrize("shape", [(1, 32), (5, 33), (96, 64), (130, 896), (257, 1000), (64, 8960)])
 def test_the_kernel_gives_fbgemms_bits_at_every_shape_and_batch_size(shape):
     """Rows not a multiple of the 4-row block, columns not a multiple of 32 (the scalar tail), 1 to 70 tokens
@@ -41,6 +52,7 @@ def test_the_kernel_gives_fbgemms_bits_at_every_shape_and_batch_size(shape):
         assert torch.equal(weights.product(rows), _STATIC_LINEAR(rows, ACT_SCALE, ACT_ZERO, packed)), m
 
 
+@needs_kernel
 def test_a_tokens_output_is_the_same_bits_in_any_batch():
     values, scales = _values(300, 1536, seed=3)
     weights = kernels.Weights.of(values, scales)
@@ -51,6 +63,7 @@ def test_a_tokens_output_is_the_same_bits_in_any_batch():
         assert torch.equal(weights.product(rows[max(0, i - 2):i + 1])[-1], batch[i])
 
 
+@needs_kernel
 def test_linears_take_the_kernel_form_and_keep_their_weights():
     """A packed TokenInt8Linear holds the int8 values themselves (nothing packed), gives the fbgemm-packed
     linear's output, and still reports its weights (the learned head and the reduced draft head read them)."""
@@ -63,7 +76,7 @@ def test_linears_take_the_kernel_form_and_keep_their_weights():
     try:
         theirs = TokenInt8Linear(qweight.clone(), bias)
     finally:
-        kernels.set_enabled(None)
+        kernels.set_enabled(True)
     assert not isinstance(theirs._packed, kernels.Weights)
     x = torch.randn(7, 256) * 4
     assert torch.equal(ours(x), theirs(x))
@@ -71,6 +84,7 @@ def test_linears_take_the_kernel_form_and_keep_their_weights():
     assert torch.equal(ours.qweight().int_repr(), values)
 
 
+@needs_kernel
 def test_a_model_on_the_kernel_scores_a_verify_pass_as_its_steps():
     """The int8 target (fused q/k/v and gate/up, the batch-invariant attention) on the kernel: each position
     of a 6-token pass is bit-identical to a one-token step there, and to the fbgemm-packed model."""
@@ -83,7 +97,7 @@ def test_a_model_on_the_kernel_scores_a_verify_pass_as_its_steps():
     try:
         theirs = int8.quantize_int8(copy.deepcopy(tiny.target), kind="token")
     finally:
-        kernels.set_enabled(None)
+        kernels.set_enabled(True)
     assert any(isinstance(m._packed, kernels.Weights) for m in ours.modules() if isinstance(m, TokenInt8Linear))
     ids = torch.randint(0, 64, (30,), generator=torch.Generator().manual_seed(6)).tolist()
     cpu = torch.device("cpu")
@@ -97,6 +111,7 @@ def test_a_model_on_the_kernel_scores_a_verify_pass_as_its_steps():
     assert torch.equal(verify, steps)
 
 
+@needs_kernel
 def test_the_lean_draft_traces_through_the_kernel():
     """torch.jit.trace records the kernel as an operator (torch.ops.specviz.int8_small), so the traced draft
     steps give the eager ones' logits."""
@@ -115,3 +130,10 @@ def test_the_lean_draft_traces_through_the_kernel():
         for n in range(12, 20):
             torch.testing.assert_close(eager.feed(ids[n:n + 1], 1, False)[0], traced.feed(ids[n:n + 1], 1, False)[0],
                                        rtol=1e-5, atol=1e-5)
+
+
+def test_the_kernel_is_for_avx2_cpus_without_avx512():
+    """Measured against fbgemm's AVX2 path; on AVX-512 (VNNI: one instruction where it needs three) fbgemm stays."""
+    assert kernels._why_not({"avx2", "fma"}) == ""
+    assert "AVX-512" in kernels._why_not({"avx2", "avx512f", "avx512_vnni"})
+    assert "no AVX2" in kernels._why_not({"sse4_2"})

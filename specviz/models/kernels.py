@@ -8,8 +8,9 @@ exact integer sums (so a token's output does not depend on the batch) and fbgemm
 
 It is compiled with the machine's compiler by :func:`torch.utils.cpp_extension.load` the first time it is
 asked for (about a minute; the build is cached under the specviz cache) and used only where the CPU has
-AVX2 and a check on random weights gives fbgemm's bits (:func:`available`).  Anywhere else -- no compiler,
-an ARM CPU, ``SPECVIZ_KERNEL=0`` -- the linears run on fbgemm as before.
+AVX2 but not AVX-512 (where fbgemm runs the AVX2 path it was measured against) and a check on random
+weights gives fbgemm's bits (:func:`matches`).  Anywhere else -- no compiler, an ARM CPU, an AVX-512 CPU,
+``SPECVIZ_KERNEL=0`` -- the linears run on fbgemm as before.
 """
 
 from __future__ import annotations
@@ -36,12 +37,22 @@ _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
 
-def _cpu_has_avx2() -> bool:
+def _cpu_flags() -> set[str]:
     try:
-        flags = Path("/proc/cpuinfo").read_text().split()
+        return set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return False
-    return "avx2" in flags
+        return set()
+
+
+def _why_not(flags: set[str]) -> str:
+    """Why the kernel is not for this CPU ("" when it is): it is written for AVX2 and measured against
+    fbgemm's AVX2 path; on an AVX-512 CPU fbgemm runs its AVX-512 kernels (with VNNI, one instruction where
+    this one needs three: the issue's EPYC measured a flat verify there), so fbgemm stays."""
+    if "avx2" not in flags:
+        return "the CPU has no AVX2"
+    if "avx512f" in flags:
+        return "the CPU has AVX-512, where fbgemm's own kernels are the faster ones"
+    return ""
 
 
 def _build_dir() -> Path:
@@ -62,6 +73,8 @@ def ready() -> bool:
 
 
 def _build():
+    if "op" in _STATE:  # built and loaded once per process, whoever asked first
+        return _STATE["op"]
     from torch.utils.cpp_extension import load
 
     where = _build_dir()
@@ -70,36 +83,40 @@ def _build():
         warnings.simplefilter("ignore")
         load(name="specviz_int8_small", sources=[str(SOURCE)], build_directory=str(where), is_python_module=False,
              extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
-    return torch.ops.specviz.int8_small
+    _STATE["op"] = torch.ops.specviz.int8_small
+    return _STATE["op"]
 
 
-def module():
+def module(*, policy: bool = True):
     """The compiled operator (``torch.ops.specviz.int8_small``), or None where it cannot be had here (the
-    reason is logged once)."""
+    reason is logged once).  ``policy=False``: built wherever AVX2 is, even where fbgemm is preferred (an
+    AVX-512 CPU) or ``SPECVIZ_KERNEL=0`` -- what its tests check on any x86 machine."""
+    key = "module" if policy else "module_any"
     with _LOCK:
-        if "module" not in _STATE:
+        if key not in _STATE:
             mod, why = None, ""
-            if os.environ.get("SPECVIZ_KERNEL", "1") == "0":
+            if policy and os.environ.get("SPECVIZ_KERNEL", "1") == "0":
                 why = "SPECVIZ_KERNEL=0"
-            elif not _cpu_has_avx2():
-                why = "the CPU has no AVX2"
+            elif _why_not(_cpu_flags()) and (policy or "avx2" not in _cpu_flags()):
+                why = _why_not(_cpu_flags())
             else:
                 try:
                     mod = _build()
                 except Exception as exc:  # noqa: BLE001 -- no compiler, headers, ...: fbgemm it is
                     why = f"it could not be built ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
-            if mod is None:
+            if mod is None and policy:
                 log.info("int8 linears run on fbgemm: %s", why)
-            _STATE["module"] = mod
-        return _STATE["module"]
+            _STATE[key] = mod
+        return _STATE[key]
 
 
-def matches() -> bool:
-    """Whether the kernel is here and gives fbgemm's bits (random weights, 1 to 40 tokens; once per process)."""
+def matches(*, policy: bool = True) -> bool:
+    """Whether the kernel is here and gives fbgemm's bits (random weights, 1 to 40 tokens; once per process).
+    ``policy=False``: whether it is correct here, wherever it can be built (:func:`module`)."""
     with _LOCK:
-        if "matches" in _STATE:
+        if policy and "matches" in _STATE:
             return bool(_STATE["matches"])
-    op = module()
+    op = module(policy=policy)
     ok = False
     if op is not None:
         try:
@@ -120,8 +137,9 @@ def matches() -> bool:
             ok = False
         if op is not None and not ok:
             log.info("int8 linears run on fbgemm: the kernel does not give fbgemm's bits here")
-    with _LOCK:
-        _STATE["matches"] = ok
+    if policy:
+        with _LOCK:
+            _STATE["matches"] = ok
     return ok
 
 
@@ -161,12 +179,11 @@ class Weights:
 
 
 def set_enabled(on: bool | None) -> None:
-    """Use the kernel where it matches (None: decide again), or not (False: fbgemm and onednn, as without
-    it; the tests of those paths)."""
+    """Use the kernel where it matches (None: decide again, by this machine's policy), always where it is
+    correct here (True: its tests, on any x86 CPU), or not at all (False: fbgemm and onednn, as without it)."""
+    ok = matches(policy=False) if on else False
     with _LOCK:
         if on is None:
             _STATE.pop("matches", None)
-        elif not on:
-            _STATE["matches"] = False
-    if on:
-        matches()
+        else:
+            _STATE["matches"] = ok
