@@ -161,7 +161,9 @@ class Weights:
         n4, k32 = -(-n // 4) * 4, -(-k // 32) * 32
         padded = values if (n4, k32) == (n, k) else torch.nn.functional.pad(values, (0, k32 - k, 0, n4 - n))
         blocked = padded.reshape(n4 // 4, 4, k32 // 32, 32).transpose(1, 2).contiguous()
-        return cls(blocked, scales, values.sum(1, dtype=torch.int32), scales.to(torch.float32), (n, k))
+        # scales cloned: a cached load's tensors are views of the mapped file, which one kept view keeps
+        # mapped (and counted in the process's RSS) for good.
+        return cls(blocked, scales.clone(), values.sum(1, dtype=torch.int32), scales.to(torch.float32), (n, k))
 
     @property
     def values(self) -> torch.Tensor:
