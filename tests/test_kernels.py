@@ -137,3 +137,28 @@ def test_the_kernel_is_for_avx2_cpus_without_avx512():
     assert kernels._why_not({"avx2", "fma"}) == ""
     assert "AVX-512" in kernels._why_not({"avx2", "avx512f", "avx512_vnni"})
     assert "no AVX2" in kernels._why_not({"sse4_2"})
+
+
+def test_without_a_compiler_the_linears_run_on_fbgemm(monkeypatch, caplog):
+    """A host with no compiler (or headers, or ninja): the build fails, the reason is logged once, and the linears
+    are packed for fbgemm exactly as before the kernel existed."""
+    import logging
+
+    def no_compiler():
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    state = dict(kernels._STATE)
+    monkeypatch.setattr(kernels, "_build", no_compiler)
+    monkeypatch.setattr(kernels, "_why_not", lambda flags: "")
+    kernels._STATE.clear()
+    try:
+        with caplog.at_level(logging.INFO, logger="specviz.models"):
+            assert kernels.module() is None and not kernels.matches() and not kernels.ready()
+        assert any("could not be built" in r.getMessage() and "Ninja" in r.getMessage() for r in caplog.records)
+        if int8.int8_available():
+            values, scales = _values(40, 64, seed=9)
+            linear = TokenInt8Linear(None, None, values=values, scales=scales)
+            assert linear.packed and not isinstance(linear._packed, kernels.Weights)
+    finally:
+        kernels._STATE.clear()
+        kernels._STATE.update(state)

@@ -56,9 +56,14 @@ def _why_not(flags: set[str]) -> str:
 
 
 def _build_dir() -> Path:
+    """One build per torch version and source text: checkouts with the same source share it (the source is
+    copied in, so the build never depends on where a checkout lies or when git touched its file)."""
+    import hashlib
+
     from .convert import cache_dir  # the specviz cache ($SPECVIZ_CACHE or platformdirs)
 
-    return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}"
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}-{digest}"
 
 
 def ready() -> bool:
@@ -79,9 +84,14 @@ def _build():
 
     where = _build_dir()
     where.mkdir(parents=True, exist_ok=True)
+    source = where / SOURCE.name
+    if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
+        tmp = where / f".{SOURCE.name}.{os.getpid()}"
+        tmp.write_bytes(SOURCE.read_bytes())
+        tmp.replace(source)  # atomic: a process building beside this one never reads half a file
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        load(name="specviz_int8_small", sources=[str(SOURCE)], build_directory=str(where), is_python_module=False,
+        load(name="specviz_int8_small", sources=[str(source)], build_directory=str(where), is_python_module=False,
              extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
     _STATE["op"] = torch.ops.specviz.int8_small
     return _STATE["op"]
