@@ -64,11 +64,18 @@ class TokenInt8Linear(torch.nn.Module):
 
     def qweight(self) -> torch.Tensor:
         """The weight as a per-channel qint8 tensor (what fbgemm packs; unpacked from it once packed)."""
-        held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
-        if held is None and not isinstance(self._packed, kernels.Weights):
-            return torch.ops.quantized.linear_unpack(self._packed)[0]
-        values, scales = held if held is not None else (self._packed.values, self._packed.scales)
+        values, scales = self._values_and_scales()
         return torch._make_per_channel_quantized_tensor(values, scales, torch.zeros(len(scales), dtype=torch.long), 0)
+
+    def _values_and_scales(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The int8 values [out, in] and float64 per-channel scales, whichever form the weights are in now."""
+        held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
+        if held is not None:
+            return held
+        if isinstance(self._packed, kernels.Weights):
+            return self._packed.values, self._packed.scales
+        qweight = torch.ops.quantized.linear_unpack(self._packed)[0]
+        return qweight.int_repr(), qweight.q_per_channel_scales()
 
     def pack(self) -> None:
         """Hand the weights to fbgemm (its packed layout; ~13 ms per million weights on one core on the
@@ -124,13 +131,8 @@ class TokenInt8Linear(torch.nn.Module):
     def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The float32 weight (or some of its rows) the int8 values stand for: what a reader of the
         head's weight (the learned draft head) gets from an int8 target."""
-        held = self._int8  # read before _packed: pack() sets _packed before dropping _int8
-        if held is None and isinstance(self._packed, kernels.Weights):
-            held = (self._packed.values, self._packed.scales)
-        elif held is None:
-            qweight = torch.ops.quantized.linear_unpack(self._packed)[0]
-            held = (qweight.int_repr(), qweight.q_per_channel_scales())
-        values, scales = held[0], held[1].to(torch.float32)
+        values, scales = self._values_and_scales()
+        scales = scales.to(torch.float32)
         if rows is not None:
             values, scales = values[rows], scales[rows]
         return values.to(torch.float32) * scales[:, None]

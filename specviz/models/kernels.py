@@ -107,12 +107,14 @@ def module(*, policy: bool = True):
     key = "module" if policy else "module_any"
     with _LOCK:
         if key not in _STATE:
-            mod, why = None, ""
+            mod, flags = None, _cpu_flags()
             if policy and os.environ.get("SPECVIZ_KERNEL", "1") == "0":
                 why = "SPECVIZ_KERNEL=0"
-            elif _why_not(_cpu_flags()) and (policy or "avx2" not in _cpu_flags()):
-                why = _why_not(_cpu_flags())
-            else:
+            elif policy:
+                why = _why_not(flags)
+            else:  # correct wherever AVX2 is, preferred or not
+                why = "" if "avx2" in flags else "the CPU has no AVX2"
+            if not why:
                 try:
                     mod = _build()
                 except Exception as exc:  # noqa: BLE001 -- no compiler, headers, ...: fbgemm it is
@@ -148,7 +150,7 @@ def matches(*, policy: bool = True) -> bool:
         except Exception as exc:  # noqa: BLE001
             log.info("int8 linears run on fbgemm: the kernel failed its check (%s)", exc)
             ok = False
-        if op is not None and not ok:
+        if not ok:
             log.info("int8 linears run on fbgemm: the kernel does not give fbgemm's bits here")
     if policy:
         with _LOCK:

@@ -3,8 +3,8 @@
 // out[m, n] = (float)(sum_k x[m, k] * w[n, k] - zero * wsum[n]) * (act_scale * wscale[n])   (all float32)
 //
 // x: uint8 [M, K] (activations quantized with one fixed scale and zero point: values 1..127, seven bits, so
-// vpmaddubsw's pairwise int16 sums cannot saturate: 2 x 127 x 128 < 32768); w: int8 [N, K], K contiguous (the
-// weights as stored, no packing); wsum: int32 [N] (each row's sum); wscale: float32 [N].  Integer accumulation
+// vpmaddubsw's pairwise int16 sums cannot saturate: 2 x 127 x 128 < 32768); w: the int8 weights [N, K] blocked
+// (below; no packing beyond that); wsum: int32 [N] (each row's sum); wscale: float32 [N].  Integer accumulation
 // is exact and each output is computed alone from its own row and token, so a token's output is the same bits
 // whatever else is in the batch; the float epilogue is fbgemm's (raw * (A_scale * B_scale[n]) in float32), so
 // the output is fbgemm's to the bit (checked at load: specviz.models.kernels.matches).
@@ -69,8 +69,9 @@ void rows4(const uint8_t* x, const int8_t* wb, int64_t M, int64_t kb, int64_t N,
 
 }  // namespace
 
-// x: uint8 [M, K] with K a multiple of 32 (the caller pads with the zero point's... any value: the padded
-// weight columns are 0); wb: int8 [N4/4, K/32, 4, 32] (see block_weights); n: the true output count (<= N4).
+// x: uint8 [M, K32], K padded to a multiple of 32 (any value: the padded weight columns are 0); wb: int8
+// [N4/4, K32/32, 4, 32], N padded to a multiple of 4 (specviz.models.kernels.Weights.of); wsum and wscale: [N],
+// the true output count.
 torch::Tensor int8_small(torch::Tensor x, torch::Tensor wb, torch::Tensor wsum, torch::Tensor wscale,
                          double act_scale, int64_t zero) {
   TORCH_CHECK(x.dtype() == torch::kUInt8 && wb.dtype() == torch::kInt8, "x must be uint8 and w int8");
