@@ -329,6 +329,25 @@ def test_recorded_machines_are_read_from_whatever_files_exist(tmp_path, caplog):
     assert M.load_recorded(tmp_path / "missing") == []
 
 
+def test_a_llamacpp_recording_is_drawn_and_named_as_the_reference(tmp_path):
+    """llama.cpp's curves (scripts/llamacpp_curves.py) sit beside the machines' probes: drawn as a recorded
+    curve named by its machine, and listed as the reference a CPU user would pick, with its note."""
+    doc = {"name": "llama.cpp", "reference": "llama.cpp",
+           "machine": {"kind": "cpu", "name": "AMD EPYC", "isa": ["avx2"], "label": "AMD EPYC, AVX2, 2 threads"},
+           "curves": {"llama.cpp Q4_K_M": {"1": 100.0, "2": 150.0, "4": 250.0, "6": 350.0, "8": 450.0}},
+           "choice": "llama.cpp Q4_K_M", "draft_ms": 40.0, "note": "its verify climbs with k"}
+    (tmp_path / "llamacpp-x.json").write_text(json.dumps(doc))
+    (rec,) = M.load_recorded(tmp_path)
+    assert rec.reference == "llama.cpp" and rec.name == "llama.cpp"
+    text = M.machine_text(None, recorded=[rec])
+    assert "**Recorded on other machines and by llama.cpp**" in text
+    assert ("**llama.cpp** (AMD EPYC, AVX2, 2 threads), the reference a CPU user would pick: T(6)/T(1): "
+            "llama.cpp Q4_K_M 3.50 — its verify climbs with k.") in text
+    fig = M.verify_cost_figure(make_probe(), [rec])
+    (theirs,) = [t for t in fig.data if isinstance(t.meta, dict) and t.meta.get("recorded")]
+    assert theirs.name == "llama.cpp Q4_K_M · AVX2 EPYC (recorded)" and list(theirs.y)[:2] == [100.0, 150.0]
+
+
 def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
     """assets/hardware: both machines' probes load without a warning (the bench's and the fidelity
     check's results beside them are passed over), each with all three CPU executions, and the text

@@ -28,7 +28,7 @@ import torch
 
 from ..trace import DraftToken, Extra, Position, Round, Token, Trace
 from .drafting import DraftContext, Drafter
-from .kv import CachedLM, cached_lm
+from .kv import cached_lm
 from .policy import RoundReport, make_policy
 from .sampling import Warp, sample
 from .picture import pictures
@@ -160,9 +160,10 @@ def _speculative_events(
     eos = set(pair.eos_token_ids)
     policy = make_policy(settings)
     is_tree = drafter.round_kind == "tree"
-    # Trees need the eager cache's 4D masks; a chain may run compiled steps (models.compiled).
-    target = CachedLM(pair.target, device) if is_tree else \
-        cached_lm(pair.target, device, len(prompt_ids) + settings.max_new_tokens + GAMMA_MAX_DYNAMIC + 1)
+    # A backend's steps where it has some for this run (models.compiled, models.lean; trees only where they
+    # take them), else the eager cache.
+    need = len(prompt_ids) + settings.max_new_tokens + max(GAMMA_MAX_DYNAMIC, settings.tree_nodes if is_tree else 0) + 1
+    target = cached_lm(pair.target, device, need, trees=is_tree)
     warp, gen = _warp_for(settings), _generator(settings, device)
     detok = Detokenizer(pair.tokenizer)
     piece = functools.partial(token_text, pair.tokenizer)

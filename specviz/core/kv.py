@@ -146,7 +146,7 @@ class CachedLM:
 # Other ways to hold a model's KV cache, registered by the backends that provide them (the algorithm
 # imports no backend): each is asked (model, device, need) and returns an object with CachedLM's
 # interface, or None when it has nothing for this model and run.
-_BACKENDS: list[Callable[[torch.nn.Module, torch.device, "int | None"], Any]] = []
+_BACKENDS: list[Callable[..., Any]] = []  # (model, device, need[, trees=True]) -> an LM or None
 
 
 def register_backend(lm_for: Callable[[torch.nn.Module, torch.device, "int | None"], Any]) -> None:
@@ -155,13 +155,14 @@ def register_backend(lm_for: Callable[[torch.nn.Module, torch.device, "int | Non
         _BACKENDS.append(lm_for)
 
 
-def cached_lm(model: torch.nn.Module, device: torch.device, need: int | None = None):
+def cached_lm(model: torch.nn.Module, device: torch.device, need: int | None = None, *, trees: bool = False):
     """The model with a KV cache for one run: a registered backend's when it has one for this model
     and run (compiled steps over a static cache, :mod:`specviz.models.compiled`, when the loader gave
-    the model some, they are free and the run's ``need`` tokens fit); otherwise a :class:`CachedLM`
-    (eager, dynamic cache)."""
+    the model some, they are free and the run's ``need`` tokens fit; the int8 target's lean steps,
+    :mod:`specviz.models.lean`); otherwise a :class:`CachedLM` (eager, dynamic cache).  ``trees``: the
+    run feeds token trees (feed_tree, keep_path), which a backend must support to be asked."""
     for lm_for in _BACKENDS:
-        lm = lm_for(model, device, need)
+        lm = lm_for(model, device, need, trees=trees) if trees else lm_for(model, device, need)
         if lm is not None:
             return lm
     return CachedLM(model, device)

@@ -256,10 +256,16 @@ def steps_of(model: torch.nn.Module) -> CompiledSteps | None:
     return getattr(model, "_specviz_steps", None)
 
 
-def static_lm(model: torch.nn.Module, device: torch.device, need: int | None) -> StaticLM | None:
+def static_lm(model: torch.nn.Module, device: torch.device, need: int | None, trees: bool = False) -> StaticLM | None:
     """The model's compiled steps for one run (core.kv.cached_lm asks, once attach registered this):
-    when it has some, they are free and the run's ``need`` tokens fit."""
+    when it has some, they are free, the run's ``need`` tokens fit, and they run token trees if it
+    feeds some (``trees``: only an invariant target's lean steps do)."""
     steps = steps_of(model)
-    if steps is not None and not steps.in_use and need is not None and need <= steps.max_len:
-        return StaticLM(steps, device)
-    return None
+    if steps is None or need is None or need > steps.max_len:
+        return None
+    if trees and not getattr(steps, "invariant", False):
+        return None
+    run = steps.for_run(need) if hasattr(steps, "for_run") else steps  # lean steps: the target's own cache a run
+    if run.in_use:
+        return None
+    return run.lm(device) if hasattr(run, "lm") else StaticLM(run, device)

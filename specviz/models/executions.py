@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from . import compiled, int8, invariant
+from . import compiled, int8, invariant, lean
 from .pair import ModelError
 
 log = logging.getLogger("specviz.models")
@@ -131,7 +131,12 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         cached = cached.result() if cached is not None else (int8.load_int8_cache(cache, kind="token") if cache else None)
         model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing)
         model._specviz_head_fingerprint = fingerprint
-        return invariant.make_invariant(model)
+        model = invariant.make_invariant(model)
+        # Chains run the lean, traced forward with the same batch-invariant attention (trees and anything
+        # else keep transformers' forward); its graphs hold the packed weights: traced once packed, which
+        # a deferred load leaves to models.warm.
+        lean.attach(model, trace=not defer_packing and not int8.unpacked(model), invariant=True)
+        return model
     if graphs:
         compiled.attach(model, max_len, compile=True, mode="graph", warm=compiled.BUCKETS[:5])
     return model

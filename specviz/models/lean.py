@@ -9,9 +9,16 @@ with a preallocated KV cache, in float32 throughout: the attention is one SDPA c
 table lookup.  The one- and two-token feeds (every draft step) then run as TorchScript graphs traced
 from the same function: the same kernels without Python's dispatch between ~1,000 small ops.
 
-It is the *draft's* path only: the rule needs just the q the draft sampled from, so this forward need
-not match transformers' bit for bit (it does to float rounding: tested).  The target keeps
-transformers' forward and the batch-invariant attention (:mod:`.invariant`).
+The draft's forward need not match transformers' bit for bit (the rule needs just the q the draft
+sampled from; it does to float rounding: tested).  The int8 *target* runs here too, with
+``invariant=True``: each query then attends in its own SDPA call over the whole cache, masked to the
+slots at or before it -- the very call a one-token step makes at that position -- so a position's logits
+are bit-identical whatever else shared its pass (a verify pass, a prompt pass, a step), as with
+transformers' forward and :mod:`.invariant`.  (One SDPA call over several queries is not: its kernel
+blocks its sums by the query count.  A masked call does not depend on the cache's capacity: tested.)
+On the AVX2 EPYC this took the target's traced one-token step from 132 ms (transformers' forward over
+the same int8 products) to ~101 ms.  Every run of the target gets its own cache (:meth:`LeanSteps.for_run`):
+a race runs standard and speculative decoding side by side, and both must take the same path.
 
 :class:`LeanSteps` has the interface of :class:`.compiled.CompiledSteps`, so
 :func:`specviz.core.kv.cached_lm` hands a chain run a :class:`.compiled.StaticLM` over it; token trees
@@ -20,6 +27,7 @@ transformers' forward and the batch-invariant attention (:mod:`.invariant`).
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 import warnings
@@ -29,6 +37,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from .compiled import StaticLM, give_steps
 from .int8_target import FusedPart, TokenInt8Linear
 
 log = logging.getLogger("specviz.models")
@@ -36,6 +45,7 @@ log = logging.getLogger("specviz.models")
 ARCHITECTURES = ("qwen2", "llama")
 _START = 256  # cache slots allocated first; doubled as a run grows
 TRACED_FEEDS = (1, 2)  # feed lengths run as a traced graph: a step, and a step after a round that kept every draft
+TARGET_FEEDS = tuple(range(1, 10))  # the target's: a step, and verify passes of up to 8 drafted tokens
 
 
 @dataclass
@@ -80,7 +90,7 @@ def unsupported(model: torch.nn.Module) -> str | None:
         att, mlp = layer.self_attn, layer.mlp
         linears = [att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
         if not all(_int8(m) for m in linears):
-            return "linears not int8 (the lean path is for the int8 draft)"
+            return "linears not int8 (the lean path is for int8 models)"
     if next(model.parameters()).device.type != "cpu":
         return "not on the CPU"
     return None
@@ -89,12 +99,13 @@ def unsupported(model: torch.nn.Module) -> str | None:
 class LeanSteps:
     """A decoder's forward over its own KV cache (``max_len`` tokens at most, allocated as needed)."""
 
-    def __init__(self, model: torch.nn.Module, max_len: int):
+    def __init__(self, model: torch.nn.Module, max_len: int, *, invariant: bool = False):
         why = unsupported(model)
         if why is not None:
             raise ValueError(f"the lean decode path does not support this model: {why}")
         cfg, body = model.config, model.model
         self.model, self.max_len = model, max_len
+        self.invariant = invariant  # each query attends alone (the target: batch-invariant logits)
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
@@ -120,8 +131,24 @@ class LeanSteps:
         self.length = 0
         self.in_use = False
         self._cos = self._sin = torch.empty(0)
-        self.traced: dict[int, Callable] = {}  # feed length -> traced _decode keeping one position
+        # feed length -> traced _body (one position kept; every position for an invariant target)
+        self.traced: dict[int, Callable] = {}
         self.trace_deferred = False  # attach(trace=False) left tracing to later (models.warm)
+
+    def for_run(self, need: int) -> "LeanSteps":
+        """The steps a run of ``need`` tokens feeds: these (one cache, one run at a time: the draft), or for
+        an invariant target a copy sharing the weights and traced graphs with a cache of its own (a race
+        feeds the target from two runs in turn)."""
+        if not self.invariant:
+            return self
+        run = copy.copy(self)
+        run.keys, run.values, run.capacity, run.length, run.in_use = [], [], 0, 0, False
+        run._reserve(min(need, self.max_len))
+        return run
+
+    def lm(self, device: torch.device) -> "LeanLM":
+        """A run's LM over these steps (:func:`.compiled.static_lm` asks)."""
+        return LeanLM(self, device)
 
     @property
     def head(self) -> torch.nn.Module:
@@ -182,45 +209,103 @@ class LeanSteps:
               sin_table: torch.Tensor, *cache: torch.Tensor) -> torch.Tensor:
         """The decoder over ``tokens`` ([T] ids at cache slots ``pos``, [T] consecutive), with RoPE's
         tables ([cap, d]): writes their keys and values into ``cache`` (every layer's keys, then every
-        layer's values: [1, kvh, cap, d]) and
-        returns the final normed hidden states of the last ``keep``.  Attention runs
-        over the whole capacity, masked to the slots at or before each query (later slots may hold a
-        rolled-back draft): no shape here depends on the cache's length, so one trace serves every step."""
-        t, n = tokens.shape[0], len(self.layers)
-        keys, values = cache[:n], cache[n:]
+        layer's values: [1, kvh, cap, d]) and returns the final normed hidden states of the last ``keep``.
+        Attention runs over the whole capacity, masked to the slots at or before each query (later slots
+        may hold a rolled-back draft): no shape here depends on the cache's length, so one trace serves
+        every step."""
+        n = len(self.layers)
+        mask = torch.arange(cache[0].shape[2])[None, :] <= pos[:, None]  # [T, cap]
+
+        def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            if not self.invariant:
+                return F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, scale=self.scaling,
+                                                      enable_gqa=True)
+            return torch.cat([self._attend_one(q, j, keys, values, mask[j:j + 1]) for j in range(q.shape[1])], dim=2)
+
+        x = self._layers(tokens, pos, pos, cos_table, sin_table, cache[:n], cache[n:], attend)
+        return self._rms(x[x.shape[0] - keep:], self.norm)
+
+    def _attend_one(self, q: torch.Tensor, j: int, keys: torch.Tensor, values: torch.Tensor,
+                    mask: torch.Tensor) -> torch.Tensor:
+        """Query ``j`` alone ([1, nh, 1, d]): the call a one-token step makes at its position, whatever else
+        is in the pass (the invariant target's attention)."""
+        return F.scaled_dot_product_attention(q[None, :, j:j + 1], keys, values, attn_mask=mask, scale=self.scaling,
+                                              enable_gqa=True)
+
+    def _layers(self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, cos_table: torch.Tensor,
+                sin_table: torch.Tensor, keys: tuple, values: tuple, attend: Callable) -> torch.Tensor:
+        """Every decoder layer over ``tokens`` at RoPE positions ``pos``, their keys and values written at
+        cache ``slots``; ``attend(q [nh, T, d], keys, values)`` -> [1, nh, T, d].  The residual stream [T, H]."""
+        t = tokens.shape[0]
         x = self.embed.weight.index_select(0, tokens).float()  # [T, H]
         cos, sin = cos_table.index_select(0, pos)[None], sin_table.index_select(0, pos)[None]  # [1, T, d]
-        mask = torch.arange(keys[0].shape[2])[None, :] <= pos[:, None]  # [T, cap]
         for i, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms(x, layer.norm_in))
             q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
             q = self._rope(q.view(t, self.heads, self.head_dim).transpose(0, 1), cos, sin)
             k = self._rope(k.view(t, self.kv_heads, self.head_dim).transpose(0, 1), cos, sin)
-            keys[i].index_copy_(2, pos, k[None])
-            values[i].index_copy_(2, pos, v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)[None])
-            att = F.scaled_dot_product_attention(q[None], keys[i], values[i], attn_mask=mask,
-                                                 scale=self.scaling, enable_gqa=True)
+            keys[i].index_copy_(2, slots, k[None])
+            values[i].index_copy_(2, slots, v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)[None])
+            att = attend(q, keys[i], values[i])
             x = x + layer.o(att[0].transpose(0, 1).reshape(t, self.q_size))
             gate, up = layer.gate_up(self._rms(x, layer.norm_post)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
-        return self._rms(x[t - keep:], self.norm)
+        return x
+
+    @torch.inference_mode()
+    def forward_tree(self, tokens: list[int], slots: list[int], positions: list[int],
+                     visible: list[list[int]], keep: int) -> torch.Tensor:
+        """Token-tree nodes (an invariant target's, eagerly): ``tokens`` written at cache ``slots``, RoPE at
+        ``positions``, token i attending to the slots ``visible[i]`` (the prefix, its ancestors and itself,
+        in order).  Each query's visible keys are gathered to the slots a chain would hold them in, so its
+        attention is the very call a one-token step makes there: a node scores exactly as the same tokens
+        fed one by one (tested).  The logits of the last ``keep`` [keep, V]."""
+        if not self.invariant:
+            raise RuntimeError("token trees on lean steps are for the invariant target")
+        need = max(slots) + 1
+        if need > self.max_len:
+            raise RuntimeError(f"the lean KV cache holds {self.max_len} tokens; this run needs more")
+        self._reserve(need)
+        cap = self.capacity
+        gathers = [torch.tensor(v, dtype=torch.long) for v in visible]
+        masks = [torch.arange(cap)[None, :] < len(v) for v in visible]
+
+        def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            rows = []
+            for j, (idx, mask) in enumerate(zip(gathers, masks)):
+                k, v = torch.zeros_like(keys), torch.zeros_like(values)
+                k[:, :, :len(idx)], v[:, :, :len(idx)] = keys.index_select(2, idx), values.index_select(2, idx)
+                rows.append(self._attend_one(q, j, k, v, mask))
+            return torch.cat(rows, dim=2)
+
+        x = self._layers(torch.tensor(tokens, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
+                         torch.tensor(slots, dtype=torch.long), self._cos, self._sin, self.keys, self.values, attend)
+        return self.head(self._rms(x[x.shape[0] - keep:], self.norm)).float()
+
+    def move(self, sources: list[int], start: int) -> None:
+        """Copy the cache's slots ``sources`` (in order) to ``start``, ``start`` + 1, ... in every layer (a
+        tree's accepted path becomes a plain prefix)."""
+        idx = torch.tensor(sources, dtype=torch.long)
+        for cache in (self.keys, self.values):
+            for layer in cache:
+                layer[:, :, start:start + len(sources)] = layer.index_select(2, idx)
 
     # -- traced steps -------------------------------------------------------------------------------
 
-    def trace(self, feeds: tuple[int, ...] = TRACED_FEEDS) -> float:
+    def trace(self, feeds: tuple[int, ...] | None = None) -> float:
         """Record :meth:`_decode` for feeds of each length in ``feeds`` (keeping one position) as a
         TorchScript graph: the same ops and kernels, run without Python between them.  On a 2-core
         CPU the draft's one-token step is ~25 ms of int8 kernels and ~1,000 small ops whose Python
         dispatch cost ~15 ms more; the graph runs them back to back.  Returns the seconds it took
         (~0.5 s a length); on any failure the eager path stays (logged)."""
         t0 = time.perf_counter()
+        feeds = feeds or (TARGET_FEEDS if self.invariant else TRACED_FEEDS)
         self.trace_deferred = False
         if not all(isinstance(getattr(layer, name), TokenInt8Linear) for layer in self.layers
                    for name in ("qkv", "o", "gate_up", "down")):
-            log.info("The draft's step is not traced: its linears are not all fused int8 products")
+            log.info("The %s's step is not traced: its linears are not all fused int8 products", self.role)
             return 0.0
         try:
-            holder = _Holder(self)
             # A cache a run allocated under inference_mode cannot be written by the tracer: start afresh
             # (the steps are not in use; the next run reserves its own).
             self.release()
@@ -230,14 +315,20 @@ class LeanSteps:
                 for t in feeds:
                     args = (torch.zeros(t, dtype=torch.long), torch.arange(t), self._cos, self._sin, *self.keys,
                             *self.values)
+                    holder = _Holder(self, keep=t if self.invariant else 1)
                     self.traced[t] = torch.jit.trace(holder, args, check_trace=False)
+            self.release()
         except Exception as exc:  # noqa: BLE001 -- tracing is an optimisation; the eager path is correct
             self.traced = {}
-            log.warning("Tracing the draft's step failed (%s); it runs eagerly", exc)
+            log.warning("Tracing the %s's step failed (%s); it runs eagerly", self.role, exc)
             return 0.0
         seconds = time.perf_counter() - t0
-        log.info("Traced the draft's %s-token steps in %.1f s", "/".join(map(str, feeds)), seconds)
+        log.info("Traced the %s's %s-token steps in %.1f s", self.role, "/".join(map(str, feeds)), seconds)
         return seconds
+
+    @property
+    def role(self) -> str:
+        return "target" if self.invariant else "draft"
 
     @torch.inference_mode()
     def forward(self, ids: list[int], keep: int, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -248,9 +339,10 @@ class LeanSteps:
             raise RuntimeError(f"the lean KV cache holds {self.max_len} tokens; this run needs more")
         self._reserve(start + t)
         tokens, pos = torch.tensor(ids, dtype=torch.long), torch.arange(start, start + t)
-        graph = self.traced.get(t) if keep == 1 else None
-        if graph is not None:  # the graph gives the hidden state; the head (swappable) runs after it
+        graph = self.traced.get(t) if keep == 1 or self.invariant else None
+        if graph is not None:  # the graph gives the hidden states; the head (swappable) runs after it
             h = graph(tokens, pos, self._cos, self._sin, *self.keys, *self.values)
+            h = h[h.shape[0] - keep:]  # an invariant target's graph keeps every position, a draft's its last
             logits = self.head(h).float()
         else:
             logits, h = self._decode(tokens, pos, keep, self._cos, self._sin, *self.keys, *self.values,
@@ -263,14 +355,71 @@ class LeanSteps:
         return self.forward(new, keep, hidden)
 
 
+class LeanLM(StaticLM):
+    """:class:`specviz.core.kv.CachedLM`'s interface over lean steps, token trees included where the steps
+    are an invariant target's (:meth:`LeanSteps.forward_tree`): tree nodes sit after the prefix at
+    ``cached + node``, as in CachedLM, and :meth:`keep_path` moves the accepted path's keys and values
+    down to a plain prefix."""
+
+    def __init__(self, steps: LeanSteps, device: torch.device):
+        super().__init__(steps, device)
+        self.tree_depths: list[int] = []
+
+    def feed(self, ids: list[int], keep: int = 1, hidden: bool = False):
+        assert not self.tree_parents, "the cache holds a tree: keep_path first"
+        return super().feed(ids, keep, hidden)
+
+    def feed_tree(self, ids: list[int], tokens: list[int], parents: list[int]):
+        from ..core.kv import Fed
+
+        suffix = ids[self.cached:]
+        if self.tree_parents:
+            assert not suffix, "the prefix must be complete before the tree grows"
+        base, first = len(ids), len(self.tree_parents)
+        for par in parents:
+            assert -1 <= par < len(self.tree_parents), "a node's parent must be fed before it"
+            self.tree_parents.append(par)
+            self.tree_depths.append(1 if par < 0 else self.tree_depths[par] + 1)
+        visible = [list(range(self.cached + j + 1)) for j in range(len(suffix))]
+        for k in range(len(tokens)):
+            path, node = [], first + k
+            while node >= 0:  # itself and its ancestors
+                path.append(base + node)
+                node = self.tree_parents[node]
+            visible.append(list(range(base)) + path[::-1])
+        slots = list(range(self.cached, base)) + [base + first + k for k in range(len(tokens))]
+        positions = list(range(self.cached, base)) + [base - 1 + self.tree_depths[first + k] for k in range(len(tokens))]
+        logits = self.steps.forward_tree(suffix + tokens, slots, positions, visible, len(tokens) + (1 if suffix else 0))
+        self.cached = base
+        self.steps.set_length(base + len(self.tree_parents))
+        return Fed(logits)
+
+    def keep_path(self, nodes: list[int]) -> None:
+        if nodes:
+            self.steps.move([self.cached + n for n in nodes], self.cached)
+        self.cached += len(nodes)
+        self.tree_parents, self.tree_depths = [], []
+        self.steps.set_length(self.cached)
+
+    def crop(self, n: int) -> None:
+        if self.tree_parents:
+            self.keep_path([])
+        super().crop(n)
+
+    def free(self) -> None:
+        self.tree_parents, self.tree_depths = [], []
+        super().free()
+
+
 class _Holder(torch.nn.Module):
-    """What :func:`torch.jit.trace` records: :meth:`LeanSteps._body` keeping one position (the head
+    """What :func:`torch.jit.trace` records: :meth:`LeanSteps._body` keeping ``keep`` positions (the head
     runs after the graph).  The tracer takes fbgemm's packed weights only from attributes of the
     traced module, so they are listed here."""
 
-    def __init__(self, steps: LeanSteps):
+    def __init__(self, steps: LeanSteps, keep: int = 1):
         super().__init__()
         self.steps = [steps]  # a list: not a submodule (the steps are not an nn.Module)
+        self.keep = keep
         linears = [getattr(layer, name) for layer in steps.layers for name in ("qkv", "o", "gate_up", "down")]
         for n, linear in enumerate(linears):
             linear.pack()
@@ -278,25 +427,25 @@ class _Holder(torch.nn.Module):
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
                 *cache: torch.Tensor) -> torch.Tensor:
-        return self.steps[0]._body(tokens, pos, 1, cos_table, sin_table, *cache)
+        return self.steps[0]._body(tokens, pos, self.keep, cos_table, sin_table, *cache)
 
 
-def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = True) -> LeanSteps | None:
+def attach(model: torch.nn.Module, max_len: int | None = None, *, trace: bool = True,
+           invariant: bool = False) -> LeanSteps | None:
     """Give ``model`` the lean decode path (:func:`specviz.core.kv.cached_lm` then uses it for chains) when
     it supports it; returns the steps, or None (logged) when it does not.  ``trace``: also record its
-    one- and two-token steps as TorchScript graphs (:meth:`LeanSteps.trace`); without, they run eagerly
-    until something traces them (:mod:`.warm`, once the weights are packed: a trace holds fbgemm's)."""
+    short feeds as TorchScript graphs (:meth:`LeanSteps.trace`); without, they run eagerly
+    until something traces them (:mod:`.warm`, once the weights are packed: a trace holds fbgemm's).
+    ``invariant``: the target's batch-invariant attention (see the module's docstring)."""
     why = unsupported(model)
     if why is not None:
         log.info("The lean decode path is off for %s: %s", type(model).__name__, why)
         return None
     cap = max_len or int(getattr(model.config, "max_position_embeddings", 0) or 32768)
-    steps = LeanSteps(model, cap)
+    steps = LeanSteps(model, cap, invariant=invariant)
     if trace:
         steps.trace()
     else:
         steps.trace_deferred = True
-    from .compiled import give_steps
-
     give_steps(model, steps)
     return steps

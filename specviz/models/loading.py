@@ -497,8 +497,8 @@ def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.d
     model, requested, probe = choose(req)
     if requested.endswith("+graphs"):  # the draft's one-token step gains the most from graphs
         executions.apply(draft, requested, source_dir=None)
-    else:
-        compiled.detach(model)  # the probe may have timed graphs on this very model
+    elif isinstance(compiled.steps_of(model), compiled.CompiledSteps):
+        compiled.detach(model)  # the probe may have timed graphs on this very model (lean steps stay)
     return model, requested, probe
 
 

@@ -12,8 +12,9 @@ load where it does not hold), so a run's tokens and probabilities never depend o
 only its speed does (2-3x slower products until packed), and a race that ran while packing is flagged
 (:func:`preparing`).
 
-Last, the draft's one- and two-token steps are traced (:meth:`.lean.LeanSteps.trace`): that writes into
-the draft's KV cache, so it runs holding the server's model lock, between runs.
+Last, the models' short feeds are traced (:meth:`.lean.LeanSteps.trace`: the target's step and verify
+passes, the draft's one- and two-token steps): that writes into their KV caches, so it runs holding the
+server's model lock, between runs.
 """
 
 from __future__ import annotations
@@ -136,11 +137,12 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
             with ThreadPoolExecutor(max_workers=max(1, workers), initializer=_lowest_priority,
                                     thread_name_prefix="specviz-pack") as pool:
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
-            steps = _untraced(pair.draft) if pair.draft is not None else None
-            if steps is not None:
-                with lock if lock is not None else contextlib.nullcontext():
-                    if not steps.in_use:
-                        steps.trace()
+            for model in models:
+                steps = _untraced(model)
+                if steps is not None:
+                    with lock if lock is not None else contextlib.nullcontext():
+                        if not steps.in_use:
+                            steps.trace()
             log.info("%s → %s: weights prepared (packed, %d linears) in %.1f s after serving began",
                      pair.draft_name, pair.target_name, len(todo), time.perf_counter() - t0)
         except Exception as exc:  # noqa: BLE001 -- the onednn path stays correct, only slower

@@ -61,6 +61,7 @@ class RecordedMachine:
     probe: Probe
     target: str = ""
     draft: str = ""
+    reference: str = ""  # another program's curves (llama.cpp), not a specviz probe's
 
     @property
     def choice_label(self) -> str:
@@ -97,7 +98,7 @@ def recorded_machine(doc: dict, key: str) -> RecordedMachine:
     label = str(probe.machine.get("label") or probe.machine.get("name") or key)
     name = str(doc.get("name") or short_name(probe.machine))
     return RecordedMachine(key, name, label, str(doc.get("note") or ""), probe, str(doc.get("target") or ""),
-                           str(doc.get("draft") or ""))
+                           str(doc.get("draft") or ""), str(doc.get("reference") or ""))
 
 
 def load_recorded(folder: Path | None = None) -> list[RecordedMachine]:
@@ -221,7 +222,8 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
             if not curve:
                 continue
             mine = execution == rec.probe.choice
-            name = f"{execution} · {rec.name} (recorded{', its choice' if mine else ''})"
+            name = (f"{execution} · {short_name(rec.probe.machine)} (recorded)" if rec.reference else
+                    f"{execution} · {rec.name} (recorded{', its choice' if mine else ''})")
             fig.add_trace(_curve_trace(execution, curve, name=name, recorded=rec.name, note=rec.note, chosen=mine,
                                        style=i))
             curves_drawn.append(curve)
@@ -320,10 +322,15 @@ def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", 
             factors = ", ".join(f"{e} {f:.2f}" for e, c in rec.probe.curves.items()
                                 if (f := verify_factor(c, g + 1)) is not None)
             note = f" — {rec.note}" if rec.note else ""
+            if rec.reference:  # another program on the same GGUF files: what a CPU user would otherwise run
+                lines.append(f"- **{rec.name}** ({rec.label}), the reference a CPU user would pick: T({g + 1})/T(1): "
+                             f"{factors or 'not measured'}{note}.")
+                continue
             lines.append(f"- **{rec.name}** ({rec.label}): chose {rec.probe.choice}; T({g + 1})/T(1): "
                          f"{factors or 'not measured'}{note}.")
         tick = " (tick them under *Compare with*)" if probe is not None and probe.curves else ""
-        parts.append(f"**Recorded on other machines**{tick}:\n" + "\n".join(lines))
+        by = " and by llama.cpp" if any(rec.reference for rec in recorded) else ""
+        parts.append(f"**Recorded on other machines{by}**{tick}:\n" + "\n".join(lines))
     return "\n\n".join(parts)
 
 
