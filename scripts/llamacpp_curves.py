@@ -43,18 +43,25 @@ class Model:
         from llama_cpp import Llama
 
         self.llm = Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
-                         n_batch=512, logits_all=True, verbose=False)
+                         n_batch=512, verbose=False)
+        self.vocab = self.llm.n_vocab()
 
-    def feed(self, ids: list[int], at: int) -> np.ndarray:
-        """Keep the first ``at`` cached tokens, feed ``ids`` after them; their logits [len(ids), V]."""
-        self.llm.n_tokens = at  # eval() drops the cache's slots from n_tokens on: the rollback
-        self.llm.eval(ids)
-        return np.asarray(self.llm.scores[at:at + len(ids)])
+    def feed(self, ids: list[int], at: int, every: bool = True) -> np.ndarray:
+        """Keep the first ``at`` cached tokens, feed ``ids`` after them: the logits of every one of them
+        [len(ids), V] (a verify pass), or with ``every=False`` of the last only (a prompt pass: llama.cpp
+        then skips the head for the others, as its own generation loop does)."""
+        llm = self.llm
+        llm._ctx.kv_cache_seq_rm(-1, at, -1)  # the rollback: the slots from ``at`` on are dropped
+        for i in range(0, len(ids), llm.n_batch):
+            chunk = ids[i:i + llm.n_batch]
+            llm._batch.set_batch(batch=chunk, n_past=at + i, logits_all=every)
+            llm._ctx.decode(llm._batch)
+        rows = len(chunk) if every else 1
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(rows * self.vocab,)).reshape(rows, self.vocab).copy()
 
     def pass_ms(self, prefix: list[int], k: int, reps: int) -> float:
         times = []
-        self.llm.reset()
-        self.feed(prefix, 0)
+        self.feed(prefix, 0, every=False)
         tokens = (prefix * (k // len(prefix) + 1))[:k]
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -64,8 +71,9 @@ class Model:
 
 
 def plain(target: Model, prompt: list[int], n: int, eos: set[int]) -> tuple[list[int], float]:
+    """llama.cpp's plain greedy decoding, one token a pass (its own generation loop's work)."""
     out, t0 = [], time.perf_counter()
-    logits = target.feed(prompt, 0)[-1]
+    logits = target.feed(prompt, 0, every=False)[-1]
     while len(out) < n:
         x = int(logits.argmax())
         out.append(x)
@@ -77,24 +85,24 @@ def plain(target: Model, prompt: list[int], n: int, eos: set[int]) -> tuple[list
 
 def speculative(target: Model, draft: Model, prompt: list[int], n: int, gamma: int, eos: set[int]) -> dict:
     ids, t0 = list(prompt), time.perf_counter()
-    target.feed(prompt[:-1], 0)
-    draft.feed(prompt[:-1], 0)
+    target.feed(prompt[:-1], 0, every=False)
+    draft.feed(prompt[:-1], 0, every=False)
+    held_t = held_d = len(prompt) - 1  # how many of ids each cache holds
     rounds = accepted = 0
     while len(ids) - len(prompt) < n:
-        base = len(ids) - 1  # both caches hold ids[:-1]
-        drafts, logits = [], draft.feed([ids[-1]], base)[-1]
+        drafts, logits = [], draft.feed(ids[held_d:], held_d)[-1]
         for i in range(gamma):
             drafts.append(int(logits.argmax()))
             if i + 1 < gamma:
-                logits = draft.feed([drafts[-1]], base + 1 + i)[-1]
-        scores = target.feed([ids[-1]] + drafts, base)
+                logits = draft.feed([drafts[-1]], len(ids) + i)[-1]
+        scores = target.feed(ids[held_t:] + drafts, held_t)[len(ids) - held_t - 1:]
         best = scores.argmax(-1)
         keep = 0
         while keep < gamma and int(best[keep]) == drafts[keep]:
             keep += 1
-        new = drafts[:keep] + [int(best[keep])]
         rounds, accepted = rounds + 1, accepted + keep
-        for x in new:
+        held_t, held_d = len(ids) + keep, len(ids) + min(keep, gamma - 1)  # the caches' parts still true
+        for x in drafts[:keep] + [int(best[keep])]:
             ids.append(x)
             if x in eos or len(ids) - len(prompt) >= n:
                 break

@@ -71,8 +71,12 @@ class LlamaCpp:
     def greedy(self, ids: list[int], max_new_tokens: int, eos: set[int]) -> tuple[list[int], float, float]:
         """(new token ids, seconds in all, seconds after the first token): llama.cpp's own generation loop
         with its greedy sampler (temperature 0: the argmax, as specviz's greedy standard decoding), from
-        the same prompt ids; the cache reset first."""
+        the same prompt ids; the cache reset first.  Reset by hand: generate(reset=True) keeps the longest
+        cached prefix of the ids it is given, so a repeat of a prompt skipped the prompt pass that every
+        specviz run pays (the bench's llama.cpp rates of 2026-11-26 and before counted repeats that way: in
+        two benches that day, first repeats 5.3-8.8 tok/s, second ones 8.0-10.5 on the same prompts)."""
         new: list[int] = []
+        self.llm.reset()
         t0 = time.perf_counter()
         first = t0
         for token in self.llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,

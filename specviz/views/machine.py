@@ -65,6 +65,8 @@ class RecordedMachine:
 
     @property
     def choice_label(self) -> str:
+        if self.reference:  # another program: which machine it ran on is the part to tell apart
+            return f"{self.name} on {short_name(self.probe.machine)} (recorded)"
         return f"{self.name} (recorded)"
 
 
