@@ -280,7 +280,7 @@ def build() -> gr.Blocks:
                             "tokens, timed in each execution (precision and kernels) the machine offers.")
                 compare_with = machine_ui.compare_choices()
                 m_compare = gr.CheckboxGroup(compare_with, value=[], label="Compare with",
-                                             info="curves measured on other machines, shipped with the app",
+                                             info="curves measured on other machines, and llama.cpp's on the same model files, shipped with the app",
                                              visible=bool(compare_with), elem_id="sv-machine-compare")
                 m_plot = gr.Plot(show_label=False, elem_id="sv-machine-plot")
                 m_note = gr.Markdown(elem_id="sv-machine-note")

@@ -13,7 +13,7 @@ import torch
 from specviz.core.engine import standard_decode
 from specviz.core.kv import CachedLM, cached_lm
 from specviz.core.settings import DecodeSettings
-from specviz.models import executions, int8, lean
+from specviz.models import executions, int8, lean, lean_tree
 from specviz.models.compiled import steps_of
 from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
@@ -56,7 +56,7 @@ def test_the_int8_target_gets_traced_lean_steps_a_cache_per_run():
     assert isinstance(steps, lean.LeanSteps) and steps.invariant
     assert set(steps.traced) == set(lean.TARGET_FEEDS)  # traced at load (packed: nothing deferred)
     a, b = cached_lm(model, CPU, 64), cached_lm(model, CPU, 64)
-    assert isinstance(a, lean.LeanLM) and isinstance(b, lean.LeanLM) and a.steps is not b.steps
+    assert isinstance(a, lean_tree.LeanLM) and isinstance(b, lean_tree.LeanLM) and a.steps is not b.steps
     assert a.steps.traced is steps.traced  # shared graphs, separate caches
     a.free(), b.free()
 
@@ -123,7 +123,7 @@ def test_tree_nodes_score_as_steps_along_their_path_and_the_kept_path_continues_
     tokens, parents = [7, 8, 9, 10, 11], [-1, 0, 0, 2, -1]  # 7 -> (8, 9 -> 10); 11
     with torch.inference_mode():
         lm = cached_lm(model, CPU, 64, trees=True)
-        assert isinstance(lm, lean.LeanLM)
+        assert isinstance(lm, lean_tree.LeanLM)
         lm.feed(prefix[:-1])
         tree = lm.feed_tree(prefix, tokens, parents).logits  # row 0: the prefix's last; then the nodes
         assert tree.shape[0] == 1 + len(tokens)

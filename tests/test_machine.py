@@ -356,7 +356,7 @@ def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
     with caplog.at_level(logging.WARNING, logger="specviz.views"):
         shipped = {r.key: r for r in M.load_recorded()}
     assert not caplog.records, [r.getMessage() for r in caplog.records]
-    assert set(shipped) == {"epyc-avx2", "xeon-amx", "llamacpp-epyc-avx2"}
+    assert set(shipped) == {"epyc-avx2", "epyc-avx2-2026-11-26", "xeon-amx", "llamacpp-epyc-avx2"}
     llama = shipped.pop("llamacpp-epyc-avx2")  # llama.cpp on the same GGUF files (scripts/llamacpp_curves.py)
     assert llama.reference == "llama.cpp" and M.verify_factor(llama.probe.curves[llama.probe.choice], 6) > 2
     assert "its own greedy speculation" in llama.note and llama.probe.draft_ms
@@ -366,7 +366,7 @@ def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
     assert M.verify_factor(xeon.curves["bf16"], 6) < 1.1 < 4 < M.verify_factor(epyc.curves["bf16"], 6)
     assert xeon.curves["int8"][1] < 0.6 * xeon.curves["bf16"][1]
     text = M.machine_text(None, recorded=[*shipped.values(), llama])
-    assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 2
+    assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 3
     assert "**llama.cpp** (AMD EPYC" in text and "the reference a CPU user would pick" in text
 
 

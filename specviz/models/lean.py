@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .compiled import StaticLM, give_steps
+from .compiled import give_steps
 from .int8_target import FusedPart, TokenInt8Linear
 
 log = logging.getLogger("specviz.models")
@@ -146,8 +146,10 @@ class LeanSteps:
         run._reserve(min(need, self.max_len))
         return run
 
-    def lm(self, device: torch.device) -> "LeanLM":
-        """A run's LM over these steps (:func:`.compiled.static_lm` asks)."""
+    def lm(self, device: torch.device):
+        """A run's LM over these steps (:func:`.compiled.static_lm` asks): :class:`.lean_tree.LeanLM`."""
+        from .lean_tree import LeanLM
+
         return LeanLM(self, device)
 
     @property
@@ -252,44 +254,6 @@ class LeanSteps:
             x = x + layer.down(F.silu(gate) * up)
         return x
 
-    @torch.inference_mode()
-    def forward_tree(self, tokens: list[int], slots: list[int], positions: list[int],
-                     visible: list[list[int]], keep: int) -> torch.Tensor:
-        """Token-tree nodes (an invariant target's, eagerly): ``tokens`` written at cache ``slots``, RoPE at
-        ``positions``, token i attending to the slots ``visible[i]`` (the prefix, its ancestors and itself,
-        in order).  Each query's visible keys are gathered to the slots a chain would hold them in, so its
-        attention is the very call a one-token step makes there: a node scores exactly as the same tokens
-        fed one by one (tested).  The logits of the last ``keep`` [keep, V]."""
-        if not self.invariant:
-            raise RuntimeError("token trees on lean steps are for the invariant target")
-        need = max(slots) + 1
-        if need > self.max_len:
-            raise RuntimeError(f"the lean KV cache holds {self.max_len} tokens; this run needs more")
-        self._reserve(need)
-        cap = self.capacity
-        gathers = [torch.tensor(v, dtype=torch.long) for v in visible]
-        masks = [torch.arange(cap)[None, :] < len(v) for v in visible]
-
-        def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-            rows = []
-            for j, (idx, mask) in enumerate(zip(gathers, masks)):
-                k, v = torch.zeros_like(keys), torch.zeros_like(values)
-                k[:, :, :len(idx)], v[:, :, :len(idx)] = keys.index_select(2, idx), values.index_select(2, idx)
-                rows.append(self._attend_one(q, j, k, v, mask))
-            return torch.cat(rows, dim=2)
-
-        x = self._layers(torch.tensor(tokens, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
-                         torch.tensor(slots, dtype=torch.long), self._cos, self._sin, self.keys, self.values, attend)
-        return self.head(self._rms(x[x.shape[0] - keep:], self.norm)).float()
-
-    def move(self, sources: list[int], start: int) -> None:
-        """Copy the cache's slots ``sources`` (in order) to ``start``, ``start`` + 1, ... in every layer (a
-        tree's accepted path becomes a plain prefix)."""
-        idx = torch.tensor(sources, dtype=torch.long)
-        for cache in (self.keys, self.values):
-            for layer in cache:
-                layer[:, :, start:start + len(sources)] = layer.index_select(2, idx)
-
     # -- traced steps -------------------------------------------------------------------------------
 
     def trace(self, feeds: tuple[int, ...] | None = None) -> float:
@@ -299,7 +263,7 @@ class LeanSteps:
         dispatch cost ~15 ms more; the graph runs them back to back.  Returns the seconds it took
         (~0.5 s a length); on any failure the eager path stays (logged)."""
         t0 = time.perf_counter()
-        feeds = feeds or (TARGET_FEEDS if self.invariant else TRACED_FEEDS)
+        feeds = feeds or self.feeds
         self.trace_deferred = False
         if not all(isinstance(getattr(layer, name), TokenInt8Linear) for layer in self.layers
                    for name in ("qkv", "o", "gate_up", "down")):
@@ -319,12 +283,19 @@ class LeanSteps:
                     self.traced[t] = torch.jit.trace(holder, args, check_trace=False)
             self.release()
         except Exception as exc:  # noqa: BLE001 -- tracing is an optimisation; the eager path is correct
-            self.traced = {}
+            for t in feeds:  # in place: runs' copies of the steps share this dict
+                self.traced.pop(t, None)
             log.warning("Tracing the %s's step failed (%s); it runs eagerly", self.role, exc)
             return 0.0
         seconds = time.perf_counter() - t0
         log.info("Traced the %s's %s-token steps in %.1f s", self.role, "/".join(map(str, feeds)), seconds)
         return seconds
+
+    @property
+    def feeds(self) -> tuple[int, ...]:
+        """The feed lengths traced: a step and verify passes up to γ = 8 (the target), or a step and a step
+        after a round that kept every draft (the draft)."""
+        return TARGET_FEEDS if self.invariant else TRACED_FEEDS
 
     @property
     def role(self) -> str:
@@ -353,62 +324,6 @@ class LeanSteps:
     def feed(self, new: list[int], keep: int, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`.compiled.CompiledSteps.feed`'s contract: ``new`` after the cache's contents."""
         return self.forward(new, keep, hidden)
-
-
-class LeanLM(StaticLM):
-    """:class:`specviz.core.kv.CachedLM`'s interface over lean steps, token trees included where the steps
-    are an invariant target's (:meth:`LeanSteps.forward_tree`): tree nodes sit after the prefix at
-    ``cached + node``, as in CachedLM, and :meth:`keep_path` moves the accepted path's keys and values
-    down to a plain prefix."""
-
-    def __init__(self, steps: LeanSteps, device: torch.device):
-        super().__init__(steps, device)
-        self.tree_depths: list[int] = []
-
-    def feed(self, ids: list[int], keep: int = 1, hidden: bool = False):
-        assert not self.tree_parents, "the cache holds a tree: keep_path first"
-        return super().feed(ids, keep, hidden)
-
-    def feed_tree(self, ids: list[int], tokens: list[int], parents: list[int]):
-        from ..core.kv import Fed
-
-        suffix = ids[self.cached:]
-        if self.tree_parents:
-            assert not suffix, "the prefix must be complete before the tree grows"
-        base, first = len(ids), len(self.tree_parents)
-        for par in parents:
-            assert -1 <= par < len(self.tree_parents), "a node's parent must be fed before it"
-            self.tree_parents.append(par)
-            self.tree_depths.append(1 if par < 0 else self.tree_depths[par] + 1)
-        visible = [list(range(self.cached + j + 1)) for j in range(len(suffix))]
-        for k in range(len(tokens)):
-            path, node = [], first + k
-            while node >= 0:  # itself and its ancestors
-                path.append(base + node)
-                node = self.tree_parents[node]
-            visible.append(list(range(base)) + path[::-1])
-        slots = list(range(self.cached, base)) + [base + first + k for k in range(len(tokens))]
-        positions = list(range(self.cached, base)) + [base - 1 + self.tree_depths[first + k] for k in range(len(tokens))]
-        logits = self.steps.forward_tree(suffix + tokens, slots, positions, visible, len(tokens) + (1 if suffix else 0))
-        self.cached = base
-        self.steps.set_length(base + len(self.tree_parents))
-        return Fed(logits)
-
-    def keep_path(self, nodes: list[int]) -> None:
-        if nodes:
-            self.steps.move([self.cached + n for n in nodes], self.cached)
-        self.cached += len(nodes)
-        self.tree_parents, self.tree_depths = [], []
-        self.steps.set_length(self.cached)
-
-    def crop(self, n: int) -> None:
-        if self.tree_parents:
-            self.keep_path([])
-        super().crop(n)
-
-    def free(self) -> None:
-        self.tree_parents, self.tree_depths = [], []
-        super().free()
 
 
 class _Holder(torch.nn.Module):

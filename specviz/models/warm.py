@@ -91,12 +91,17 @@ def pack_now(model: torch.nn.Module) -> None:
 YIELD_S = 3.0  # a linear waits at most this long for a run to end before it is packed beside it
 
 
-def _pack_between_runs(linear: Any, lock: Any) -> None:
-    """Pack ``linear`` when no run holds ``lock`` (a run has both cores to itself: the first visitors' runs
-    are not slowed twice over), or after YIELD_S seconds of waiting, so a busy room still gets packed."""
+def _until_free(lock: Any) -> None:
+    """Wait while a run holds ``lock``, at most YIELD_S seconds (a busy room still gets its kernels)."""
     deadline = time.monotonic() + YIELD_S
     while lock is not None and getattr(lock, "locked", lambda: False)() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _pack_between_runs(linear: Any, lock: Any) -> None:
+    """Pack ``linear`` when no run holds ``lock`` (a run has both cores to itself: the first visitors' runs
+    are not slowed twice over), or after YIELD_S seconds of waiting, so a busy room still gets packed."""
+    _until_free(lock)
     linear.pack()
 
 
@@ -139,10 +144,15 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             for model in models:
                 steps = _untraced(model)
-                if steps is not None:
+                # One feed length at a time, each holding the lock (~1 s for the target's): a run that
+                # arrives meanwhile waits for one trace, not all nine (it then runs the eager forward, the
+                # same bits); the whole target took ~10 s and held up a warm start's first run.
+                for t in steps.feeds if steps is not None else ():
+                    _until_free(lock)
                     with lock if lock is not None else contextlib.nullcontext():
                         if not steps.in_use:
-                            steps.trace()
+                            steps.trace((t,))
+                    time.sleep(0.05)  # a lock is not fair: let a run that waited take it before the next trace
             log.info("%s → %s: weights prepared (packed, %d linears) in %.1f s after serving began",
                      pair.draft_name, pair.target_name, len(todo), time.perf_counter() - t0)
         except Exception as exc:  # noqa: BLE001 -- the onednn path stays correct, only slower
