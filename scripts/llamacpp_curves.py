@@ -160,6 +160,8 @@ def main() -> None:
     import llama_cpp
 
     machine = this_machine().as_dict()
+    machine.pop("torch", None)  # llama.cpp ran, not torch
+    machine["label"] = machine["label"].split(" (torch")[0]
     spec = {f"gamma_{g}": {"tok_s": med(f"spec_g{g}"), "acceptance": med(f"spec_g{g}", "accept"),
                            "same_text": sum(r[f"spec_g{g}"]["same_text"] for r in rows)} for g in gammas}
     c = draft_ms / curve[1]

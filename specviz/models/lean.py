@@ -312,7 +312,11 @@ class LeanSteps:
         tokens, pos = torch.tensor(ids, dtype=torch.long), torch.arange(start, start + t)
         graph = self.traced.get(t) if keep == 1 or self.invariant else None
         if graph is not None:  # the graph gives the hidden states; the head (swappable) runs after it
-            h = graph(tokens, pos, self._cos, self._sin, *self.keys, *self.values)
+            # Unoptimized: TorchScript's profiling executor otherwise spends each graph's first two calls
+            # profiling and optimizing it (the target's: ~450 and ~650 ms against ~100 ms, in a visitor's first
+            # runs and in the probe's timings), for no faster steady state here (measured: 99 ms a step either way).
+            with torch.jit.optimized_execution(False):
+                h = graph(tokens, pos, self._cos, self._sin, *self.keys, *self.values)
             h = h[h.shape[0] - keep:]  # an invariant target's graph keeps every position, a draft's its last
             logits = self.head(h).float()
         else:
