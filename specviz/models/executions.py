@@ -132,9 +132,9 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing)
         model._specviz_head_fingerprint = fingerprint
         model = invariant.make_invariant(model)
-        # Chains run the lean, traced forward with the same batch-invariant attention (trees and anything
-        # else keep transformers' forward); its graphs hold the packed weights: traced once packed, which
-        # a deferred load leaves to models.warm.
+        # Runs (chains and trees) take the lean, traced forward with the same batch-invariant attention
+        # (models.lean, models.lean_tree); whatever calls the model itself keeps transformers' forward. Its
+        # graphs hold the packed weights: traced once packed, which a deferred load leaves to models.warm.
         lean.attach(model, trace=not defer_packing and not int8.unpacked(model), invariant=True)
         return model
     if graphs:
