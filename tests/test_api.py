@@ -253,16 +253,16 @@ def app_module(monkeypatch):
 @pytest.fixture()
 def freed(monkeypatch):
     """The KV caches freed, in order."""
-    from specviz.core import engine
+    from specviz.core.kv import CachedLM
 
     out = []
-    real_free = engine.CachedLM.free
+    real_free = CachedLM.free
 
     def counting_free(self):
         out.append(self)
         real_free(self)
 
-    monkeypatch.setattr(engine.CachedLM, "free", counting_free)
+    monkeypatch.setattr(CachedLM, "free", counting_free)
     return out
 
 
@@ -290,13 +290,13 @@ def test_closing_a_running_api_generator_releases_lock_and_caches(app_module, fr
 def test_a_failing_run_releases_the_lock(app_module, monkeypatch):
     import gradio as gr
 
-    from specviz.core import engine
+    from specviz.core.kv import CachedLM
     from specviz.serving.service import MODEL_LOCK
 
     def broken_feed(self, ids, keep=1, hidden=False):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(engine.CachedLM, "feed", broken_feed)
+    monkeypatch.setattr(CachedLM, "feed", broken_feed)
     with pytest.raises(gr.Error, match="ran out of memory"):
         list(app_module.api_trace("hello", TINY_PRESET, 2, 0.0, 0.0, 1.0, 12, 0, "opt", True))
     assert not MODEL_LOCK.locked()

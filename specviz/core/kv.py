@@ -34,6 +34,21 @@ class Fed:
     hidden: torch.Tensor | None = None  # [k, H], the final (normed) hidden state
 
 
+def add_tree_nodes(lm: Any, ids: list[int], parents: list[int]) -> tuple[list[int], int, int]:
+    """The bookkeeping every ``feed_tree`` shares (``lm``: its ``cached``, ``tree_parents``, ``tree_depths``):
+    record the new nodes' parents and depths; returns (the uncached suffix of ``ids``, len(ids), how many
+    tree nodes the cache held before)."""
+    suffix = ids[lm.cached :]
+    if lm.tree_parents:
+        assert not suffix, "the prefix must be complete before the tree grows"
+    base, first = len(ids), len(lm.tree_parents)
+    for par in parents:
+        assert -1 <= par < len(lm.tree_parents), "a node's parent must be fed before it"
+        lm.tree_parents.append(par)
+        lm.tree_depths.append(1 if par < 0 else lm.tree_depths[par] + 1)
+    return suffix, base, first
+
+
 class CachedLM:
     """A causal LM plus a KV cache holding the first `cached` tokens of a sequence."""
 
@@ -76,14 +91,7 @@ class CachedLM:
         parents[i] indexes the tree nodes in this cache (those of earlier feed_tree
         calls since the last keep_path, then these), -1 for a child of ids[-1].
         Returns logits for ids[-1] if it was not cached yet, then one row per new node."""
-        suffix = ids[self.cached :]
-        if self.tree_parents:
-            assert not suffix, "the prefix must be complete before the tree grows"
-        base, first = len(ids), len(self.tree_parents)
-        for par in parents:
-            assert -1 <= par < len(self.tree_parents), "a node's parent must be fed before it"
-            self.tree_parents.append(par)
-            self.tree_depths.append(1 if par < 0 else self.tree_depths[par] + 1)
+        suffix, base, first = add_tree_nodes(self, ids, parents)
         past = self.cached + first  # slots already in the cache
         q = len(suffix) + len(tokens)
         emb = self.model.get_input_embeddings()  # its output's dtype: an int8 model's half-precision table reads out fp32

@@ -74,16 +74,9 @@ class LeanLM(StaticLM):
         return super().feed(ids, keep, hidden)
 
     def feed_tree(self, ids: list[int], tokens: list[int], parents: list[int]):
-        from ..core.kv import Fed
+        from ..core.kv import Fed, add_tree_nodes
 
-        suffix = ids[self.cached:]
-        if self.tree_parents:
-            assert not suffix, "the prefix must be complete before the tree grows"
-        base, first = len(ids), len(self.tree_parents)
-        for par in parents:
-            assert -1 <= par < len(self.tree_parents), "a node's parent must be fed before it"
-            self.tree_parents.append(par)
-            self.tree_depths.append(1 if par < 0 else self.tree_depths[par] + 1)
+        suffix, base, first = add_tree_nodes(self, ids, parents)
         visible = [list(range(self.cached + j + 1)) for j in range(len(suffix))]
         for k in range(len(tokens)):
             path, node = [], first + k
