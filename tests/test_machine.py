@@ -346,6 +346,8 @@ def test_a_llamacpp_recording_is_drawn_and_named_as_the_reference(tmp_path):
     fig = M.verify_cost_figure(make_probe(), [rec])
     (theirs,) = [t for t in fig.data if isinstance(t.meta, dict) and t.meta.get("recorded")]
     assert theirs.name == "llama.cpp Q4_K_M · AVX2 EPYC (recorded)" and list(theirs.y)[:2] == [100.0, 150.0]
+    # the legend (a line an entry on a phone) sits at the container's foot, where plotly makes room for it
+    assert fig.layout.legend.yref == "container" and fig.layout.legend.yanchor == "bottom"
 
 
 def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):

@@ -263,7 +263,7 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
         name = str(probe.machine.get("name") or machine)
         title = f"{TITLE} on this machine: {name}"
         rest = machine[len(name):].lstrip(", ") if machine.startswith(name) else ""
-        sub = (f"{rest + ' · ' if rest else ''}{target or probe.model}: a forward over k new tokens "
+        sub = (f"{rest + '<br>' if rest else ''}{target or probe.model}: a forward over k new tokens "
                f"after a {PREFIX}-token prefix")
     elif probe is not None and not probe.measured:
         title, sub = f"{TITLE}: not measured here (machine busy)", "recorded machines only"
@@ -272,8 +272,11 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
     if log_y:
         sub += " · log scale"
     compact_layout(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
-    fig.update_layout(annotations=annotations, legend=dict(y=-0.22), margin=dict(b=150, r=96),
-                      height=560, meta={"machine": machine, "chosen": probe.choice if here else None})
+    # The legend at the container's foot: plotly then makes room for it, however many lines it wraps to (at
+    # 400 px each entry is a line: anchored to the plot instead, it ran over the x-axis title).
+    fig.update_layout(annotations=annotations, legend=dict(yref="container", y=0, yanchor="bottom"),
+                      margin=dict(b=60, r=96), height=620,
+                      meta={"machine": machine, "chosen": probe.choice if here else None})
     fig.update_xaxes(tickmode="array", tickvals=sorted({k for c in curves_drawn for k in c}))
     if log_y:
         fig.update_yaxes(type="log")
