@@ -161,6 +161,16 @@ class CompiledSteps:
                 for _ in range(3):  # torch.compile's cudagraph trees record on the second or third call
                     self.scratch(self._forward, torch.zeros(1, b, dtype=torch.long, device=device))
 
+    takes_trees = False  # token trees need a custom 4D mask: they stay on the eager cache
+
+    def for_run(self, need: int) -> "CompiledSteps":
+        """The steps a run feeds: these (one static cache, one run at a time)."""
+        return self
+
+    def lm(self, device: torch.device) -> "StaticLM":
+        """A run's LM over these steps (:func:`static_lm` asks)."""
+        return StaticLM(self, device)
+
     def feed(self, new: list[int], keep: int, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``new`` tokens after the cache's contents; logits (and, if asked, final hidden states)
         of the last ``keep`` of them, as fresh tensors (a graph's outputs are reused by its next replay)."""
@@ -259,13 +269,12 @@ def steps_of(model: torch.nn.Module) -> CompiledSteps | None:
 def static_lm(model: torch.nn.Module, device: torch.device, need: int | None, trees: bool = False) -> StaticLM | None:
     """The model's compiled steps for one run (core.kv.cached_lm asks, once attach registered this):
     when it has some, they are free, the run's ``need`` tokens fit, and they run token trees if it
-    feeds some (``trees``: only an invariant target's lean steps do)."""
+    feeds some (``trees``: only an invariant target's lean steps take them).  The steps say which cache a
+    run gets (``for_run``: lean steps give an invariant target's every run its own) and which LM (``lm``)."""
     steps = steps_of(model)
     if steps is None or need is None or need > steps.max_len:
         return None
-    if trees and not getattr(steps, "invariant", False):
+    if trees and not steps.takes_trees:
         return None
-    run = steps.for_run(need) if hasattr(steps, "for_run") else steps  # lean steps: the target's own cache a run
-    if run.in_use:
-        return None
-    return run.lm(device) if hasattr(run, "lm") else StaticLM(run, device)
+    run = steps.for_run(need)
+    return None if run.in_use else run.lm(device)

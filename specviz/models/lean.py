@@ -21,8 +21,9 @@ the same int8 products) to ~101 ms.  Every run of the target gets its own cache 
 a race runs standard and speculative decoding side by side, and both must take the same path.
 
 :class:`LeanSteps` has the interface of :class:`.compiled.CompiledSteps`, so
-:func:`specviz.core.kv.cached_lm` hands a chain run a :class:`.compiled.StaticLM` over it; token trees
-(4D masks) keep the eager :class:`specviz.core.kv.CachedLM`.
+:func:`specviz.core.kv.cached_lm` hands a run an LM over it (:meth:`LeanSteps.lm`): the draft's chains; the
+target's chains and token trees (:mod:`.lean_tree`).  The draft's token trees keep the eager
+:class:`specviz.core.kv.CachedLM`.
 """
 
 from __future__ import annotations
@@ -146,6 +147,11 @@ class LeanSteps:
         run._reserve(min(need, self.max_len))
         return run
 
+    @property
+    def takes_trees(self) -> bool:
+        """Whether a run feeding token trees can use these steps (:func:`.compiled.static_lm` asks)."""
+        return self.invariant
+
     def lm(self, device: torch.device):
         """A run's LM over these steps (:func:`.compiled.static_lm` asks): :class:`.lean_tree.LeanLM`."""
         from .lean_tree import LeanLM
@@ -257,8 +263,8 @@ class LeanSteps:
     # -- traced steps -------------------------------------------------------------------------------
 
     def trace(self, feeds: tuple[int, ...] | None = None) -> float:
-        """Record :meth:`_decode` for feeds of each length in ``feeds`` (keeping one position) as a
-        TorchScript graph: the same ops and kernels, run without Python between them.  On a 2-core
+        """Record :meth:`_body` for feeds of each length in ``feeds`` (default :attr:`feeds`; keeping one
+        position, or every position for an invariant target) as a TorchScript graph: the same ops and kernels, run without Python between them.  On a 2-core
         CPU the draft's one-token step is ~25 ms of int8 kernels and ~1,000 small ops whose Python
         dispatch cost ~15 ms more; the graph runs them back to back.  Returns the seconds it took
         (~0.5 s a length); on any failure the eager path stays (logged)."""
