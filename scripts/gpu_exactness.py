@@ -2,7 +2,8 @@
 
     python scripts/gpu_exactness.py TOKENIZER_DIR [--out FILE]
 
-For a random 0.5B draft and 1.5B target (Qwen2.5 configurations) in bf16 and in fp32, eager: the
+For a random 0.5B draft and 1.5B target (Qwen2.5 configurations) in bf16 and in fp32, eager and with
+CUDA graphs over the static cache (``--modes eager,graph``): the
 first token where the greedy speculative run and the standard run differ, and the target's top-2
 logit margin there, read from the standard run's own one-token step and from a verify-style pass
 over the same prefix -- a margin of a few bf16 ulps means the two kernels' rounding decided it.
@@ -23,13 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.core.engine import speculative_decode, standard_decode  # noqa: E402
 from specviz.core.settings import DecodeSettings  # noqa: E402
 from specviz.drafters import make_drafter  # noqa: E402
-from specviz.hardware.gpu_report import ENGINE_PROMPT, random_model  # noqa: E402
+from specviz.hardware.gpu_report import ENGINE_PROMPT, KS, random_model  # noqa: E402
+from specviz.models.compiled import attach, detach  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("tokenizer")
     ap.add_argument("--out", default="gpu_exactness.json")
+    ap.add_argument("--modes", default="eager", help="comma-separated: eager, graph")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -37,8 +40,11 @@ def main() -> None:
     prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:ENGINE_PROMPT]
     dev = torch.device("cuda")
     rows = []
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype, mode in [(d, m) for d in (torch.bfloat16, torch.float32) for m in args.modes.split(",")]:
         draft, target = random_model("0.5B", dev, dtype), random_model("1.5B", dev, dtype)
+        if mode != "eager":
+            for m in (draft, target):
+                attach(m, 512, compile=True, mode=mode, warm=KS)
         pair = SimpleNamespace(draft=draft, target=target, tokenizer=tok, device=dev, eos_token_ids=[],
                                draft_name="random 0.5B", target_name="random 1.5B", preset="gpu-exactness",
                                dtype=dtype, draft_quant=None, probe=None)
@@ -46,7 +52,9 @@ def main() -> None:
         a = [t.id for t in speculative_decode(pair, prompt, s, drafter=make_drafter(pair, s)).tokens]
         b = [t.id for t in standard_decode(pair, prompt, s).tokens]
         first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-        row = {"dtype": str(dtype).replace("torch.", ""), "equal": a == b, "first_difference": first, "tokens": len(b)}
+        for m in (draft, target):
+            detach(m)
+        row = {"dtype": str(dtype).replace("torch.", ""), "mode": mode, "equal": a == b, "first_difference": first, "tokens": len(b)}
         if first is not None:
             with torch.inference_mode():
                 ids = torch.tensor([prompt + b[:first]], device=dev)
