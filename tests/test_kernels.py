@@ -163,3 +163,34 @@ def test_without_a_compiler_the_linears_run_on_fbgemm(monkeypatch, caplog):
     finally:
         kernels._STATE.clear()
         kernels._STATE.update(state)
+
+
+def test_a_build_lock_left_by_a_killed_build_is_removed_not_waited_on(tmp_path):
+    """torch's ``load`` waits forever on a ``lock`` file its killed holder never deleted (the app hung at start):
+    whoever holds the kernel's own flock removes it and builds."""
+    (tmp_path / "lock").write_text("")
+    with kernels._build_lock(tmp_path, wait_s=1.0):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_a_live_build_elsewhere_is_waited_for_then_its_death_frees_the_lock(tmp_path):
+    """Another process building holds the flock: a second waits at most ``wait_s`` and gives up (fbgemm then
+    runs); once that process dies -- killed, not tidied up -- the lock is free at once."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+         "print('held', flush=True); time.sleep(60)", str(tmp_path / "build.lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TimeoutError, match="held the kernel's build"):
+            with kernels._build_lock(tmp_path, wait_s=0.5):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with kernels._build_lock(tmp_path, wait_s=2.0):
+        pass

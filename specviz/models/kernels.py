@@ -18,6 +18,7 @@ weights gives fbgemm's bits (:func:`matches`).  Anywhere else -- no compiler, an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -92,12 +93,50 @@ def _build():
         tmp = where / f".{SOURCE.name}.{os.getpid()}"
         tmp.write_bytes(SOURCE.read_bytes())
         tmp.replace(source)  # atomic: a process building beside this one never reads half a file
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        load(name="specviz_int8_small", sources=[str(source)], build_directory=str(where), is_python_module=False,
-             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+    with _build_lock(where):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load(name="specviz_int8_small", sources=[str(source)], build_directory=str(where),
+                 is_python_module=False, extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
+                 extra_ldflags=["-fopenmp"], verbose=False)
     _STATE["op"] = torch.ops.specviz.int8_small
     return _STATE["op"]
+
+
+BUILD_WAIT_S = 300.0  # another process's build (about a minute; several on a busy machine) is waited for this long
+
+
+@contextlib.contextmanager
+def _build_lock(where: Path, wait_s: float | None = None):
+    """One build at a time across processes, with a lock the kernel releases when its holder dies.
+
+    torch's ``load`` serialises builds with a ``lock`` file that only its holder deletes: a process killed
+    mid-build (a restarted server, an interrupted test) leaves it, and every later ``load`` waits on it
+    forever -- the app hung at start.  Here an ``flock`` on ``build.lock`` decides who builds; whoever
+    holds it knows any ``lock`` file left is stale and removes it.  Waiting longer than ``wait_s`` for
+    another build raises :class:`TimeoutError` (the caller runs fbgemm instead)."""
+    import fcntl
+    import time
+
+    wait_s = BUILD_WAIT_S if wait_s is None else wait_s
+    with open(where / "build.lock", "a+") as fh:
+        start = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - start > wait_s:
+                    raise TimeoutError(f"another process held the kernel's build for over {wait_s:.0f} s") from None
+                time.sleep(0.2)
+        try:
+            stale = where / "lock"
+            if stale.exists():
+                log.info("removing a kernel build lock left by a process that died mid-build: %s", stale)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def module(*, policy: bool = True):
