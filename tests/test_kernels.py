@@ -53,6 +53,61 @@ def test_the_kernel_gives_fbgemms_bits_at_every_shape_and_batch_size(shape):
 
 
 @needs_kernel
+@pytest.mark.parametrize("shape", [(1, 32), (5, 33), (130, 896), (257, 1000), (64, 8960)])
+def test_the_one_call_linear_gives_the_bits_of_its_ops_one_at_a_time(shape):
+    """``int8_linear`` (scale by max |x|, quantize, product, scale back, bias) against the Python path it replaced
+    in TokenInt8Linear, to the bit: rows of very different magnitudes, an all-zero row (the 1e-30 clamp), values
+    on the quantizer's rounding ties (k + 0.5 steps of 1/63), float32 and bf16 biases, 1 to 70 tokens."""
+    values, scales = _values(*shape, seed=shape[0] + 7)
+    packed = torch.ops.quantized.linear_prepack(torch._make_per_channel_quantized_tensor(
+        values, scales, torch.zeros(shape[0], dtype=torch.long), 0), None)
+    weights = kernels.Weights.of(values, scales)
+    gen = torch.Generator().manual_seed(2)
+    for bias in (None, torch.randn(shape[0], generator=gen), torch.randn(shape[0], generator=gen).bfloat16()):
+        for m in (1, 2, 3, 6, 17, 70):
+            rows = (torch.randn(m, shape[1], generator=gen) * 10 ** torch.randint(-6, 6, (m, 1), generator=gen))
+            rows[0, 0] = 1.0  # the max of row 0 ...
+            if shape[1] > 2:
+                rows[0, 1:3] = torch.tensor([0.5, -1.5]) / 63  # ... and two of its values on rounding ties
+            if m > 2:
+                rows[1] = 0.0
+            scale = rows.abs().amax(-1, keepdim=True).clamp_(min=1e-30)
+            plain = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, packed).mul_(scale)
+            if bias is not None:
+                plain.add_(bias)
+            fused = weights.linear(rows, None if bias is None else bias.float())
+            assert torch.equal(fused, plain), (m, None if bias is None else bias.dtype)
+
+
+@needs_kernel
+def test_a_linear_on_the_kernel_runs_in_one_call_with_the_same_bits():
+    """TokenInt8Linear takes ``int8_linear`` on the kernel's weights: its output equals fbgemm's packed linear
+    (the same values and bias) bit for bit, at 1 and 9 tokens, and a token's row is the same in any batch."""
+    values, scales = _values(96, 200, seed=21)
+    bias = torch.randn(96, generator=torch.Generator().manual_seed(5))
+    fast = TokenInt8Linear(None, bias, values=values, scales=scales)
+    kernels.set_enabled(False)
+    try:
+        slow = TokenInt8Linear(None, bias, values=values.clone(), scales=scales.clone())
+        slow.pack()
+    finally:
+        kernels.set_enabled(True)
+    fast.pack()
+    assert isinstance(fast._packed, kernels.Weights) and not isinstance(slow._packed, kernels.Weights)
+    x = torch.randn(9, 200, generator=torch.Generator().manual_seed(6)) * 3
+    calls = []
+    real = kernels.Weights.linear
+    kernels.Weights.linear = lambda self, rows, b=None: calls.append(rows.shape) or real(self, rows, b)
+    try:
+        y = fast(x)
+    finally:
+        kernels.Weights.linear = real
+    assert calls == [(9, 200)]
+    assert torch.equal(y, slow(x))
+    assert torch.equal(fast(x[3:4]), y[3:4])
+
+
+@needs_kernel
 def test_a_tokens_output_is_the_same_bits_in_any_batch():
     values, scales = _values(300, 1536, seed=3)
     weights = kernels.Weights.of(values, scales)
@@ -113,7 +168,7 @@ def test_a_model_on_the_kernel_scores_a_verify_pass_as_its_steps():
 
 @needs_kernel
 def test_the_lean_draft_traces_through_the_kernel():
-    """torch.jit.trace records the kernel as an operator (torch.ops.specviz.int8_small), so the traced draft
+    """torch.jit.trace records the kernel as an operator (torch.ops.specviz.int8_linear), so the traced draft
     steps give the eager ones' logits."""
     from specviz.models import lean
     from specviz.models.tiny import build_tiny_pair
@@ -123,7 +178,7 @@ def test_the_lean_draft_traces_through_the_kernel():
     eager = lean.attach(copy.deepcopy(draft), 128, trace=False)
     traced = lean.attach(draft, 128, trace=True)
     assert traced is not None and eager is not None
-    assert 1 in traced.traced and "specviz::int8_small" in str(traced.traced[1].inlined_graph)
+    assert 1 in traced.traced and "specviz::int8_linear" in str(traced.traced[1].inlined_graph)
     ids = torch.randint(0, 64, (20,), generator=torch.Generator().manual_seed(7)).tolist()
     with torch.inference_mode():
         eager.feed(ids[:12], 1, False), traced.feed(ids[:12], 1, False)

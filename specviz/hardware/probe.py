@@ -42,7 +42,8 @@ FULL_KS = (1, 2, 4, 6, 8, 16)
 # over 16 or 60 cached tokens costs the same at these sizes.
 PREFIX = 16
 GAMMAS = range(1, 11)
-PROBE_FORMAT = 2  # 2: the int8 target runs its chains on the lean, traced forward (models.lean): other curves
+PROBE_FORMAT = 3  # 2: the int8 target runs its chains on the lean, traced forward (models.lean): other curves;
+# 3: its int8 linears are one call each on specviz's kernel (int8_linear): a few ms less a pass
 
 
 @dataclass

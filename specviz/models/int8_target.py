@@ -116,10 +116,11 @@ class TokenInt8Linear(torch.nn.Module):
             packed = self._packed
         shape = x.shape
         rows = x.reshape(-1, self.in_features).float()
+        if isinstance(packed, kernels.Weights):  # all of the below in one call: the same bits, ten ops fewer
+            bias = self.bias if self.bias is None or self.bias.dtype == torch.float32 else self.bias.float()
+            return packed.linear(rows, bias).reshape(*shape[:-1], self.out_features)
         scale = rows.abs().amax(-1, keepdim=True).clamp_(min=1e-30)
-        if isinstance(packed, kernels.Weights):
-            y = packed.product(rows / scale)
-        elif packed is not None:
+        if packed is not None:
             y = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, packed)
         else:
             y = _plain_product(rows / scale, plain)

@@ -97,8 +97,8 @@ def _build():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             load(name="specviz_int8_small", sources=[str(source)], build_directory=str(where),
-                 is_python_module=False, extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-                 extra_ldflags=["-fopenmp"], verbose=False)
+                 is_python_module=False, extra_ldflags=["-fopenmp"], verbose=False,
+                 extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"])
     _STATE["op"] = torch.ops.specviz.int8_small
     return _STATE["op"]
 
@@ -183,9 +183,16 @@ def matches(*, policy: bool = True) -> bool:
                     values, scales, torch.zeros(70, dtype=torch.long), 0), None)
                 weights = Weights.of(values, scales)
                 ok = True
+                bias = torch.randn(70, generator=gen)
                 for m in (1, 2, 3, 6, 40):
                     rows = torch.rand(m, 200, generator=gen) * 2 - 1
                     ok &= torch.equal(_STATIC_LINEAR(rows, ACT_SCALE, ACT_ZERO, packed), weights.product(rows))
+                    # the whole linear in one call against its ops one at a time (TokenInt8Linear's path)
+                    rows = rows * torch.rand(m, 1, generator=gen) * 20
+                    scale = rows.abs().amax(-1, keepdim=True).clamp_(min=1e-30)
+                    plain = _STATIC_LINEAR(rows / scale, ACT_SCALE, ACT_ZERO, packed).mul_(scale)
+                    ok &= torch.equal(plain, weights.linear(rows))
+                    ok &= torch.equal(plain.add_(bias), weights.linear(rows, bias))
         except Exception as exc:  # noqa: BLE001
             log.info("int8 linears run on fbgemm: the kernel failed its check (%s)", exc)
             ok = False
@@ -232,6 +239,12 @@ class Weights:
         if pad:
             qx = torch.nn.functional.pad(qx, (0, pad))
         return torch.ops.specviz.int8_small(qx, self.blocked, self.wsum, self.wscale, ACT_SCALE, ACT_ZERO)
+
+    def linear(self, rows: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """TokenInt8Linear's whole product for float32 rows [M, K] -- each row scaled by its max |x|, quantized,
+        multiplied, scaled back, the bias added -- in one call (``int8_linear``), the same bits as those
+        steps taken one op at a time (tested; checked at load by :func:`matches`)."""
+        return torch.ops.specviz.int8_linear(rows, self.blocked, self.wsum, self.wscale, ACT_SCALE, ACT_ZERO, bias)
 
 
 def set_enabled(on: bool | None) -> None:
