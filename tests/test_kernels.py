@@ -249,3 +249,41 @@ def test_a_live_build_elsewhere_is_waited_for_then_its_death_frees_the_lock(tmp_
         holder.wait()
     with kernels._build_lock(tmp_path, wait_s=2.0):
         pass
+
+
+@needs_kernel
+def test_a_server_load_on_the_kernel_leaves_only_the_traces_and_finish_traces_the_draft_first(monkeypatch):
+    """With specviz's kernel nothing needs packing, but a server's load (defer_packing) still leaves the traces
+    to models.warm.finish -- ~1-2 s of Python less before a warm start's first run -- and the draft's two feeds
+    go first (a round takes several draft steps); the traced steps give the eager steps' logits."""
+    import threading
+    from types import SimpleNamespace
+
+    from specviz.core.kv import cached_lm
+    from specviz.models import lean, warm
+    from specviz.models.int8_target import unpacked
+    from specviz.models.tiny import build_tiny_pair
+
+    tiny = build_tiny_pair(vocab_size=48, seed=0, hidden=64, target_layers=2, draft_layers=1)
+    draft = int8.int8_draft(copy.deepcopy(tiny.target), defer_packing=True)
+    steps = draft._specviz_steps
+    assert not unpacked(draft) and steps.trace_deferred and not steps.traced  # nothing to pack, not traced
+    pair = SimpleNamespace(target=int8.int8_draft(copy.deepcopy(tiny.target)), draft=draft,
+                           draft_name="draft", target_name="target")
+    assert pair.target._specviz_steps.traced and warm.pending(pair)
+    ids = torch.randint(0, 48, (9,), generator=torch.Generator().manual_seed(2)).tolist()
+    with torch.inference_mode():
+        lm = cached_lm(draft, torch.device("cpu"), need=32)
+        eager = lm.feed(ids, keep=1).logits
+        lm.free()
+    order = []
+    real = lean.LeanSteps.trace
+    monkeypatch.setattr(lean.LeanSteps, "trace", lambda self, *a, **k: order.append(self) or real(self, *a, **k))
+    thread = warm.finish(pair, lock=threading.Lock())
+    assert thread is not None
+    thread.join(60)
+    assert order and order[0] is steps and not steps.trace_deferred and set(steps.traced) == set(lean.TRACED_FEEDS)
+    with torch.inference_mode():
+        lm = cached_lm(draft, torch.device("cpu"), need=32)
+        assert torch.equal(lm.feed(ids, keep=1).logits, eager)
+        lm.free()

@@ -210,7 +210,10 @@ def int8_draft(model: torch.nn.Module, cache: Path | None = None,
     from . import lean
 
     model = quantize_int8(model, cache, cached, kind=DRAFT_KIND, defer_packing=defer_packing)
-    lean.attach(model, trace=not unpacked(model))  # a trace holds fbgemm's packed weights: after packing
+    # A trace holds fbgemm's packed weights: after packing.  A server (defer_packing) traces after it began
+    # serving (models.warm.finish): ~1-2 s of Python less before its first run, which takes the eager lean
+    # steps meanwhile (the same bits).
+    lean.attach(model, trace=not defer_packing and not unpacked(model))
     return model
 
 

@@ -124,7 +124,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
         key = id(pair.target)
         if key in _PENDING:
             return None
-        if not pending(pair):  # specviz's kernel needs no packing, and the draft was traced at load
+        if not pending(pair):  # nothing to pack (specviz's kernel) and every model traced at load
             if key not in _DONE:
                 _DONE.add(key)
                 log.info("%s → %s: weights prepared at load (nothing left to pack)", pair.draft_name,
@@ -142,7 +142,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
             with ThreadPoolExecutor(max_workers=max(1, workers), initializer=_lowest_priority,
                                     thread_name_prefix="specviz-pack") as pool:
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
-            for model in models:
+            for model in models[::-1]:  # the draft's two feeds first: a round takes several draft steps
                 steps = _untraced(model)
                 # One feed length at a time, each holding the lock (~1 s for the target's): a run that
                 # arrives meanwhile waits for one trace, not all nine (it then runs the eager forward, the
