@@ -236,7 +236,10 @@ def test_the_figure_carries_the_measured_curves_and_marks_the_chosen_one():
     assert mine["int8"].name == "int8 (chosen)" and mine["int8"].meta["chosen"]
     assert mine["int8"].line.width > max(mine[e].line.width for e in ("bf16", "fp32"))
     assert "could not win" in mine["fp32"].name  # a single point: only its step was timed
-    assert "AMD EPYC 7B13 64-Core Processor" in fig.layout.title.text and fig.layout.meta["chosen"] == "int8"
+    assert fig.layout.title.text == M.TITLE and fig.layout.meta["chosen"] == "int8"
+    sub = fig.layout.title.subtitle.text  # the machine and the pass, in lines that fit a 400 px wide page
+    assert sub.startswith("on this machine: AMD EPYC 7B13 64-Core") and "Processor" in sub and "Qwen target" in sub
+    assert all(len(line) <= M.SUB_WRAP for line in sub.split("<br>")), sub
     refs = {t.meta["reference"]: t for t in fig.data if isinstance(t.meta, dict) and "reference" in t.meta}
     assert set(refs["step"].y) == {100.0} and list(refs["step"].x) == [1, 8]  # flat at the chosen T(1)
     assert set(refs["draft"].y) == {25.0}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -31,6 +32,7 @@ from .figures import FONT_COLOR, compact_layout, empty_figure
 log = logging.getLogger("specviz.views")
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "hardware"
 TITLE = "Verify time vs tokens fed"
+SUB_WRAP = 48  # characters a subtitle line holds at 400 px
 DEFAULT_GAMMA = 5  # the page's default draft length: a verify pass feeds γ + 1 = 6 tokens
 LOG_SCALE_RATIO = 8.0  # curves whose one-token steps differ more than this (a GPU beside a CPU): log axis
 
@@ -261,10 +263,12 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
     machine = short_machine(str(probe.machine.get("label", ""))) if here else ""
     if here:
         name = str(probe.machine.get("name") or machine)
-        title = f"{TITLE} on this machine: {name}"
+        title = TITLE
         rest = machine[len(name):].lstrip(", ") if machine.startswith(name) else ""
-        sub = (f"{rest + '<br>' if rest else ''}{target or probe.model}: a forward over k new tokens "
-               f"after a {PREFIX}-token prefix")
+        # Short lines: plotly never wraps a title, and at 400 px wide ~50 characters fit (longer ones were cut).
+        sub = "<br>".join(textwrap.wrap(f"on this machine: {name}{', ' + rest if rest else ''}", SUB_WRAP)
+                          + textwrap.wrap(f"{target or probe.model}: a forward over k new tokens after a "
+                                          f"{PREFIX}-token prefix", SUB_WRAP))
     elif probe is not None and not probe.measured:
         title, sub = f"{TITLE}: not measured here (machine busy)", "recorded machines only"
     else:
