@@ -130,3 +130,40 @@ def test_traced_steps_are_optional_and_fall_back(monkeypatch):
     with torch.inference_mode():
         logits, _ = steps.forward([1, 2, 3], 1)
     assert logits.shape == (1, 40)
+
+
+def test_the_drafts_shared_prompt_head_is_fed_apart_and_kept_with_the_same_bits():
+    """A chat template's fixed head (models.tokens.template_head) is fed as a call of its own and its keys and
+    values kept: a later prompt with the same head copies them and feeds only the rest, with the very bits of a
+    run that computed them (cleared store); the logits stay transformers' within float tolerance."""
+    _, model = _int8_model()
+    ref_model = copy.deepcopy(model)
+    steps = lean.attach(model, 256, trace=False)
+    assert steps is not None
+    head = (5, 9, 2, 33, 7, 1, 30, 12, 4, 8)
+    steps.shared_prefix = head
+    gen = torch.Generator().manual_seed(1)
+    prompts = [list(head) + torch.randint(0, 40, (n,), generator=gen).tolist() for n in (7, 12)]
+    calls = []
+    body = steps._body
+    steps._body = lambda tokens, *a, **k: calls.append(len(tokens)) or body(tokens, *a, **k)
+
+    def run(ids: list[int]) -> torch.Tensor:
+        steps.set_length(0)
+        return steps.forward(ids, keep=1)[0]
+
+    first = run(prompts[0])
+    assert calls == [len(head), 7] and list(steps._prefix_kv) == [head]
+    calls.clear()
+    second = run(prompts[1])
+    assert calls == [12]  # the head's keys and values were copied, not computed
+    steps._prefix_kv.clear()
+    assert torch.equal(run(prompts[1]), second) and torch.equal(run(prompts[0]), first)
+    no_head = list(prompts[0])
+    no_head[0] = 6  # another head: fed whole, nothing kept for it
+    calls.clear()
+    run(no_head)
+    assert calls == [len(no_head)] and list(steps._prefix_kv) == [head]
+    with torch.inference_mode():
+        ref = CachedLM(ref_model, torch.device("cpu"))
+        _close(ref.feed(prompts[1]).logits[-1:], second[-1:])

@@ -46,6 +46,7 @@ log = logging.getLogger("specviz.models")
 ARCHITECTURES = ("qwen2", "llama")
 _START = 256  # cache slots allocated first; doubled as a run grows
 TRACED_FEEDS = (1, 2)  # feed lengths run as a traced graph: a step, and a step after a round that kept every draft
+PREFIXES_KEPT = 4  # shared prompt heads whose keys and values the draft keeps (one per chat template in use)
 TARGET_FEEDS = tuple(range(1, 10))  # the target's: a step, and verify passes of up to 8 drafted tokens
 
 
@@ -135,6 +136,10 @@ class LeanSteps:
         # feed length -> traced _body (one position kept; every position for an invariant target)
         self.traced: dict[int, Callable] = {}
         self.trace_deferred = False  # attach(trace=False) left tracing to later (models.warm)
+        # The draft's prompt passes begin with the chat template's fixed head (Qwen's: 24 tokens, about half of a
+        # short prompt): fed as a call of its own, its keys and values are kept and copied into later runs' caches.
+        self.shared_prefix: tuple[int, ...] = ()  # set by the drafter (models.tokens.template_head)
+        self._prefix_kv: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
 
     def for_run(self, need: int) -> "LeanSteps":
         """The steps a run of ``need`` tokens feeds: these (one cache, one run at a time: the draft), or for
@@ -196,6 +201,7 @@ class LeanSteps:
     def release(self) -> None:
         """Drop the cache's memory (the next run allocates again)."""
         self.keys, self.values, self.capacity, self.length = [], [], 0, 0
+        self._prefix_kv = {}
 
     # -- the forward ------------------------------------------------------------------------------
 
@@ -307,10 +313,34 @@ class LeanSteps:
     def role(self) -> str:
         return "target" if self.invariant else "draft"
 
+    def _fill_prefix(self, prefix: tuple[int, ...]) -> None:
+        """The cache's first ``len(prefix)`` slots hold ``prefix``: copied from the first run that fed it, which
+        fed it as a call of its own (every run feeds it so, whether it is kept or not: the same bits)."""
+        n = len(prefix)
+        kept = self._prefix_kv.get(prefix)
+        self._reserve(n)
+        if kept is None:
+            tokens, pos = torch.tensor(prefix, dtype=torch.long), torch.arange(n)
+            self._body(tokens, pos, 1, self._cos, self._sin, *self.keys, *self.values)  # the head is not needed
+            kept = ([k[:, :, :n].clone() for k in self.keys], [v[:, :, :n].clone() for v in self.values])
+            while len(self._prefix_kv) >= PREFIXES_KEPT:
+                self._prefix_kv.pop(next(iter(self._prefix_kv)))
+            self._prefix_kv[prefix] = kept
+        else:
+            for k, v, pk, pv in zip(self.keys, self.values, *kept):
+                k[:, :, :n] = pk
+                v[:, :, :n] = pv
+        self.length = n
+
     @torch.inference_mode()
     def forward(self, ids: list[int], keep: int, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``ids`` after the cache's ``length`` tokens; the logits (and final normed hidden states,
         if asked) of the last ``keep`` of them."""
+        shared = self.shared_prefix
+        if (self.length == 0 and shared and not self.invariant and len(ids) >= len(shared) + keep
+                and tuple(ids[:len(shared)]) == shared):
+            self._fill_prefix(shared)
+            ids = ids[len(shared):]
         start, t = self.length, len(ids)
         if start + t > self.max_len:
             raise RuntimeError(f"the lean KV cache holds {self.max_len} tokens; this run needs more")

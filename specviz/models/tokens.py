@@ -42,6 +42,30 @@ def encode_prompt(pair: "ModelPair", prompt: str, chat: bool = True) -> list[int
         return list(tok.encode(prompt, add_special_tokens=True, split_special_tokens=True))
 
 
+def template_head(tokenizer: Any) -> tuple[int, ...]:
+    """The ids every chat-encoded prompt of ``tokenizer`` begins with (Qwen's: its system turn and
+    ``<|im_start|>user``, 24 tokens), or () without a chat template: where the draft's lean steps split its
+    prompt pass (:attr:`.lean.LeanSteps.shared_prefix`).  Cached on the tokenizer."""
+    head = getattr(tokenizer, "_specviz_template_head", None)
+    if head is None:
+        head = ()
+        if getattr(tokenizer, "chat_template", None):
+            try:
+                with _ENCODE_LOCK:
+                    a, b = (list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                               add_generation_prompt=True, return_dict=False))
+                            for text in ("a", "Zq 7"))
+                n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                head = tuple(a[:n]) if n >= 8 else ()
+            except Exception:  # noqa: BLE001 -- a template that cannot render a plain turn: no split
+                head = ()
+        try:
+            tokenizer._specviz_template_head = head
+        except AttributeError:
+            pass
+    return head
+
+
 def eos_ids(tokenizer: Any, generation_config: Any = None, extra_tokens: tuple[str, ...] = ()) -> list[int]:
     """Every id that ends generation: tokenizer eos, generation_config eos (int or list), named extras."""
     ids: list[int] = []
