@@ -34,12 +34,18 @@ def encode_prompt(pair: "ModelPair", prompt: str, chat: bool = True) -> list[int
     assistant turn.  Only the template's own control tokens are encoded as tokens (transformers'
     ``sanitize_control_tokens``); a prompt without control tokens encodes exactly as before."""
     tok = pair.tokenizer
+    if chat and getattr(tok, "chat_template", None):
+        return _chat_ids(tok, prompt)
     with _ENCODE_LOCK:
-        if chat and getattr(tok, "chat_template", None):
-            # tokenize=True, without special tokens: the template already holds any BOS it wants.
-            return list(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                sanitize_control_tokens=True, return_dict=False))
         return list(tok.encode(prompt, add_special_tokens=True, split_special_tokens=True))
+
+
+def _chat_ids(tok: Any, prompt: str) -> list[int]:
+    """``prompt`` as one user turn of ``tok``'s chat template, ready for the assistant's answer."""
+    with _ENCODE_LOCK:
+        # tokenize=True, without special tokens: the template already holds any BOS it wants.
+        return list(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            sanitize_control_tokens=True, return_dict=False))
 
 
 def template_head(tokenizer: Any) -> tuple[int, ...]:
@@ -51,10 +57,7 @@ def template_head(tokenizer: Any) -> tuple[int, ...]:
         head = ()
         if getattr(tokenizer, "chat_template", None):
             try:
-                with _ENCODE_LOCK:
-                    a, b = (list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                               add_generation_prompt=True, return_dict=False))
-                            for text in ("a", "Zq 7"))
+                a, b = _chat_ids(tokenizer, "a"), _chat_ids(tokenizer, "Zq 7")  # as encode_prompt encodes
                 n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                 head = tuple(a[:n]) if n >= 8 else ()
             except Exception:  # noqa: BLE001 -- a template that cannot render a plain turn: no split

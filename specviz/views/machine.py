@@ -266,14 +266,14 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
         title = TITLE
         rest = machine[len(name):].lstrip(", ") if machine.startswith(name) else ""
         # Short lines: plotly never wraps a title, and at 400 px wide ~50 characters fit (longer ones were cut).
+        pass_words = f"{target or probe.model}: a forward over k new tokens after a {PREFIX}-token prefix"
         sub = "<br>".join(textwrap.wrap(f"on this machine: {name}{', ' + rest if rest else ''}", SUB_WRAP)
-                          + textwrap.wrap(f"{target or probe.model}: a forward over k new tokens after a "
-                                          f"{PREFIX}-token prefix", SUB_WRAP))
+                          + textwrap.wrap(pass_words + (" · log scale" if log_y else ""), SUB_WRAP))
     elif probe is not None and not probe.measured:
         title, sub = f"{TITLE}: not measured here (machine busy)", "recorded machines only"
     else:
         title, sub = f"{TITLE}: not measured on this machine", "recorded machines only"
-    if log_y:
+    if log_y and not here:
         sub += " · log scale"
     compact_layout(fig, title, "tokens fed k (a verify pass feeds γ + 1)", "time of the pass (ms)", subtitle=sub)
     # The legend at the container's foot: plotly then makes room for it, however many lines it wraps to (at
