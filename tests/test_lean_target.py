@@ -161,8 +161,52 @@ def test_a_deferred_target_is_traced_by_the_warm_finish():
     steps = steps_of(pair.target)
     assert steps.traced == {} and steps.trace_deferred and warm.pending(pair)
     before = _steps_logits(pair.target, IDS, 10, 6)  # eager meanwhile
+    steps.shared_prefix = tuple(IDS[:5])  # as the loader sets it (the chat template's head)
     thread = warm.finish(pair)
     assert thread is not None
     thread.join(120)
     assert set(steps.traced) == set(lean.TARGET_FEEDS) and not warm.pending(pair)
+    assert list(steps._prefix_kv) == [tuple(IDS[:5])]  # kept first, before any visitor's run
     assert torch.equal(_steps_logits(pair.target, IDS, 10, 6), before)
+
+
+def test_the_targets_kept_prompt_head_gives_the_same_bits_and_runs_share_it():
+    """The invariant target keeps the chat template head's keys and values (models.tokens.template_head), computed
+    once (keep_prefix, as a server's warm start does, or by the first run) and shared by every run's copy of the
+    steps: a prompt pass after it feeds only the rest, and every logit is bit-identical to a run without it."""
+    _, model = _target()
+    steps = steps_of(model)
+    head = tuple(IDS[:10])  # longer than any traced feed, as is the rest below: both run eagerly (counted)
+    with torch.inference_mode():
+        lm = cached_lm(model, CPU, 64)
+        ref_merged = lm.feed(IDS[:22], keep=6).logits  # the engine's first round: prompt + drafts in one pass
+        lm.free()
+    ref_steps = _steps_logits(model, IDS, 12, 6)
+    steps.shared_prefix = head
+    fed = []
+    body = steps._body
+    steps._body = lambda tokens, *a, **k: fed.append(len(tokens)) or body(tokens, *a, **k)
+    try:
+        assert steps.keep_prefix() and list(steps._prefix_kv) == [head] and not steps.keep_prefix()
+        assert fed == [len(head)] and steps.capacity == 0  # computed through a run's copy: no cache kept here
+        fed.clear()
+        with torch.inference_mode():
+            a, b = cached_lm(model, CPU, 64), cached_lm(model, CPU, 64)  # two runs of a race: both copy the head
+            merged_a = a.feed(IDS[:22], keep=6).logits
+            merged_b = b.feed(IDS[:22], keep=6).logits
+            a.free(), b.free()
+        assert torch.equal(merged_a, ref_merged) and torch.equal(merged_b, ref_merged)
+        assert fed == [12, 12]  # each run fed the rest only: the head was never fed again
+        assert torch.equal(_steps_logits(model, IDS, 12, 6), ref_steps)
+        fed.clear()
+        other = [IDS[1]] + IDS[1:22]  # another start: fed whole, nothing kept for it
+        with torch.inference_mode():
+            lm = cached_lm(model, CPU, 64)
+            lm.feed(other, keep=2)
+            lm.free()
+        assert fed == [22] and list(steps._prefix_kv) == [head]
+        steps.trace((1,))  # tracing releases the cache, not the kept head
+        assert list(steps._prefix_kv) == [head]
+    finally:
+        steps._body = body
+        steps.shared_prefix = ()

@@ -136,9 +136,10 @@ class LeanSteps:
         # feed length -> traced _body (one position kept; every position for an invariant target)
         self.traced: dict[int, Callable] = {}
         self.trace_deferred = False  # attach(trace=False) left tracing to later (models.warm)
-        # The draft's prompt passes begin with the chat template's fixed head (Qwen's: 24 tokens, about half of a
-        # short prompt): fed as a call of its own, its keys and values are kept and copied into later runs' caches.
-        self.shared_prefix: tuple[int, ...] = ()  # set by the drafter (models.tokens.template_head)
+        # Prompt passes begin with the chat template's fixed head (Qwen's: 24 tokens, about half of a short
+        # prompt): fed as a call of its own, its keys and values are kept and copied into later runs' caches (the
+        # draft's; and the invariant target's, whose runs' copies share the store: a race feeds the head once).
+        self.shared_prefix: tuple[int, ...] = ()  # set at load and by the drafter (models.tokens.template_head)
         self._prefix_kv: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
 
     def for_run(self, need: int) -> "LeanSteps":
@@ -198,10 +199,12 @@ class LeanSteps:
         self._cos, self._sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
         self.capacity = cap
 
-    def release(self) -> None:
-        """Drop the cache's memory (the next run allocates again)."""
+    def release(self, *, prefixes: bool = True) -> None:
+        """Drop the cache's memory (the next run allocates again), and the kept prompt heads unless
+        ``prefixes`` is False."""
         self.keys, self.values, self.capacity, self.length = [], [], 0, 0
-        self._prefix_kv = {}
+        if prefixes:
+            self._prefix_kv = {}
 
     # -- the forward ------------------------------------------------------------------------------
 
@@ -283,8 +286,8 @@ class LeanSteps:
             return 0.0
         try:
             # A cache a run allocated under inference_mode cannot be written by the tracer: start afresh
-            # (the steps are not in use; the next run reserves its own).
-            self.release()
+            # (the steps are not in use; the next run reserves its own).  The kept heads stay: same bits.
+            self.release(prefixes=False)
             self._reserve(max(feeds))
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -293,7 +296,7 @@ class LeanSteps:
                             *self.values)
                     holder = _Holder(self, keep=t if self.invariant else 1)
                     self.traced[t] = torch.jit.trace(holder, args, check_trace=False)
-            self.release()
+            self.release(prefixes=False)
         except Exception as exc:  # noqa: BLE001 -- tracing is an optimisation; the eager path is correct
             for t in feeds:  # in place: runs' copies of the steps share this dict
                 self.traced.pop(t, None)
@@ -333,11 +336,26 @@ class LeanSteps:
         self.length = n
 
     @torch.inference_mode()
+    def keep_prefix(self, prefix: tuple[int, ...] | None = None) -> bool:
+        """Compute and keep ``prefix``'s keys and values now (default :attr:`shared_prefix`), so that no run
+        computes them: a server does it while its page is still being built.  An invariant target's runs
+        share the store (this fills it through a run's copy); the draft's must not be in use.  Whether
+        something was computed."""
+        prefix = tuple(prefix if prefix is not None else self.shared_prefix)
+        if not prefix or prefix in self._prefix_kv or len(prefix) > self.max_len or (self.in_use and not self.invariant):
+            return False
+        steps = self.for_run(len(prefix)) if self.invariant else self
+        steps._fill_prefix(prefix)
+        if not self.invariant:
+            self.set_length(0)
+        return True
+
+    @torch.inference_mode()
     def forward(self, ids: list[int], keep: int, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed ``ids`` after the cache's ``length`` tokens; the logits (and final normed hidden states,
         if asked) of the last ``keep`` of them."""
         shared = self.shared_prefix
-        if (self.length == 0 and shared and not self.invariant and len(ids) >= len(shared) + keep
+        if (self.length == 0 and shared and len(ids) >= len(shared) + keep
                 and tuple(ids[:len(shared)]) == shared):
             self._fill_prefix(shared)
             ids = ids[len(shared):]

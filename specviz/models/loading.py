@@ -36,7 +36,7 @@ from .convert import needs_conversion, offline_pack, source_of
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
 from .presets import DEFAULT_PRESET, PRESETS
 from .tiny import build_tiny_pair
-from .tokens import eos_ids
+from .tokens import eos_ids, template_head
 
 
 def _load_error(what: str, source: str, exc: BaseException) -> ModelError:
@@ -422,6 +422,11 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
         target_int8)
     if early is not None:
         early.shutdown(wait=False, cancel_futures=True)
+    head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
+    for model in (draft_model, target_model):
+        steps = compiled.steps_of(model)
+        if hasattr(steps, "keep_prefix"):
+            steps.shared_prefix = head
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)

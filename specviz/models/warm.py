@@ -12,9 +12,11 @@ load where it does not hold), so a run's tokens and probabilities never depend o
 only its speed does (2-3x slower products until packed), and a race that ran while packing is flagged
 (:func:`preparing`).
 
-Last, the models' short feeds are traced (:meth:`.lean.LeanSteps.trace`: the target's step and verify
-passes, the draft's one- and two-token steps): that writes into their KV caches, so it runs holding the
-server's model lock, between runs.
+Then the chat template's head is fed to both models and its keys and values kept
+(:meth:`.lean.LeanSteps.keep_prefix`: every chat prompt begins with it).  Last, the models' short feeds
+are traced (:meth:`.lean.LeanSteps.trace`: the target's step and verify passes, the draft's one- and
+two-token steps): that writes into their KV caches, so it runs holding the server's model lock, between
+runs.
 """
 
 from __future__ import annotations
@@ -114,6 +116,21 @@ def _lowest_priority() -> None:
         pass
 
 
+def _keep_heads(models: list[torch.nn.Module], lock: Any) -> None:
+    """Compute the chat template head's keys and values of each model's lean steps now (a server's page is
+    still being built, typically), each holding ``lock``: no visitor's prompt pass feeds them then."""
+    for model in models:
+        steps = steps_of(model)
+        if not hasattr(steps, "keep_prefix"):
+            continue
+        _until_free(lock)
+        with lock if lock is not None else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            if steps.keep_prefix():
+                log.info("Kept the %s's %d-token prompt head in %.1f s", steps.role, len(steps.shared_prefix),
+                         time.perf_counter() - t0)
+
+
 def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread | None:
     """Pack what ``pair``'s load left unpacked (the target's linears first: they carry most of a race's
     time), in a daemon thread with ``workers`` threads, each linear between runs where it can (while a
@@ -142,6 +159,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
             with ThreadPoolExecutor(max_workers=max(1, workers), initializer=_lowest_priority,
                                     thread_name_prefix="specviz-pack") as pool:
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
+            _keep_heads(models, lock)  # on the packed products (specviz's kernel: packed at load)
             for model in models[::-1]:  # the draft's two feeds first: a round takes several draft steps
                 steps = _untraced(model)
                 # One feed length at a time, each holding the lock (~1 s for the target's): a run that
