@@ -47,9 +47,10 @@ def one_start(timeout: float = 300.0) -> dict:
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
     t0 = time.perf_counter()
+    rec_launch = time.time()
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
-    rec: dict = {"log": log.name}
+    rec: dict = {"log": log.name, "launched_at": rec_launch}
     try:
         while True:
             if proc.poll() is not None:

@@ -818,3 +818,56 @@ def test_the_output_head_gets_its_input_with_canonical_strides():
     assert torch.allclose(kept, full, atol=1e-5)
     canonical_head_input(model)  # idempotent: one hook per head
     assert sum(1 for h in head._forward_pre_hooks.values()) == 1
+
+
+def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monkeypatch, cache):
+    """Once both models' int8 weights are cached and the target runs as int8, a load builds them without
+    transformers' modelling code (models.bare): the same linears, the same bits on the lean path (chains,
+    the kept prompt head, the speculative text), the same head fingerprint; and whatever calls the model
+    itself (a forward, generate, the draft's token trees) gets transformers' model around the same modules."""
+    from specviz.core.engine import standard_decode
+    from specviz.core.kv import cached_lm
+    from specviz.core.settings import DecodeSettings
+    from specviz.models import bare
+    from tests.drafted import speculative_decode
+    from specviz.speculator.model import head_fingerprint
+
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    kwargs = dict(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
+    loaded = load_pair(**kwargs)  # converts, writes both int8 caches
+    assert not isinstance(loaded.target, bare.BareCausalLM)
+    clear_cache()
+    light = load_pair(**kwargs)
+    assert isinstance(light.target, bare.BareCausalLM) and isinstance(light.draft, bare.BareCausalLM)
+    assert not light.target.built and not light.draft.built  # nothing built transformers' models
+    for a, b in ((loaded.target, light.target), (loaded.draft, light.draft)):
+        names = lambda m: {n for n, x in m.named_modules() if list(x.parameters(recurse=False)) or hasattr(x, "out_features")}  # noqa: E731
+        assert names(a) == names(b), (names(a) ^ names(b))
+        assert {n for n, _ in a.named_parameters()} == {n for n, _ in b.named_parameters()}
+        assert torch.equal(a.model.rotary_emb.inv_freq, b.model.rotary_emb.inv_freq)
+    assert head_fingerprint(light.target) == head_fingerprint(loaded.target)
+    assert light.eos_token_ids == loaded.eos_token_ids and light.vocab_size == loaded.vocab_size
+    prompt = encode_prompt(light, "def fib(n):")
+    for model_a, model_b in ((loaded.target, light.target), (loaded.draft, light.draft)):
+        with torch.inference_mode():
+            lm_a, lm_b = cached_lm(model_a, torch.device("cpu"), 64), cached_lm(model_b, torch.device("cpu"), 64)
+            assert torch.equal(lm_a.feed(prompt, keep=4).logits, lm_b.feed(prompt, keep=4).logits)
+            lm_a.free(), lm_b.free()
+    settings = DecodeSettings(gamma=3, max_new_tokens=12, temperature=0.0)
+    ids_of = lambda trace: [t.id for t in trace.tokens]  # noqa: E731
+    texts = [(ids_of(speculative_decode(pair, prompt, settings)), ids_of(standard_decode(pair, prompt, settings)))
+             for pair in (loaded, light)]
+    assert texts[0] == texts[1] and texts[0][0] == texts[0][1] and len(texts[0][0]) >= 4
+    assert not light.target.built and not light.draft.built  # every chain ran on the lean path
+    tree = DecodeSettings(drafter="tree", gamma=3, max_new_tokens=8, temperature=0.0)
+    assert ids_of(speculative_decode(light, prompt, tree)) == texts[0][1][:8]
+    assert light.draft.built  # the draft's trees run on transformers' cache: its model, built for them
+    # transformers' model on demand, around the same modules: the same logits as the loaded pair's
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        assert torch.equal(light.target(ids).logits, loaded.target(ids).logits)
+        assert torch.equal(light.draft(ids).logits, loaded.draft(ids).logits)
+    assert light.target.full().model.layers[0].self_attn.q_proj is light.target.model.layers[0].self_attn.q_proj
+    assert light.target.full().config._attn_implementation == loaded.target.config._attn_implementation
+    out = light.target.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # delegated
+    assert out.shape == (1, len(prompt) + 3)

@@ -43,6 +43,12 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
     return model, requested, probe
 
 
+def known_choice(device: torch.device, ref: str, dtype: torch.dtype) -> str | None:
+    """The execution "auto" chooses for ``ref`` without measuring (a probe recorded for this machine), or None."""
+    cached = hw_probe.known(this_machine(device), ref, dtype)
+    return cached.choice if cached is not None else None
+
+
 def describe_machine(device: torch.device) -> str:
     return this_machine(device).describe()
 
@@ -51,5 +57,5 @@ def install() -> None:
     """The probe chooses load_pair's "auto" execution; a trace names this machine (core.engine)."""
     from ..core.engine import set_machine_describer
 
-    set_execution_chooser(choose_execution)
+    set_execution_chooser(choose_execution, known=known_choice)
     set_machine_describer(describe_machine)

@@ -242,6 +242,16 @@ def _expected_metadata(path: Path, kind: str = "dynamic") -> dict[str, str]:
     return meta
 
 
+def cache_layout(path: Path) -> dict[str, list]:
+    """The int8 cache's linears by module name, [out, in, has bias], from its header alone (no weights read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        keys = set(f.keys())
+        return {k[: -len(".weight")]: [*f.get_slice(k).get_shape(), k[: -len(".weight")] + ".bias" in keys]
+                for k in keys if k.endswith(".weight")}
+
+
 class Int8Weights(NamedTuple):
     """Packed int8 linears read from a cache file, by module name, and their [out, in, has bias]."""
 

@@ -76,7 +76,9 @@ def register() -> str:
 
 
 def make_invariant(model: torch.nn.Module) -> torch.nn.Module:
-    """Switch ``model``'s attention to the batch-invariant one (in place)."""
-    register()
+    """Switch ``model``'s attention to the batch-invariant one (in place).  A bare model (:mod:`.bare`) only
+    records the name: registering it imports transformers' modelling code, which its full model does."""
+    if not getattr(model, "bare", False):
+        register()
     model.set_attn_implementation(NAME)
     return model

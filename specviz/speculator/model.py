@@ -103,5 +103,6 @@ def head_fingerprint(target: nn.Module) -> str:
     known = getattr(target, "_specviz_head_fingerprint", None)  # a target re-executed (int8) keeps its source's
     if known:
         return known
-    w = target.get_output_embeddings().weight.detach()[:8].float().contiguous()
+    rows = getattr(target, "_specviz_head_rows", None)  # a bare model's (models.bare): its head is not loaded as such
+    w = (rows if rows is not None else target.get_output_embeddings().weight.detach()[:8]).float().contiguous()
     return hashlib.sha256(w.numpy().tobytes()).hexdigest()[:16]
