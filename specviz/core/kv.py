@@ -22,14 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-
-
-def _dynamic_cache() -> Any:
-    """transformers' DynamicCache, imported here: importing transformers (~1 s) is left to the runs that need
-    its cache, so a server's preload starts before it."""
-    from transformers import DynamicCache
-
-    return DynamicCache()
+from transformers import DynamicCache
 
 
 @dataclass
@@ -62,7 +55,7 @@ class CachedLM:
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.model = model
         self.device = device
-        self.cache = _dynamic_cache()
+        self.cache = DynamicCache()
         self.cached = 0
         self.tree_parents: list[int] = []  # tree nodes after the prefix, in cache order (-1 = the prefix's end)
         self.tree_depths: list[int] = []
@@ -153,7 +146,7 @@ class CachedLM:
             self.cached = n
 
     def free(self) -> None:
-        self.cache = _dynamic_cache()
+        self.cache = DynamicCache()
         self.cached = 0
         self.tree_parents, self.tree_depths = [], []
 
