@@ -28,8 +28,9 @@ class FakeLlama:
     def version(self) -> str:
         return "fake"
 
-    def greedy(self, ids, max_new_tokens, eos):
+    def greedy(self, ids, max_new_tokens, eos, keep=()):
         self.calls.append((list(ids), max_new_tokens))
+        self.kept = tuple(keep)
         model = bench.load_pair(bench.resolve_preset("tiny")).target
         seq, new = list(ids), []
         with torch.inference_mode():
@@ -94,6 +95,10 @@ def test_every_llamacpp_run_pays_its_prompt_pass(monkeypatch):
             events.append("reset")
             self.n_tokens = 0
 
+        def eval(self, ids):
+            events.append(("eval", list(ids)))
+            self.n_tokens += len(ids)
+
         def generate(self, ids, **kwargs):
             events.append(("generate", self.n_tokens, kwargs.get("reset")))
             self.n_tokens = len(ids)
@@ -109,3 +114,9 @@ def test_every_llamacpp_run_pays_its_prompt_pass(monkeypatch):
         new, _, _ = runner.greedy([1, 2, 3], 3, eos=set())
         assert new == [7, 8, 9]
     assert events == ["reset", ("generate", 0, True), "reset", ("generate", 0, True)]
+    # The chat template's head, which specviz keeps across runs: evaluated before the clock starts, every run
+    # (generate then keeps that cached prefix and feeds the rest); a prompt not beginning with it: nothing kept.
+    events.clear()
+    runner.greedy([1, 2, 3, 4], 3, eos=set(), keep=(1, 2))
+    runner.greedy([5, 2, 3, 4], 3, eos=set(), keep=(1, 2))
+    assert events == ["reset", ("eval", [1, 2]), ("generate", 2, True), "reset", ("generate", 0, True)]

@@ -41,6 +41,7 @@ from ..models import PRESETS, ModelError, encode_prompt, load_pair, preset_help,
 from ..models import draft_vocab
 from ..models.executions import CHOICES as EXEC_CHOICES
 from ..models.executions import words as exec_words
+from ..models.tokens import template_head
 from .bench_hf import HF_CONFIGS, hf_default_assistant, hf_generate, hf_same_values
 from . import bench_llamacpp
 from .bench_report import (BF16_BASELINE, LEGEND, LLAMACPP, Run, baseline_lines, merge, policy_table, prompt_table, rate_table,
@@ -116,7 +117,8 @@ def run_config(pair, config: str, ids: list[int], settings: dict[str, DecodeSett
     if config == BF16_BASELINE:
         return run_trace(standard_decode(baseline, ids, base, prompt=prompt))
     if config == LLAMACPP:
-        new, seconds, after_first = llama.greedy(ids, base.max_new_tokens, set(pair.eos_token_ids))
+        new, seconds, after_first = llama.greedy(ids, base.max_new_tokens, set(pair.eos_token_ids),
+                                                 keep=template_head(pair.tokenizer))
         return Run(tokens=len(new), seconds=seconds, decode_tokens=max(0, len(new) - 1), decode_seconds=after_first,
                    ids=new)
     if config in HF_CONFIGS:

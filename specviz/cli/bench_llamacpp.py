@@ -68,15 +68,22 @@ class LlamaCpp:
 
         return getattr(llama_cpp, "__version__", "?")
 
-    def greedy(self, ids: list[int], max_new_tokens: int, eos: set[int]) -> tuple[list[int], float, float]:
+    def greedy(self, ids: list[int], max_new_tokens: int, eos: set[int],
+               keep: tuple[int, ...] = ()) -> tuple[list[int], float, float]:
         """(new token ids, seconds in all, seconds after the first token): llama.cpp's own generation loop
         with its greedy sampler (temperature 0: the argmax, as specviz's greedy standard decoding), from
         the same prompt ids; the cache reset first.  Reset by hand: generate(reset=True) keeps the longest
         cached prefix of the ids it is given, so a repeat of a prompt skipped the prompt pass that every
         specviz run pays (the bench's llama.cpp rates of 2026-11-26 and before counted repeats that way: in
-        two benches that day, first repeats 5.3-8.8 tok/s, second ones 8.0-10.5 on the same prompts)."""
+        two benches that day, first repeats 5.3-8.8 tok/s, second ones 8.0-10.5 on the same prompts).
+
+        ``keep``: the ids every prompt begins with (the chat template's head), evaluated before the clock starts,
+        so that llama.cpp's prompt pass feeds only the rest, as specviz's does since it keeps the head's keys and
+        values (:meth:`specviz.models.lean.LeanSteps.keep_prefix`; computed once there, here before every run)."""
         new: list[int] = []
         self.llm.reset()
+        if keep and len(ids) > len(keep) and tuple(ids[:len(keep)]) == tuple(keep):
+            self.llm.eval(list(keep))  # generate(reset=True) then keeps this cached prefix and feeds the rest
         t0 = time.perf_counter()
         first = t0
         for token in self.llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
