@@ -200,3 +200,35 @@ def test_a_cache_read_ahead_fused_and_runnable_gives_the_same_model(tmp_path):
     ids = torch.randint(0, 48, (1, 11), generator=torch.Generator().manual_seed(4))
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, ref(ids).logits)
+
+
+def test_the_preload_hands_the_lock_over_often_until_the_pair_is_prepared_then_restores(monkeypatch):
+    """While the default pair loads beside the page's imports, the interpreter lock is handed over every
+    START_SWITCH_S (a background thread's C calls otherwise wait up to 5 ms each); the default comes back once
+    the pair is prepared, or when the load fails (logged, shown to the next visitor)."""
+    import sys
+
+    from specviz.serving import preload
+
+    default = sys.getswitchinterval()
+    seen, release = [], threading.Event()
+
+    def fake_get_pair(preset, serve_early=False):
+        seen.append((serve_early, sys.getswitchinterval()))
+        release.wait(10)
+        if len(seen) > 1:
+            raise RuntimeError("no weights here")
+        return SimpleNamespace(target=object())  # nothing pending for warm.wait
+
+    monkeypatch.setattr(preload, "get_pair", fake_get_pair)
+    for _ in range(2):  # a load that succeeds, then one that fails
+        monkeypatch.setattr(preload, "_STARTED", [])
+        release.clear()
+        thread = preload.start()
+        assert preload.start() is thread  # once
+        time.sleep(0.05)
+        assert sys.getswitchinterval() == pytest.approx(preload.START_SWITCH_S)
+        release.set()
+        thread.join(10)
+        assert not thread.is_alive() and sys.getswitchinterval() == pytest.approx(default)
+    assert seen == [(True, pytest.approx(preload.START_SWITCH_S))] * 2
