@@ -232,3 +232,26 @@ def test_the_preload_hands_the_lock_over_often_until_the_pair_is_prepared_then_r
         thread.join(10)
         assert not thread.is_alive() and sys.getswitchinterval() == pytest.approx(default)
     assert seen == [(True, pytest.approx(preload.START_SWITCH_S))] * 2
+
+
+def test_finish_stops_between_two_steps_when_the_process_exits(monkeypatch):
+    """At exit (atexit), finish()'s thread stops before its next linear or trace and is waited for: a daemon
+    thread still inside a torch op ended the process with "terminate called without an active exception"."""
+    pair, _, _ = _deferred_pair()
+    packed = []
+    real = TokenInt8Linear.pack
+
+    def slow_pack(self):
+        packed.append(self)
+        time.sleep(0.05)
+        real(self)
+
+    monkeypatch.setattr(TokenInt8Linear, "pack", slow_pack)
+    monkeypatch.setattr(warm, "_STOPPING", threading.Event())
+    todo = len(unpacked(pair.target)) + len(unpacked(pair.draft))
+    thread = warm.finish(pair)
+    assert thread is not None and thread in warm._THREADS
+    time.sleep(0.08)
+    warm._stop_at_exit()
+    assert not thread.is_alive() and not warm.preparing(pair)  # ended, and said so
+    assert 0 < len(packed) < todo  # stopped between two linears

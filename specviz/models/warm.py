@@ -21,6 +21,7 @@ runs.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -40,6 +41,28 @@ log = logging.getLogger("specviz.models")
 _PENDING: dict[int, threading.Event] = {}  # id(target model) -> set once its pair is fully prepared
 _DONE: set[int] = set()  # id(target model) of pairs found fully prepared at load (said once in the log)
 _GUARD = threading.Lock()
+_THREADS: list[threading.Thread] = []  # finish()'s threads, stopped between two steps when the process exits
+_STOPPING = threading.Event()
+EXIT_WAIT_S = 5.0  # at exit, wait this long for a step in progress (one linear, one trace) to end
+
+
+class _Stopped(Exception):
+    """The process is exiting: finish() stops between two steps."""
+
+
+def _step() -> None:
+    if _STOPPING.is_set():
+        raise _Stopped
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop finish()'s threads before the interpreter goes: a daemon thread still inside a torch op then
+    ended the process with "terminate called without an active exception"."""
+    _STOPPING.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for thread in list(_THREADS):
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def preparing(pair: Any) -> bool:
@@ -104,6 +127,7 @@ def _pack_between_runs(linear: Any, lock: Any) -> None:
     """Pack ``linear`` when no run holds ``lock`` (a run has both cores to itself: the first visitors' runs
     are not slowed twice over), or after YIELD_S seconds of waiting, so a busy room still gets packed."""
     _until_free(lock)
+    _step()
     linear.pack()
 
 
@@ -124,6 +148,7 @@ def _keep_heads(models: list[torch.nn.Module], lock: Any) -> None:
         if not hasattr(steps, "keep_prefix"):
             continue
         _until_free(lock)
+        _step()
         with lock if lock is not None else contextlib.nullcontext():
             t0 = time.perf_counter()
             if steps.keep_prefix():
@@ -167,17 +192,21 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                 # same bits); the whole target took ~10 s and held up a warm start's first run.
                 for t in steps.feeds if steps is not None else ():
                     _until_free(lock)
+                    _step()
                     with lock if lock is not None else contextlib.nullcontext():
                         if not steps.in_use:
                             steps.trace((t,))
                     time.sleep(0.05)  # a lock is not fair: let a run that waited take it before the next trace
             log.info("%s → %s: weights prepared (packed, %d linears) in %.1f s after serving began",
                      pair.draft_name, pair.target_name, len(todo), time.perf_counter() - t0)
+        except _Stopped:
+            pass  # the process is exiting
         except Exception as exc:  # noqa: BLE001 -- the onednn path stays correct, only slower
             log.warning("Preparing the fast kernels failed (%s); the models run on the slower products", exc)
         finally:
             event.set()
 
     thread = threading.Thread(target=work, daemon=True, name="specviz-pack")
+    _THREADS[:] = [t for t in _THREADS if t.is_alive()] + [thread]
     thread.start()
     return thread
