@@ -871,3 +871,17 @@ def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monk
     assert light.target.full().config._attn_implementation == loaded.target.config._attn_implementation
     out = light.target.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # delegated
     assert out.shape == (1, len(prompt) + 3)
+    # A cache that cannot be read after all: the bare build fails, the full load takes over (logged).
+    clear_cache()
+    read = int8.load_int8_cache
+    monkeypatch.setattr(int8, "load_int8_cache", lambda *a, **k: None)
+    fallback = load_pair(**kwargs)
+    assert not isinstance(fallback.target, bare.BareCausalLM)
+    assert ids_of(standard_decode(fallback, prompt, settings)) == texts[0][1]
+    # A stale cache (another torch wrote it) is never taken for a bare build.
+    clear_cache()
+    monkeypatch.setattr(int8, "load_int8_cache", read)
+    stale = int8.cache_file(convert.pack_dir(target), torch.bfloat16, "token")
+    assert int8.cache_valid(stale, "token")
+    monkeypatch.setattr(int8, "_expected_metadata", lambda path, kind="dynamic": {"torch": "another"})
+    assert not int8.cache_valid(stale, "token")

@@ -242,6 +242,17 @@ def _expected_metadata(path: Path, kind: str = "dynamic") -> dict[str, str]:
     return meta
 
 
+def cache_valid(path: Path, kind: str) -> bool:
+    """Whether ``path`` holds int8 weights of ``kind`` that :func:`load_int8_cache` would use (its header alone)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return f.metadata() == _expected_metadata(path, kind)
+    except Exception:  # noqa: BLE001 -- missing, truncated, foreign: not valid
+        return False
+
+
 def cache_layout(path: Path) -> dict[str, list]:
     """The int8 cache's linears by module name, [out, in, has bias], from its header alone (no weights read)."""
     from safetensors import safe_open

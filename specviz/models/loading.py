@@ -247,8 +247,20 @@ def load_pair(
             return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
         _make_room()
         alpha = base.typical_alpha if base else 0.7
-        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
-                              target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing)
+        bare_tried: list[bool] = []
+        try:
+            pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
+                                  target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing,
+                                  bare_tried=bare_tried)
+        except Exception as exc:  # noqa: BLE001 -- the bare build failed: the full load still can
+            if not bare_tried or isinstance(exc, ModelError):
+                raise
+            log.warning("Building the bare int8 models failed (%s); loading them with transformers",
+                        short_error(exc, 200))
+            gc.collect()
+            pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
+                                  target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing,
+                                  allow_bare=False)
         _remember(key, pair)
         if pin:
             _PINNED.add(key)
@@ -356,7 +368,8 @@ def _same_tokenizer_files(a: str, b: str) -> bool:
 
 def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
                    quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
-                   alpha: float = 0.7, defer_packing: bool = False) -> ModelPair:
+                   alpha: float = 0.7, defer_packing: bool = False, allow_bare: bool = True,
+                   bare_tried: list[bool] | None = None) -> ModelPair:
     # Offline packs: a first-use conversion dominates, so it gets most of the progress bar;
     # otherwise loading gets all of it.
     converting = any(needs_conversion(ref) for ref in (draft_ref, target_ref))
@@ -385,9 +398,12 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     future: Future | None = None
     # Both models' int8 weights cached and the target known to run as int8 here: transformers' modelling code
     # is not needed to serve them (models.bare; ~6 s of a warm start on the AVX2 EPYC).
-    use_bare = (plan == "int8" and int8_file is not None and int8_file.exists() and target_file is not None
-                and target_file.exists() and _known_execution(target_exec, dev, target_ref, dt) == "int8"
+    use_bare = (allow_bare and plan == "int8" and int8_file is not None and int8.cache_valid(int8_file, int8.DRAFT_KIND)
+                and target_file is not None and int8.cache_valid(target_file, "token")
+                and _known_execution(target_exec, dev, target_ref, dt) == "int8"
                 and bare.supported(Path(draft_src)) and bare.supported(Path(target_src)))
+    if use_bare and bare_tried is not None:
+        bare_tried.append(True)
 
     def model_of(src: str, name: str, cache: Path | None) -> torch.nn.Module:
         if use_bare and cache is not None:
