@@ -247,20 +247,8 @@ def load_pair(
             return pair if pair.preset == label else dataclasses.replace(pair, preset=label)
         _make_room()
         alpha = base.typical_alpha if base else 0.7
-        bare_tried: list[bool] = []
-        try:
-            pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
-                                  target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing,
-                                  bare_tried=bare_tried)
-        except Exception as exc:  # noqa: BLE001 -- the bare build failed: the full load still can
-            if not bare_tried or isinstance(exc, ModelError):
-                raise
-            log.warning("Building the bare int8 models failed (%s); loading them with transformers",
-                        short_error(exc, 200))
-            gc.collect()
-            pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
-                                  target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing,
-                                  allow_bare=False)
+        pair = _load_uncached(label, draft_ref, target_ref, dev, dt, requested_quant, progress, t0,
+                              target_exec=requested_exec, alpha=alpha, defer_packing=defer_packing)
         _remember(key, pair)
         if pin:
             _PINNED.add(key)
@@ -368,8 +356,26 @@ def _same_tokenizer_files(a: str, b: str) -> bool:
 
 def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
                    quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
-                   alpha: float = 0.7, defer_packing: bool = False, allow_bare: bool = True,
-                   bare_tried: list[bool] | None = None) -> ModelPair:
+                   alpha: float = 0.7, defer_packing: bool = False) -> ModelPair:
+    """The pair, loaded: bare (:mod:`.bare`) where it can be; a bare build that fails all the same (an
+    unreadable cache) is logged and the full load takes over."""
+    args = (label, draft_ref, target_ref, dev, dt, quant, progress, t0)
+    kw = dict(target_exec=target_exec, alpha=alpha, defer_packing=defer_packing)
+    bare_tried: list[bool] = []
+    try:
+        return _load_once(*args, **kw, bare_tried=bare_tried)
+    except Exception as exc:  # noqa: BLE001 -- the bare build failed: the full load still can
+        if not bare_tried or isinstance(exc, ModelError):
+            raise
+        log.warning("Building the bare int8 models failed (%s); loading them with transformers", short_error(exc, 200))
+        gc.collect()
+        return _load_once(*args, **kw, allow_bare=False)
+
+
+def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
+               quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
+               alpha: float = 0.7, defer_packing: bool = False, allow_bare: bool = True,
+               bare_tried: list[bool] | None = None) -> ModelPair:
     # Offline packs: a first-use conversion dominates, so it gets most of the progress bar;
     # otherwise loading gets all of it.
     converting = any(needs_conversion(ref) for ref in (draft_ref, target_ref))
