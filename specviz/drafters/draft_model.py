@@ -9,7 +9,6 @@ import torch
 from ..core.kv import cached_lm
 from ..core.sampling import sample
 from ..core.settings import GAMMA_MAX_DYNAMIC
-from ..models.lean import LeanSteps
 from .base import ChainDrafter, DraftContext, DraftStep
 
 
@@ -17,21 +16,15 @@ class ModelDrafter(ChainDrafter):
     """Draft x_i ~ q_i = warp(draft(prefix + x_<i)), keeping the draft model's KV cache."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft model",
-                 max_new_tokens: int | None = None, shared_prefix: tuple[int, ...] = ()):
+                 max_new_tokens: int | None = None):
         self.model, self.device = model, device
         self.lm = cached_lm(model, device)  # replaced in start(), once the run's length is known
         self.name = name
         self.max_new_tokens = max_new_tokens
-        # The chat template's fixed head: the draft's lean steps feed it apart and keep its keys and values.
-        self.shared_prefix = shared_prefix
 
     @classmethod
     def for_pair(cls, pair: Any, settings: Any) -> "ModelDrafter":
-        from ..models.tokens import template_head
-
-        tok = getattr(pair, "tokenizer", None)
-        return cls(pair.draft, pair.device, name=pair.draft_name, max_new_tokens=settings.max_new_tokens,
-                   shared_prefix=template_head(tok) if tok is not None else ())
+        return cls(pair.draft, pair.device, name=pair.draft_name, max_new_tokens=settings.max_new_tokens)
 
     def start(self, ids: list[int]) -> None:
         from ..models.draft_vocab import prepare
@@ -40,10 +33,7 @@ class ModelDrafter(ChainDrafter):
         prepare(self.model, ids)  # a reduced head also keeps this prompt's ids (models.draft_vocab)
         # Compiled steps over the draft's static cache when it has them and the run fits.
         need = None if self.max_new_tokens is None else len(ids) + self.max_new_tokens + GAMMA_MAX_DYNAMIC + 1
-        self.lm = cached_lm(self.model, self.device, need)
-        steps = getattr(self.lm, "steps", None)
-        if isinstance(steps, LeanSteps):
-            steps.shared_prefix = self.shared_prefix
+        self.lm = cached_lm(self.model, self.device, need)  # lean steps keep the chat template's head (set at load)
         self.lm.prefill(ids)
 
     def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:

@@ -139,7 +139,7 @@ class LeanSteps:
         # Prompt passes begin with the chat template's fixed head (Qwen's: 24 tokens, about half of a short
         # prompt): fed as a call of its own, its keys and values are kept and copied into later runs' caches (the
         # draft's; and the invariant target's, whose runs' copies share the store: a race feeds the head once).
-        self.shared_prefix: tuple[int, ...] = ()  # set at load and by the drafter (models.tokens.template_head)
+        self.shared_prefix: tuple[int, ...] = ()  # set at load (models.loading: models.tokens.template_head)
         self._prefix_kv: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
 
     def for_run(self, need: int) -> "LeanSteps":
@@ -199,12 +199,9 @@ class LeanSteps:
         self._cos, self._sin = emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
         self.capacity = cap
 
-    def release(self, *, prefixes: bool = True) -> None:
-        """Drop the cache's memory (the next run allocates again), and the kept prompt heads unless
-        ``prefixes`` is False."""
+    def release(self) -> None:
+        """Drop the cache's memory (the next run allocates again); the kept prompt heads stay (the same bits)."""
         self.keys, self.values, self.capacity, self.length = [], [], 0, 0
-        if prefixes:
-            self._prefix_kv = {}
 
     # -- the forward ------------------------------------------------------------------------------
 
@@ -286,8 +283,8 @@ class LeanSteps:
             return 0.0
         try:
             # A cache a run allocated under inference_mode cannot be written by the tracer: start afresh
-            # (the steps are not in use; the next run reserves its own).  The kept heads stay: same bits.
-            self.release(prefixes=False)
+            # (the steps are not in use; the next run reserves its own).
+            self.release()
             self._reserve(max(feeds))
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -296,7 +293,7 @@ class LeanSteps:
                             *self.values)
                     holder = _Holder(self, keep=t if self.invariant else 1)
                     self.traced[t] = torch.jit.trace(holder, args, check_trace=False)
-            self.release(prefixes=False)
+            self.release()
         except Exception as exc:  # noqa: BLE001 -- tracing is an optimisation; the eager path is correct
             for t in feeds:  # in place: runs' copies of the steps share this dict
                 self.traced.pop(t, None)

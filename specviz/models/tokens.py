@@ -50,8 +50,8 @@ def _chat_ids(tok: Any, prompt: str) -> list[int]:
 
 def template_head(tokenizer: Any) -> tuple[int, ...]:
     """The ids every chat-encoded prompt of ``tokenizer`` begins with (Qwen's: its system turn and
-    ``<|im_start|>user``, 24 tokens), or () without a chat template: where the draft's lean steps split its
-    prompt pass (:attr:`.lean.LeanSteps.shared_prefix`).  Cached on the tokenizer."""
+    ``<|im_start|>user``, 24 tokens), or () without a chat template: where both models' lean steps split their
+    prompt passes (:attr:`.lean.LeanSteps.shared_prefix`, set at load).  Cached on the tokenizer."""
     head = getattr(tokenizer, "_specviz_template_head", None)
     if head is None:
         head = ()
