@@ -871,6 +871,12 @@ def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monk
     assert light.target.full().config._attn_implementation == loaded.target.config._attn_implementation
     out = light.target.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # delegated
     assert out.shape == (1, len(prompt) + 3)
+    # transformers' assisted generation (the bench's hf_* runs) takes both as transformers' models
+    from specviz.cli.bench_hf import hf_generate
+
+    for mode in ("hf_plain", "hf_same"):
+        new, _ = hf_generate(light, prompt, settings, mode)
+        assert new == hf_generate(loaded, prompt, settings, mode)[0] and len(new) >= 4
     # A cache that cannot be read after all: the bare build fails, the full load takes over (logged).
     clear_cache()
     read = int8.load_int8_cache

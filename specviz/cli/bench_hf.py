@@ -22,6 +22,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..core.settings import DecodeSettings
+from ..models.bare import transformers_model
 
 HF_CONFIGS = {
     "hf_plain": "transformers generate, no assistant",
@@ -69,6 +70,7 @@ def hf_generate(pair, ids: list[int], settings: DecodeSettings, mode: str) -> tu
     """transformers' generate, mode hf_plain, hf_same or hf_default: (the new token ids, seconds).
 
     The assisted runs use the pair's draft model whatever specviz's drafter setting is."""
+    target, draft = transformers_model(pair.target), transformers_model(pair.draft)
     x = torch.tensor([ids], device=pair.device)
     kw: dict[str, Any] = dict(max_new_tokens=settings.max_new_tokens, min_new_tokens=0,
                               eos_token_id=list(pair.eos_token_ids), pad_token_id=pair.eos_token_ids[0],
@@ -79,13 +81,13 @@ def hf_generate(pair, ids: list[int], settings: DecodeSettings, mode: str) -> tu
     else:
         kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     if mode != "hf_plain":
-        kw["assistant_model"] = pair.draft
+        kw["assistant_model"] = draft
     values = hf_same_values(settings) if mode == "hf_same" else {}
     torch.manual_seed(settings.seed)
-    with assistant_settings(pair.draft, **values), torch.inference_mode():
+    with assistant_settings(draft, **values), torch.inference_mode():
         _sync(pair.device)
         t0 = time.perf_counter()
-        out = pair.target.generate(x, **kw)
+        out = target.generate(x, **kw)
         _sync(pair.device)
         seconds = time.perf_counter() - t0
     return out[0, len(ids):].tolist(), seconds  # only the new tokens count

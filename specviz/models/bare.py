@@ -128,6 +128,12 @@ class BareCausalLM(nn.Module):
             return getattr(self.full(name), name)
 
 
+def transformers_model(model: nn.Module, why: str = "transformers' generate") -> nn.Module:
+    """``model`` as transformers' own model (a bare model's full one), for code that hands it to transformers:
+    its assisted generation calls the assistant's private methods, which a bare model does not delegate."""
+    return model.full(why) if isinstance(model, BareCausalLM) else model
+
+
 def supported(source: Path) -> bool:
     """Whether :func:`load` can build the model in ``source`` (a converted offline pack's directory)."""
     try:
