@@ -53,6 +53,26 @@ def test_the_kernel_gives_fbgemms_bits_at_every_shape_and_batch_size(shape):
 
 
 @needs_kernel
+@pytest.mark.parametrize("shape", [(1, 32), (5, 33), (3, 31), (130, 896), (257, 1000), (64, 8960)])
+def test_the_kernels_weight_layout_is_torchs_blocking_and_row_sums(shape):
+    """The op that lays a linear's weights out at load (``weight_layout``) gives what the torch expression
+    gives: the 4 x 32 blocks zero-padded on both sides, and exact row sums at the int8 extremes."""
+    values, scales = _values(*shape, seed=shape[1])
+    values[0] = -128  # the most negative row sum
+    values[-1, : shape[1] // 2] = 127
+    blocked, wsum = torch.ops.specviz.weight_layout(values)
+    want_blocked, want_sum = kernels.weight_layout(values)
+    assert blocked.shape == want_blocked.shape and torch.equal(blocked, want_blocked)
+    assert wsum.dtype == torch.int32 and torch.equal(wsum, want_sum)
+    assert int(wsum[0]) == (-128 * shape[1] if shape[0] > 1 else 127 * (shape[1] // 2) - 128 * (shape[1] - shape[1] // 2))
+    weights = kernels.Weights.of(values[:, :], scales)  # the op, as a load uses it
+    assert torch.equal(weights.values, values) and torch.equal(weights.wsum, want_sum)
+    strided = torch.zeros(shape[0], shape[1] + 7, dtype=torch.int8)[:, 3 : 3 + shape[1]]
+    strided.copy_(values)  # a view with a row stride of its own: laid out as the values it holds
+    assert torch.equal(torch.ops.specviz.weight_layout(strided)[0], want_blocked)
+
+
+@needs_kernel
 @pytest.mark.parametrize("shape", [(1, 32), (5, 33), (130, 896), (257, 1000), (64, 8960)])
 def test_the_one_call_linear_gives_the_bits_of_its_ops_one_at_a_time(shape):
     """``int8_linear`` (scale by max |x|, quantize, product, scale back, bias) against the Python path it replaced
