@@ -26,7 +26,7 @@ if __name__ == "__main__" and os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     from specviz.serving import preload
 
-    preload.start()
+    preload.start(hold_traces=True)  # traced once the page is served: main() says when
 
 from specviz.ui import quick_gradio  # noqa: E402
 
@@ -520,7 +520,7 @@ def preload_default() -> None:
     """Load the default pair in the background so the first Run is quick (specviz.serving.preload)."""
     from specviz.serving import preload
 
-    preload.start()
+    preload.start(hold_traces=True)  # main() says when the page is served
 
 
 def launch_options() -> dict[str, Any]:
@@ -543,8 +543,12 @@ def main() -> None:
     demo = build()
     temp_files.start(demo)  # Gradio's file copies bounded by size and count too, not only by age
     host, port = hosting.server_address()
-    demo.launch(server_name=host, server_port=port, **launch_options(),
+    demo.launch(server_name=host, server_port=port, **launch_options(), prevent_thread_lock=True,
                 css=V.load_css(), head=present.head(), theme=gr.themes.Soft(), footer_links=["api", "gradio"])
+    from specviz.models import warm
+
+    warm.serving()  # the page is served: the preload's traces may begin (they waited: specviz.models.warm)
+    demo.block_thread()
 
 
 if __name__ == "__main__":

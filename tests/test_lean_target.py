@@ -210,3 +210,64 @@ def test_the_targets_kept_prompt_head_gives_the_same_bits_and_runs_share_it():
     finally:
         steps._body = body
         steps.shared_prefix = ()
+
+
+def test_a_kept_head_read_from_disk_is_the_same_bits_and_anything_else_computes_it(tmp_path, caplog):
+    """The next start reads the head's keys and values (models.prefix_store) instead of feeding it: the same bits
+    as computing them, and runs on them score the same.  A store for other weights, another prefix, or an
+    unreadable file computes them again (and replaces the file)."""
+    from specviz.models.prefix_store import PrefixStore
+
+    weights = tmp_path / "int8token-bfloat16.safetensors"
+    weights.write_bytes(b"weights")
+    head = tuple(IDS[:10])
+    _, model = _target()
+    steps = steps_of(model)
+    with torch.inference_mode():
+        lm = cached_lm(model, CPU, 64)
+        reference = lm.feed(IDS[:22], keep=6).logits
+        lm.free()
+    steps.shared_prefix = head
+    steps.prefix_store = store = PrefixStore.for_weights(weights, role="target", kernel=False)
+    fed = []
+    body = steps._body
+    steps._body = lambda tokens, *a, **k: fed.append(len(tokens)) or body(tokens, *a, **k)
+    try:
+        assert steps.keep_prefix() and fed == [10]  # computed, then stored
+        assert store.path(head).is_file() and store.path(head).parent == tmp_path / "heads"
+        assert not list(tmp_path.glob("*.safetensors"))[1:]  # nothing beside the weights (the int8 cache's signature)
+        computed = steps._prefix_kv.pop(head)
+        fed.clear()
+        with caplog.at_level("INFO", logger="specviz.models"):
+            assert steps.keep_prefix() and fed == []  # a new start: read, not fed
+        assert "Read the target's 10-token prompt head" in caplog.text
+        read = steps._prefix_kv[head]
+        assert all(torch.equal(a, b) for a, b in zip(computed[0] + computed[1], read[0] + read[1]))
+        with torch.inference_mode():
+            lm = cached_lm(model, CPU, 64)
+            assert torch.equal(lm.feed(IDS[:22], keep=6).logits, reference)
+            lm.free()
+        assert fed == [12]
+
+        # what the bits depend on, changed: another file name, so they are computed
+        weights.write_bytes(b"re-converted weights")
+        other = PrefixStore.for_weights(weights, role="target", kernel=False)
+        assert other.path(head) != store.path(head)
+        assert other.load(head, len(steps.layers)) is None
+        assert store.load(tuple(IDS[1:11]), len(steps.layers)) is None  # another prefix
+        assert PrefixStore.for_weights(tmp_path / "missing", role="target", kernel=False) is None
+
+        # an unreadable file: a warning, computed again, and replaced by a good one
+        store.path(head).write_bytes(b"not a safetensors file")
+        steps._prefix_kv.clear()
+        fed.clear()
+        with caplog.at_level("WARNING", logger="specviz.models"):
+            assert steps.keep_prefix() and fed == [10]
+        assert "unreadable kept prompt head" in caplog.text
+        again = store.load(head, len(steps.layers))
+        assert again is not None and all(torch.equal(a, b) for a, b in zip(computed[0], again[0]))
+    finally:
+        steps._body = body
+        steps.shared_prefix = ()
+        steps.prefix_store = None
+        steps._prefix_kv.clear()

@@ -820,6 +820,41 @@ def test_the_output_head_gets_its_input_with_canonical_strides():
     assert sum(1 for h in head._forward_pre_hooks.values()) == 1
 
 
+def test_an_int8_pairs_prompt_heads_are_kept_on_disk_and_the_next_load_reads_them(tmp_path, monkeypatch, cache):
+    """A load gives both int8 models' lean steps a store beside their int8 weights (models.prefix_store): the
+    chat template head, once computed, is read by the next load's steps instead of fed -- the same bits -- and
+    the stored heads never make the int8 caches look stale (they live in a folder of their own)."""
+    from specviz.models import compiled
+
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    kwargs = dict(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
+    first = load_pair(**kwargs)
+    head = tuple(encode_prompt(first, "def fib(n):")[:8])  # the tiny tokenizer's template has no fixed head
+    kept = {}
+    for role, model in (("draft", first.draft), ("target", first.target)):
+        steps = compiled.steps_of(model)
+        assert steps.prefix_store is not None and steps.prefix_store.identity
+        assert steps.keep_prefix(head)
+        assert steps.prefix_store.path(head).is_file() and steps.prefix_store.folder.name == "heads"
+        kept[role] = steps._prefix_kv[head]
+    for path in cache.rglob("int8token-*.safetensors"):
+        kind = "token"
+        assert int8.cache_valid(path, kind) or int8.cache_valid(path, int8.DRAFT_KIND), path
+    clear_cache()
+    second = load_pair(**kwargs)
+    for role, model in (("draft", second.draft), ("target", second.target)):
+        steps = compiled.steps_of(model)
+        assert not steps._prefix_kv
+        body = steps._body
+        steps._body = lambda *a, **k: pytest.fail("the head was fed again")
+        try:
+            assert steps.keep_prefix(head)
+        finally:
+            steps._body = body
+        read = steps._prefix_kv[head]
+        assert all(torch.equal(a, b) for a, b in zip(kept[role][0] + kept[role][1], read[0] + read[1]))
+
+
 def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monkeypatch, cache):
     """Once both models' int8 weights are cached and the target runs as int8, a load builds them without
     transformers' modelling code (models.bare): the same linears, the same bits on the lean path (chains,

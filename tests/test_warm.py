@@ -255,3 +255,36 @@ def test_finish_stops_between_two_steps_when_the_process_exits(monkeypatch):
     warm._stop_at_exit()
     assert not thread.is_alive() and not warm.preparing(pair)  # ended, and said so
     assert 0 < len(packed) < todo  # stopped between two linears
+
+
+def test_a_server_holds_the_traces_until_its_page_is_served_then_a_grace_period(monkeypatch):
+    """While a server builds its page (pure Python under the interpreter lock), finish() packs and keeps the prompt
+    heads but traces nothing; once the page is served (warm.serving) it traces, SERVE_GRACE_S later, so the first
+    visitors' runs take the model lock before the first trace does."""
+    from specviz.models.compiled import steps_of
+
+    pair, _, _ = _deferred_pair()
+    monkeypatch.setattr(warm, "_SERVING", threading.Event())
+    monkeypatch.setattr(warm, "_SERVED_AT", [])
+    monkeypatch.setattr(warm, "SERVE_GRACE_S", 0.3)
+    warm.hold_traces()
+    traced = []
+    for model in (pair.draft, pair.target):
+        steps = steps_of(model)
+        if steps is None:
+            continue
+        real = steps.trace
+        monkeypatch.setattr(steps, "trace", lambda feeds, _real=real: traced.append(time.monotonic()) or _real(feeds))
+    thread = warm.finish(pair)
+    assert thread is not None
+    deadline = time.monotonic() + 60
+    while (unpacked(pair.target) or unpacked(pair.draft)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not unpacked(pair.target) and not unpacked(pair.draft)  # packed while held
+    time.sleep(0.5)
+    assert traced == [] and warm.preparing(pair)  # ... but not traced
+    served = time.monotonic()
+    warm.serving()
+    thread.join(120)
+    assert not thread.is_alive() and not warm.preparing(pair)
+    assert traced and min(traced) >= served + 0.3  # after the grace period

@@ -33,13 +33,16 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
 
 from .compiled import give_steps
 from .int8_target import FusedPart, TokenInt8Linear
+
+if TYPE_CHECKING:
+    from .prefix_store import PrefixStore
 
 log = logging.getLogger("specviz.models")
 
@@ -141,6 +144,8 @@ class LeanSteps:
         # draft's; and the invariant target's, whose runs' copies share the store: a race feeds the head once).
         self.shared_prefix: tuple[int, ...] = ()  # set at load (models.loading: models.tokens.template_head)
         self._prefix_kv: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        # where those keys and values are also kept on disk, for the next start (set at load: .prefix_store)
+        self.prefix_store: "PrefixStore | None" = None
 
     def for_run(self, need: int) -> "LeanSteps":
         """The steps a run of ``need`` tokens feeds: these (one cache, one run at a time: the draft), or for
@@ -319,18 +324,29 @@ class LeanSteps:
         n = len(prefix)
         kept = self._prefix_kv.get(prefix)
         self._reserve(n)
+        store = self.prefix_store
+        if kept is None and store is not None:  # kept on disk by an earlier start (the same bits: .prefix_store)
+            kept = store.load(prefix, len(self.layers))
+            if kept is not None:
+                self._remember_prefix(prefix, kept)
+                log.info("Read the %s's %d-token prompt head from %s", self.role, n, store.path(prefix).name)
         if kept is None:
             tokens, pos = torch.tensor(prefix, dtype=torch.long), torch.arange(n)
             self._body(tokens, pos, 1, self._cos, self._sin, *self.keys, *self.values)  # the head is not needed
             kept = ([k[:, :, :n].clone() for k in self.keys], [v[:, :, :n].clone() for v in self.values])
-            while len(self._prefix_kv) >= PREFIXES_KEPT:
-                self._prefix_kv.pop(next(iter(self._prefix_kv)))
-            self._prefix_kv[prefix] = kept
+            self._remember_prefix(prefix, kept)
+            if store is not None:
+                store.save(prefix, kept)
         else:
             for k, v, pk, pv in zip(self.keys, self.values, *kept):
                 k[:, :, :n] = pk
                 v[:, :, :n] = pv
         self.length = n
+
+    def _remember_prefix(self, prefix: tuple[int, ...], kept: tuple[list[torch.Tensor], list[torch.Tensor]]) -> None:
+        while len(self._prefix_kv) >= PREFIXES_KEPT:
+            self._prefix_kv.pop(next(iter(self._prefix_kv)))
+        self._prefix_kv[prefix] = kept
 
     @torch.inference_mode()
     def keep_prefix(self, prefix: tuple[int, ...] | None = None) -> bool:

@@ -30,10 +30,11 @@ from typing import Any, Callable
 
 import torch
 
-from . import bare, compiled, int8
+from . import bare, compiled, int8, kernels
 from . import executions
 from .convert import needs_conversion, offline_pack, source_of
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
+from .prefix_store import PrefixStore
 from .presets import DEFAULT_PRESET, PRESETS
 from .tiny import build_tiny_pair
 from .tokens import eos_ids, template_head
@@ -456,10 +457,14 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
     if early is not None:
         early.shutdown(wait=False, cancel_futures=True)
     head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
-    for model in (draft_model, target_model):
+    # ... and keep them on disk beside the int8 weights they were computed from, for the next start
+    weights_of = {"draft": int8_file if applied == "int8" else None, "target": target_file if chosen == "int8" else None}
+    for role, model in (("draft", draft_model), ("target", target_model)):
         steps = compiled.steps_of(model)
         if hasattr(steps, "keep_prefix"):
             steps.shared_prefix = head
+            if weights_of[role] is not None and steps.prefix_store is None:
+                steps.prefix_store = PrefixStore.for_weights(weights_of[role], role=role, kernel=kernels.ready())
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)

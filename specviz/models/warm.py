@@ -46,6 +46,41 @@ _STOPPING = threading.Event()
 EXIT_WAIT_S = 5.0  # at exit, wait this long for a step in progress (one linear, one trace) to end
 
 
+# A server's start: its page is built in the main thread, pure Python under the interpreter lock, while this
+# module's thread would trace the models' steps -- torch.jit.trace, pure Python too (measured on the AVX2 EPYC,
+# 2026-11-26: the draft's first trace took 2.6 s beside the page's build instead of 0.4 s, and the first
+# visitor's run then waited for it).  The server holds the traces until its page is served (:func:`hold_traces`,
+# :func:`serving`), and a moment longer, so that the first visitors' runs take the model lock first.
+_SERVING = threading.Event()
+_SERVING.set()  # nothing held: a bench, a test, a CLI traces at once
+SERVE_GRACE_S = 1.0
+HOLD_MAX_S = 120.0  # a page never served (a failed launch) holds nothing longer than this
+_SERVED_AT: list[float] = []
+
+
+def hold_traces() -> None:
+    """A server's page is being built: :func:`finish` packs and keeps the prompt heads, but traces nothing
+    until :func:`serving` (or HOLD_MAX_S)."""
+    _SERVING.clear()
+
+
+def serving() -> None:
+    """The server's page is up: traces may begin, SERVE_GRACE_S from now."""
+    _SERVED_AT[:] = [time.monotonic()]
+    _SERVING.set()
+
+
+def _wait_for_serving() -> None:
+    deadline = time.monotonic() + HOLD_MAX_S
+    while not _SERVING.wait(0.2):
+        _step()
+        if time.monotonic() > deadline:
+            return
+    while _SERVED_AT and time.monotonic() < _SERVED_AT[0] + SERVE_GRACE_S:
+        _step()
+        time.sleep(0.05)
+
+
 class _Stopped(Exception):
     """The process is exiting: finish() stops between two steps."""
 
@@ -185,6 +220,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                                     thread_name_prefix="specviz-pack") as pool:
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             _keep_heads(models, lock)  # on the packed products (specviz's kernel: packed at load)
+            _wait_for_serving()
             for model in models[::-1]:  # the draft's two feeds first: a round takes several draft steps
                 steps = _untraced(model)
                 # One feed length at a time, each holding the lock (~1 s for the target's): a run that

@@ -25,11 +25,14 @@ _STARTED: list[threading.Thread] = []
 START_SWITCH_S = 0.0005
 
 
-def start() -> threading.Thread:
+def start(*, hold_traces: bool = False) -> threading.Thread:
     """Load (or convert, the first time) the default pair in a daemon thread, once; a failure is logged
-    here and shown again, clearly, when someone presses Run."""
+    here and shown again, clearly, when someone presses Run.  ``hold_traces``: the server's page is still to
+    be built, so the models' steps are traced only once it is served (:func:`.warm.serving`)."""
     if _STARTED:
         return _STARTED[0]
+    if hold_traces:
+        warm.hold_traces()
 
     def work() -> None:
         try:
