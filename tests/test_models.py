@@ -820,6 +820,36 @@ def test_the_output_head_gets_its_input_with_canonical_strides():
     assert sum(1 for h in head._forward_pre_hooks.values()) == 1
 
 
+def test_a_converted_packs_tokenizer_is_read_straight_from_its_file_and_is_autotokenizers(tmp_path, monkeypatch, cache):
+    """A pack specviz converted loads its tokenizer straight from tokenizer.json (models.tokens.converted_tokenizer:
+    ~0.8 s less of a start): the same ids, texts, special tokens and chat template as AutoTokenizer's.  Another
+    tokenizer class, or a missing file, is loaded by AutoTokenizer as before."""
+    import shutil
+
+    from transformers import AutoTokenizer, TokenizersBackend
+
+    from specviz.models.convert import source_of
+    from specviz.models.tokens import converted_tokenizer
+    from tests.same_tokenizer import assert_same_tokenizer
+
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    pair = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
+    assert type(pair.tokenizer) is TokenizersBackend  # read straight from the file
+    src, _ = source_of(target.ref, None)
+    reference = AutoTokenizer.from_pretrained(src)
+    assert type(reference).__name__ in ("Qwen2Tokenizer",)
+    assert_same_tokenizer(reference, pair.tokenizer)
+    assert_same_tokenizer(reference, converted_tokenizer(src))
+    other = tmp_path / "other"
+    shutil.copytree(src, other)
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "LlamaTokenizer"}))
+    assert converted_tokenizer(other) is None  # not known to be the same: AutoTokenizer's way
+    (other / "tokenizer_config.json").write_text(json.dumps(config))
+    (other / "tokenizer.json").unlink()
+    assert converted_tokenizer(other) is None
+
+
 def test_an_int8_pairs_prompt_heads_are_kept_on_disk_and_the_next_load_reads_them(tmp_path, monkeypatch, cache):
     """A load gives both int8 models' lean steps a store beside their int8 weights (models.prefix_store): the
     chat template head, once computed, is read by the next load's steps instead of fed -- the same bits -- and
