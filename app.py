@@ -51,7 +51,6 @@ from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_inf
 from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import race_plots as RP
-from specviz.views import tree_plots as TRP
 from specviz.views.heads import section as draft_heads_section
 
 log = logging.getLogger("specviz.app")
@@ -233,14 +232,17 @@ def build() -> gr.Blocks:
                     picture = gr.Plot(show_label=False, elem_id="sv-picture")
                 gr.Markdown("### Numbers and charts")
                 metrics = gr.HTML(V.metrics_html(None), elem_id="sv-metrics")
+                # Every page load shows a shipped recording here (on_start, below), charts included: empty
+                # figures built now would never be seen (and cost ~0.4 s of a start's single-threaded Python).
+                empty = (lambda make, *a: None) if RECORDINGS else (lambda make, *a: make(*a))
                 with gr.Row(elem_classes="sv-plots"):
-                    plot_pos = gr.Plot(show_label=False, value=P.acceptance_by_position(None))
-                    plot_hist = gr.Plot(show_label=False, value=P.tokens_per_round_hist(None))
-                    plot_draft = gr.Plot(show_label=False, value=P.draft_lengths(None), elem_id="sv-draft-lengths")
+                    plot_pos = gr.Plot(show_label=False, value=empty(P.acceptance_by_position, None))
+                    plot_hist = gr.Plot(show_label=False, value=empty(P.tokens_per_round_hist, None))
+                    plot_draft = gr.Plot(show_label=False, value=empty(P.draft_lengths, None), elem_id="sv-draft-lengths")
                 with gr.Row(elem_classes="sv-plots"):
-                    plot_time = gr.Plot(show_label=False, value=P.round_times(None))
-                    plot_curve = gr.Plot(show_label=False, value=RP.tokens_vs_time(None, None))
-                    plot_speed = gr.Plot(show_label=False, value=RP.speedup_bars(None, None))
+                    plot_time = gr.Plot(show_label=False, value=empty(P.round_times, None))
+                    plot_curve = gr.Plot(show_label=False, value=empty(RP.tokens_vs_time, None, None))
+                    plot_speed = gr.Plot(show_label=False, value=empty(RP.speedup_bars, None, None))
                 with gr.Row(visible=False, elem_classes="sv-plots", elem_id="sv-tree-plots") as tree_plots:  # tree runs only
                     plot_tree_size = gr.Plot(show_label=False, elem_id="sv-tree-sizes")
                     plot_tree_verify = gr.Plot(show_label=False, elem_id="sv-tree-verify")
@@ -289,7 +291,6 @@ def build() -> gr.Blocks:
                 m_note = gr.Markdown(elem_id="sv-machine-note")
 
             with gr.Tab("Sweeps", id="sweeps"):
-                shown = shootout_ui.recorded_frame()  # the shipped recording, until a sweep replaces it
                 gr.Markdown(tabs.SWEEPS_INTRO, elem_id="sv-sweeps-intro")
                 with gr.Row():
                     g_btn = gr.Button("Run γ sweep", variant="primary")
@@ -297,20 +298,21 @@ def build() -> gr.Blocks:
                     tree_btn = gr.Button("Measure verify time vs tree nodes", variant="primary", elem_id="sv-tree-sweep")
                     sh_btn = gr.Button("Run drafter shoot-out", variant="primary", elem_id="sv-shootout-run")
                     sweep_stop = gr.Button("Stop sweep", variant="stop")
-                sweep_status = gr.Markdown(shown.status, elem_id="sv-sweep-status")
-                g_plot = gr.Plot(show_label=False, value=shown.gamma_plot)
+                # the shipped recorded sweeps, until a sweep replaces them: drawn at page load (below)
+                sweep_status = gr.Markdown(elem_id="sv-sweep-status")
+                g_plot = gr.Plot(show_label=False)
                 with gr.Row():
-                    e_plot = gr.Plot(show_label=False, value=shown.eps_plot)
-                    pareto = gr.Plot(show_label=False, value=shown.pareto)
+                    e_plot = gr.Plot(show_label=False)
+                    pareto = gr.Plot(show_label=False)
                 gr.Markdown("#### Drafter shoot-out\n" + shootout_ui.POLICY_NOTE)
-                sh_table = gr.HTML(shown.shootout_table, elem_id="sv-shootout-table")
-                sh_plot = gr.Plot(show_label=False, value=shown.shootout_plot, elem_id="sv-shootout-plot")
+                sh_table = gr.HTML(elem_id="sv-shootout-table")
+                sh_plot = gr.Plot(show_label=False, elem_id="sv-shootout-plot")
                 sh_runs = gr.State({})  # {label: handle on the store} of this session's last shoot-out
                 with gr.Row(equal_height=True):
                     sh_pick = gr.Dropdown([], label="Shoot-out runs", info=shootout_ui.NO_RUNS, interactive=False,
                                           elem_id="sv-shootout-pick", scale=3)
                     sh_show = gr.Button("Show on the Live tab", size="sm", scale=1, elem_id="sv-shootout-show")
-                tree_plot = gr.Plot(show_label=False, value=TRP.tree_sweep_plot(None), elem_id="sv-tree-sweep-plot")
+                tree_plot = gr.Plot(show_label=False, elem_id="sv-tree-sweep-plot")
 
             with gr.Tab("How it works", id="how"):
                 gr.Markdown(HOW_IT_WORKS.replace("\n**References.**", draft_heads_section() + "\n**References.**", 1),
@@ -334,6 +336,10 @@ def build() -> gr.Blocks:
         sweep_views = Slots(SweepFrame, status=sweep_status, gamma_plot=g_plot, eps_plot=e_plot, pareto=pareto,
                             tree_plot=tree_plot, shootout_table=sh_table, shootout_plot=sh_plot,
                             shootout_runs=sh_runs, shootout_pick=sh_pick)
+        # The Sweeps tab's recorded sweeps, drawn once per process at the first page load rather than at start
+        # (plotly's figures: ~0.3 s of a start's single-threaded Python); every later load reuses them.
+        demo.load(lambda: sweep_views.write(shootout_ui.recorded_page_frame()), None, sweep_views.outputs,
+                  api_visibility="private")
 
         def on_run(values: dict, request: gr.Request = None, progress=gr.Progress()):
             for frame in run(form.read(values), getattr(request, "session_hash", None), progress):

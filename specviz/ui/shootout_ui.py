@@ -8,6 +8,8 @@ gate, like the other sweeps; Stop cancels it) and keeps each run's traces in the
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import html
 import logging
 from pathlib import Path
@@ -21,6 +23,7 @@ from ..serving.sweep_budget import sweep_budget, time_limit_note
 from ..views import shootout as SV
 from ..views import sweep_plots as SP
 from ..views import theory_plots as TP
+from ..views import tree_plots as TRP
 from ..views._fmt import ranges_text
 from .form import RunForm
 from .frames import LiveFrame, SweepFrame
@@ -87,6 +90,13 @@ def show_run(runs: Any, label: Any) -> LiveFrame:
             else f"No shoot-out run to show: {NO_RUNS}."
         return LiveFrame(status=status_html(msg, "warn"))
     return final_frame(spec, std, status_html(f"Shoot-out run: {label} ({spec.n_tokens} tokens).", "ok"))
+
+
+@functools.cache
+def recorded_page_frame() -> SweepFrame:
+    """What the Sweeps tab shows when a page loads: the shipped recording and an empty tree-sweep chart, drawn
+    once per process (the first page load) and reused: the figures are only read after."""
+    return dataclasses.replace(recorded_frame(), tree_plot=TRP.tree_sweep_plot(None))
 
 
 def recorded_frame(path: str | Path = recorded.DEFAULT_PATH) -> SweepFrame:
