@@ -24,9 +24,14 @@ if __name__ == "__main__" and os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
     # The default pair starts loading before Gradio is imported: reading its weights overlaps the
     # page's imports (a warm start serves its first run sooner; issue 34).
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    from specviz.serving import preload
+    import threading
 
-    preload.start(hold_traces=True)  # traced once the page is served: main() says when
+    def _preload() -> None:  # its imports too (torch, transformers: ~3.4 s) overlap Gradio's in this thread
+        from specviz.serving import preload
+
+        preload.start(hold_traces=True)  # traced once the page is served: main() says when
+
+    threading.Thread(target=_preload, name="preload-start", daemon=True).start()
 
 from specviz.ui import quick_gradio  # noqa: E402
 

@@ -288,3 +288,38 @@ def test_a_server_holds_the_traces_until_its_page_is_served_then_a_grace_period(
     thread.join(120)
     assert not thread.is_alive() and not warm.preparing(pair)
     assert traced and min(traced) >= served + 0.3  # after the grace period
+
+
+def test_the_preload_starts_once_when_two_threads_ask_at_once(monkeypatch):
+    """app.py starts the preload from a thread of its own (so its imports overlap Gradio's) and main() asks
+    again: whichever comes first starts it, the other gets that thread; held traces are held either way."""
+    from specviz.serving import preload
+
+    release = threading.Event()
+    calls = []
+
+    def fake_get_pair(preset, serve_early=False):
+        calls.append(preset)
+        release.wait(10)
+        return SimpleNamespace(target=object())
+
+    monkeypatch.setattr(preload, "get_pair", fake_get_pair)
+    monkeypatch.setattr(preload, "_STARTED", [])
+    monkeypatch.setattr(warm, "_SERVING", threading.Event())
+    warm._SERVING.set()
+    barrier, got = threading.Barrier(4), []
+
+    def ask():
+        barrier.wait()
+        got.append(preload.start(hold_traces=True))
+
+    askers = [threading.Thread(target=ask) for _ in range(4)]
+    for t in askers:
+        t.start()
+    for t in askers:
+        t.join(10)
+    assert len(got) == 4 and len({id(t) for t in got}) == 1
+    assert not warm._SERVING.is_set()  # the traces are held until the page is served
+    release.set()
+    got[0].join(10)
+    assert calls == [preload.default_preset()]

@@ -17,6 +17,7 @@ from .service import default_preset, describe_error, get_pair
 
 log = logging.getLogger("specviz.app")
 _STARTED: list[threading.Thread] = []
+_START_LOCK = threading.Lock()
 # While the page's imports run, this thread's C calls (reading, fusing, blocking the int8 weights; keeping
 # the prompt head) each wait for the interpreter lock, which a thread running pure Python hands over only
 # every sys.getswitchinterval() (5 ms): measured on the AVX2 EPYC beside a spinning thread, reading the
@@ -29,8 +30,13 @@ def start(*, hold_traces: bool = False) -> threading.Thread:
     """Load (or convert, the first time) the default pair in a daemon thread, once; a failure is logged
     here and shown again, clearly, when someone presses Run.  ``hold_traces``: the server's page is still to
     be built, so the models' steps are traced only once it is served (:func:`.warm.serving`)."""
-    if _STARTED:
-        return _STARTED[0]
+    with _START_LOCK:  # app.py starts it from a thread of its own, and main() again: one thread
+        if _STARTED:
+            return _STARTED[0]
+        return _start(hold_traces)
+
+
+def _start(hold_traces: bool) -> threading.Thread:
     if hold_traces:
         warm.hold_traces()
 
