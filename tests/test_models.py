@@ -911,6 +911,17 @@ def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monk
         assert {n for n, _ in a.named_parameters()} == {n for n, _ in b.named_parameters()}
         assert torch.equal(a.model.rotary_emb.inv_freq, b.model.rotary_emb.inv_freq)
     assert head_fingerprint(light.target) == head_fingerprint(loaded.target)
+    # the bare models' config: transformers' generic one, with every value AutoConfig's Qwen2Config gives
+    for a, b in ((loaded.target, light.target), (loaded.draft, light.draft)):
+        assert type(b.config).__name__ == "PreTrainedConfig"
+        keys = set(json.loads((b.source / "config.json").read_text())) | {
+            "model_type", "use_sliding_window", "hidden_act", "rope_parameters", "num_attention_heads",
+            "num_key_value_heads", "hidden_size", "rms_norm_eps", "max_position_embeddings", "vocab_size",
+            "tie_word_embeddings", "num_hidden_layers", "eos_token_id", "pad_token_id", "bos_token_id"}
+        keys -= {"transformers_version", "_model_name_or_path"}
+        for key in sorted(keys):
+            assert getattr(b.config, key, None) == getattr(a.config, key, None), key
+        assert getattr(b.config, "head_dim", None) in (None, getattr(a.config, "head_dim", None))
     assert light.eos_token_ids == loaded.eos_token_ids and light.vocab_size == loaded.vocab_size
     prompt = encode_prompt(light, "def fib(n):")
     for model_a, model_b in ((loaded.target, light.target), (loaded.draft, light.draft)):
@@ -934,6 +945,7 @@ def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monk
         assert torch.equal(light.draft(ids).logits, loaded.draft(ids).logits)
     assert light.target.full().model.layers[0].self_attn.q_proj is light.target.model.layers[0].self_attn.q_proj
     assert light.target.full().config._attn_implementation == loaded.target.config._attn_implementation
+    assert light.target.config is light.target.full().config  # transformers' own config once built
     out = light.target.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # delegated
     assert out.shape == (1, len(prompt) + 3)
     # transformers' assisted generation (the bench's hf_* runs) takes both as transformers' models

@@ -146,15 +146,31 @@ def supported(source: Path) -> bool:
             and rope.get("rope_type", rope.get("type", "default")) == "default")
 
 
+def light_config(source: Path) -> Any:
+    """``source``'s config.json as transformers' generic config: every key of the file an attribute, as
+    AutoConfig's Qwen2Config has them (tested), without importing ``transformers.models``, whose import scans
+    ~1,650 files of transformers' model code for their names (~0.6 s of a warm start's preload, under the
+    interpreter lock the page's build needs).  :meth:`BareCausalLM.full` gets AutoConfig's own."""
+    from transformers import PreTrainedConfig
+
+    values = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
+    config = PreTrainedConfig.from_dict(dict(values))
+    for key, value in values.items():  # the keys the generic class does not keep (use_cache)
+        if not hasattr(config, key):
+            setattr(config, key, value)
+    config.name_or_path = str(source)
+    return config
+
+
 def load(source: Path, layout: dict[str, list], dtype: torch.dtype) -> BareCausalLM:
     """The model in ``source`` (config.json, model.safetensors) as a :class:`BareCausalLM`: its embeddings and
     norms read in ``dtype``, its linears on the meta device with the shapes ``layout`` gives by module name
     ([out, in, has bias]: the int8 cache's, :class:`.int8.Int8Weights`), for the cache to replace."""
     from safetensors import safe_open
-    from transformers import AutoConfig, GenerationConfig
+    from transformers import GenerationConfig
 
     source = Path(source)
-    config = AutoConfig.from_pretrained(source)
+    config = light_config(source)
     try:
         generation = GenerationConfig.from_pretrained(source)
     except OSError:  # no generation_config.json: the eos ids come from the tokenizer
@@ -189,18 +205,20 @@ def load(source: Path, layout: dict[str, list], dtype: torch.dtype) -> BareCausa
 def _full_model(bare: BareCausalLM, why: str) -> nn.Module:
     """transformers' model for ``bare``'s config, built on the meta device, holding ``bare``'s modules."""
     import transformers
+    from transformers import AutoConfig
 
     from .invariant import register
 
     cls = getattr(transformers, ARCHITECTURES[bare.config.model_type])
+    config = AutoConfig.from_pretrained(bare.source)  # transformers' own class for it (load: a generic one)
     with torch.device("meta"):
-        full = cls(bare.config)
+        full = cls(config)
     for name, module in bare.named_modules():
         if name.endswith(("_proj", "embed_tokens")) or name == "lm_head":
             full.set_submodule(name, module)
         elif isinstance(module, _Norm):
             full.get_submodule(name).weight = module.weight
-    full.model.rotary_emb = type(full.model.rotary_emb)(config=bare.config)  # its frequencies, on the CPU
+    full.model.rotary_emb = type(full.model.rotary_emb)(config=config)  # its frequencies, on the CPU
     if not torch.equal(full.model.rotary_emb.inv_freq, bare.model.rotary_emb.inv_freq):
         raise RuntimeError("transformers' RoPE frequencies differ from the bare model's")
     meta = [n for n, t in [*full.named_parameters(), *full.named_buffers()] if t.is_meta]
@@ -212,5 +230,6 @@ def _full_model(bare: BareCausalLM, why: str) -> nn.Module:
         full.set_attn_implementation(bare._attn_implementation)
     if hasattr(bare, "_specviz_head_fingerprint"):  # a learned head trained on this target still finds it
         full._specviz_head_fingerprint = bare._specviz_head_fingerprint
-    log.info("Built transformers' %s around the bare %s model, for %s", cls.__name__, bare.config.model_type, why)
+    bare.config = full.config  # one config from now on: transformers' own
+    log.info("Built transformers' %s around the bare %s model, for %s", cls.__name__, config.model_type, why)
     return full.requires_grad_(False).eval()

@@ -76,11 +76,13 @@ def _hub_offline() -> bool:
 def _load_tokenizer(source: str, name: str, *, converted: bool = False) -> Any:
     """``source``'s tokenizer; ``converted``: a pack specviz converted, read straight from its tokenizer.json
     where that gives AutoTokenizer's tokenizer (:func:`.tokens.converted_tokenizer`: ~0.8 s less of a start)."""
-    from transformers import AutoTokenizer
-
     try:
         direct = converted_tokenizer(source) if converted else None
-        return direct if direct is not None else AutoTokenizer.from_pretrained(source)
+        if direct is not None:
+            return direct
+        from transformers import AutoTokenizer  # (imports transformers.models: not needed above)
+
+        return AutoTokenizer.from_pretrained(source)
     except Exception as exc:
         raise _load_error(f"the tokenizer of {name}", source, exc) from exc
 
