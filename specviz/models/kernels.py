@@ -206,20 +206,9 @@ def matches(*, policy: bool = True) -> bool:
     return ok
 
 
-def weight_layout(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 values [N, K] in the kernel's layout ([N4/4, K32/32, 4, 32], zero-padded) and their row sums (int32
-    [N]), in torch: what the kernel's own ``weight_layout`` op does in one pass (~3 s against ~0.3 s for the
-    1.5B target on the AVX2 EPYC: torch's int8 row sum is not vectorised)."""
-    n, k = values.shape
-    n4, k32 = -(-n // 4) * 4, -(-k // 32) * 32
-    padded = values if (n4, k32) == (n, k) else torch.nn.functional.pad(values, (0, k32 - k, 0, n4 - n))
-    blocked = padded.reshape(n4 // 4, 4, k32 // 32, 32).transpose(1, 2).contiguous()
-    return blocked, values.sum(1, dtype=torch.int32)
-
-
 class Weights:
     """One int8 linear's weights in the kernel's form: the int8 values blocked 4 rows by 32 columns
-    ([out/4, in/32, 4, 32], zero-padded: one sequential stream per block of rows; ~0.3 ns a weight to
+    ([out/4, in/32, 4, 32], zero-padded: one sequential stream per block of rows; ~0.2 ns a weight to
     make, against fbgemm's ~13 ns), each row's sum and float32 scale, and the float64 scales the values
     were quantized with.  :meth:`values` gives the [out, in] int8 values back (the learned head reads them)."""
 
@@ -232,10 +221,9 @@ class Weights:
     @classmethod
     def of(cls, values: torch.Tensor, scales: torch.Tensor) -> "Weights":
         n, k = values.shape
-        if "op" in _STATE:  # the kernel's library is loaded: its weight_layout, one pass (~10x torch's below)
-            blocked, wsum = torch.ops.specviz.weight_layout(values)
-        else:
-            blocked, wsum = weight_layout(values)
+        # the kernel's own op (loaded: Weights are made only where it runs): blocks and row sums in one pass,
+        # ~0.3 s for the 1.5B target on the AVX2 EPYC where torch took ~3 s (its int8 row sum is not vectorised)
+        blocked, wsum = torch.ops.specviz.weight_layout(values)
         # scales cloned: a cached load's tensors are views of the mapped file, which one kept view keeps
         # mapped (and counted in the process's RSS) for good.
         return cls(blocked, scales.clone(), wsum, scales.to(torch.float32), (n, k))

@@ -17,6 +17,7 @@ replaced); a file that cannot be written is only logged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -33,6 +34,7 @@ SOURCES = ("lean.py", "int8_target.py", "kernels.py", "csrc/int8_small.cpp", "ba
 Kept = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
+@functools.cache  # the sources do not change under a running process; each load asks twice
 def _sources_digest() -> str:
     here = Path(__file__).parent
     h = hashlib.sha256()
