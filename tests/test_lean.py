@@ -69,6 +69,25 @@ def test_lean_cache_bound_is_enforced():
         steps.forward(list(range(11)), keep=1)
 
 
+def test_lean_caches_are_float32_whatever_torchs_default_dtype_is_meanwhile():
+    """torch's default dtype is process-wide, and transformers' from_pretrained sets it to the checkpoint's (bf16)
+    while it loads, in whichever thread: a run's cache allocated then must still be float32, with the same logits
+    (it was bf16, and the first key written into it raised: seen in a parallel test run)."""
+    _, model = _int8_model()
+    ids = list(range(5, 17))
+    reference = lean.LeanSteps(model, max_len=64)
+    want = reference.forward(ids, keep=3)[0]
+    steps = lean.LeanSteps(model, max_len=64)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # as local_torch_dtype leaves it while another thread loads a model
+    try:
+        got = steps.forward(ids, keep=3)[0]
+    finally:
+        torch.set_default_dtype(default)
+    assert all(k.dtype == torch.float32 for k in steps.keys + steps.values) and steps._cos.dtype == torch.float32
+    assert torch.equal(got, want)
+
+
 def test_engine_chain_on_the_lean_draft_keeps_greedy_text():
     pair, draft = _int8_model(layers=2, seed=4)
     int8.int8_draft(draft)  # the loader's path: int8 draft + lean steps

@@ -102,7 +102,7 @@ def verdicts(p: torch.Tensor, q: torch.Tensor, epsilon: float, variant: str = "o
     b = acceptance_probs(p, q, epsilon)
     fallback = p if variant == "uno" else residual(p, q)
     if not detail:
-        nan = torch.full(p.shape[:-1], float("nan"))
+        nan = torch.full(p.shape[:-1], float("nan"), dtype=torch.float32)
         return Verdicts(b, nan, nan, fallback, nan)
     reject_prob, tv, bias = rule_stats(p, q, b, fallback)
     return Verdicts(b, reject_prob, tv, fallback, bias)

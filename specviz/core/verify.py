@@ -119,7 +119,7 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
         for t, x in zip(target_ids[:k], tokens):
             whole *= float(t == x)
             odds.append(DraftOdds(q=1.0, p=float(t == x), h=whole))
-        u = torch.rand(k, generator=generator, device=logits.device).tolist() if k else []
+        u = torch.rand(k, generator=generator, device=logits.device, dtype=torch.float32).tolist() if k else []
         n, judged = _judge_in_order(rows, u)
         kind = "correction" if n < k else ("bonus" if k else "target")
         if n and tokens[n - 1] in stop_tokens:
@@ -148,7 +148,7 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
         reject, _, bias = rule_stats(p_all[:k], q, v.b, v.fallback)
         tracing += time.perf_counter() - t0
         rows = list(zip(v.b[at, xs].tolist(), p_x.tolist(), q_x.tolist(), reject.tolist(), tv, bias.tolist()))
-        u = torch.rand(k, generator=generator, device=logits.device).tolist()
+        u = torch.rand(k, generator=generator, device=logits.device, dtype=torch.float32).tolist()
         n, judged = _judge_in_order(rows, u)
         dist = v.fallback[n] if n < k else p_all[k]
     elif rule == "match":
@@ -156,11 +156,11 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
         reject = (1.0 - (q * p_all[:k]).sum(-1)).clamp(0.0, 1.0).tolist()
         tracing += time.perf_counter() - t0
         rows = list(zip(p_x.tolist(), p_x.tolist(), q_x.tolist(), reject, tv, [0.0] * k))
-        u = torch.rand(k, generator=generator, device=logits.device).tolist()
+        u = torch.rand(k, generator=generator, device=logits.device, dtype=torch.float32).tolist()
         n, judged = _judge_in_order(rows, u)
         dist = without_token(p_all[n], tokens[n]) if n < k else p_all[k]
     else:  # block
-        u = torch.rand(k, generator=generator, device=logits.device).tolist()
+        u = torch.rand(k, generator=generator, device=logits.device, dtype=torch.float32).tolist()
         n = max((i + 1 for i in range(k) if u[i] < h[i]), default=0)  # τ: the last position that passes
         judged = [Judged(i=i + 1, q=odds[i].q, p=odds[i].p, b=h[i], u=u[i], accepted=i < n,
                          reject_prob=1.0 - h[i], tv=tv[i], bias=0.0) for i in range(min(n + 1, k))]
@@ -291,7 +291,7 @@ def verify_tree(tree: Any, p: torch.Tensor, gen: torch.Generator, greedy: bool, 
         visit = Visit(node, [], all_rejected_prob(pn, tree, node), min(max(tv, 0.0), 1.0))
         visits.append(visit)
         r = pn
-        u_all = torch.rand(len(kids), generator=gen, device=pn.device).tolist()
+        u_all = torch.rand(len(kids), generator=gen, device=pn.device, dtype=torch.float32).tolist()
         nxt = None
         for j, child in enumerate(kids):
             x = tree.tokens[child]

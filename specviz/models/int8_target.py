@@ -164,14 +164,14 @@ def plain_matches() -> bool:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 gen = torch.Generator().manual_seed(0)
-                weight = torch.randn(96, 160, generator=gen)
+                weight = torch.randn(96, 160, generator=gen, dtype=torch.float32)
                 scale = (weight.abs().amax(1) / 127.5).to(torch.float64)
                 q = (weight / scale[:, None].float()).round().clamp(-128, 127).to(torch.int8)
                 qweight = torch._make_per_channel_quantized_tensor(q, scale, torch.zeros(96, dtype=torch.long), 0)
                 fast, slow = TokenInt8Linear(qweight, None, pack=False), TokenInt8Linear(qweight, None, pack=False)
                 slow.plain()
                 fast.pack()
-                rows = torch.randn(40, 160, generator=gen) * torch.rand(40, 1, generator=gen) * 10
+                rows = torch.randn(40, 160, generator=gen, dtype=torch.float32) * torch.rand(40, 1, generator=gen, dtype=torch.float32) * 10
                 _PLAIN_OK = slow._plain is not None and all(
                     torch.equal(fast(rows[:m]), slow(rows[:m])) for m in (1, 2, 6, 40))
         except Exception:  # no onednn in this build (an ARM CPU, say): pack at load, as before
@@ -226,7 +226,7 @@ def _fused(members: list) -> list[FusedPart] | None:
     if len({m.in_features for m in members}) != 1:
         return None
     held = [m._int8 for m in members]
-    biases = [m.bias if m.bias is not None else torch.zeros(m.out_features) for m in members]
+    biases = [m.bias if m.bias is not None else torch.zeros(m.out_features, dtype=torch.float32) for m in members]
     bias = torch.cat(biases) if any(m.bias is not None for m in members) else None
     linear = TokenInt8Linear(None, bias, pack=False, values=torch.cat([v for v, _ in held]),
                              scales=torch.cat([sc for _, sc in held]))

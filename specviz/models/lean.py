@@ -135,7 +135,7 @@ class LeanSteps:
         self.capacity = 0
         self.length = 0
         self.in_use = False
-        self._cos = self._sin = torch.empty(0)
+        self._cos = self._sin = torch.empty(0, dtype=torch.float32)
         # feed length -> traced _body (one position kept; every position for an invariant target)
         self.traced: dict[int, Callable] = {}
         self.trace_deferred = False  # attach(trace=False) left tracing to later (models.warm)
@@ -190,7 +190,9 @@ class LeanSteps:
         cap = min(cap, max(self.max_len, n))
         shape = (1, self.kv_heads, cap, self.head_dim)
         for i in range(len(self.layers)):
-            k, v = torch.zeros(shape), torch.zeros(shape)
+            # float32 said, not torch's default dtype: that is process-wide, and transformers' from_pretrained
+            # sets it to the checkpoint's (bf16) while it loads -- in any thread, beside a run in this one
+            k, v = torch.zeros(shape, dtype=torch.float32), torch.zeros(shape, dtype=torch.float32)
             if self.capacity:
                 k[:, :, :self.capacity] = self.keys[i]
                 v[:, :, :self.capacity] = self.values[i]
