@@ -196,6 +196,10 @@ def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
     parts = [f"v{PROBE_FORMAT}", machine.key, model, str(dtype).removeprefix("torch.")]
     if machine.kind == "cpu" and kernels.ready():
         parts.append("kernel")
+        from ..models import q4k
+
+        if q4k.enabled():  # an int8 target from a GGUF takes its Q4_K matrices as stored: other curves
+            parts.append("q4k")
     return "|".join(parts)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from . import compiled, int8, invariant, lean
+from . import compiled, int8, invariant, lean, q4k
 from .pair import ModelError
 
 log = logging.getLogger("specviz.models")
@@ -53,7 +53,13 @@ WORDS = {
 def words(pair: Any) -> str:
     """A pair's target execution in words, for the page's pair line and the log."""
     name = getattr(pair, "target_exec", "")
+    if name == "int8" and q4k.in_use(getattr(pair, "target", None) or torch.nn.Module()):
+        return Q4K_WORDS
     return WORDS.get(name, name or str(getattr(pair, "dtype", "")).removeprefix("torch."))
+
+
+Q4K_WORDS = ("int8 with the GGUF's Q4_K matrices as stored (per-block int8 activations; the Q6_K ones per-channel "
+             "int8; batch-invariant)")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -130,6 +136,10 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         cache = int8.cache_file(source_dir, loaded_dtype, "token") if source_dir else None
         cached = cached.result() if cached is not None else (int8.load_int8_cache(cache, kind="token") if cache else None)
         model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing)
+        # GGUF's Q4_K matrices as stored where the target ships as a GGUF (0.59 bytes a weight, not 1.0)
+        swapped = q4k.use_gguf(model, source_dir)
+        if swapped:
+            log.info("%d of the target's matrices run on their GGUF Q4_K weights as stored", swapped)
         model._specviz_head_fingerprint = fingerprint
         model = invariant.make_invariant(model)
         # Runs (chains and trees) take the lean, traced forward with the same batch-invariant attention

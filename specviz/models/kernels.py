@@ -39,6 +39,7 @@ _STATIC_LINEAR = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp
 ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
 
 SOURCE = Path(__file__).with_name("csrc") / "int8_small.cpp"
+SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"))  # one library: the int8 kernel and GGUF's Q4_K one (.q4k)
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
@@ -68,7 +69,7 @@ def _build_dir() -> Path:
 
     from .convert import cache_dir  # the specviz cache ($SPECVIZ_CACHE or platformdirs)
 
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
     return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}-{digest}"
 
 
@@ -90,15 +91,16 @@ def _build():
 
     where = _build_dir()
     where.mkdir(parents=True, exist_ok=True)
-    source = where / SOURCE.name
-    if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
-        tmp = where / f".{SOURCE.name}.{os.getpid()}"
-        tmp.write_bytes(SOURCE.read_bytes())
-        tmp.replace(source)  # atomic: a process building beside this one never reads half a file
+    for src in SOURCES:
+        source = where / src.name
+        if not source.exists() or source.read_bytes() != src.read_bytes():
+            tmp = where / f".{src.name}.{os.getpid()}"
+            tmp.write_bytes(src.read_bytes())
+            tmp.replace(source)  # atomic: a process building beside this one never reads half a file
     with _build_lock(where):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            load(name="specviz_int8_small", sources=[str(source)], build_directory=str(where),
+            load(name="specviz_int8_small", sources=[str(where / src.name) for src in SOURCES], build_directory=str(where),
                  is_python_module=False, extra_ldflags=["-fopenmp"], verbose=False,
                  extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"])
     _STATE["op"] = torch.ops.specviz.int8_small

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from .compiled import give_steps
 from .int8_target import FusedPart, TokenInt8Linear
+from .q4k import Q4KLinear
 
 if TYPE_CHECKING:
     from .prefix_store import PrefixStore
@@ -64,7 +65,7 @@ class _Layer:
 
 
 def _int8(module: torch.nn.Module) -> bool:
-    return isinstance(module, (TokenInt8Linear, FusedPart))
+    return isinstance(module, (TokenInt8Linear, FusedPart, Q4KLinear))
 
 
 def _fused(members: list[torch.nn.Module]) -> Callable[[torch.Tensor], torch.Tensor]:

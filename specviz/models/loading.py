@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import bare, compiled, int8, kernels
+from . import bare, compiled, int8, kernels, q4k
 from . import executions
 from .convert import needs_conversion, offline_pack, source_of
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
@@ -470,7 +470,8 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         if hasattr(steps, "keep_prefix"):
             steps.shared_prefix = head
             if weights_of[role] is not None and steps.prefix_store is None:
-                steps.prefix_store = PrefixStore.for_weights(weights_of[role], role=role, kernel=kernels.ready())
+                steps.prefix_store = PrefixStore.for_weights(weights_of[role], role=role,
+                                                             kernel="q4k" if q4k.in_use(model) else kernels.ready())
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)

@@ -30,7 +30,8 @@ log = logging.getLogger("specviz.models")
 
 VERSION = "1"
 # the code whose arithmetic gives the keys and values (any edit to one of them names other files)
-SOURCES = ("lean.py", "int8_target.py", "kernels.py", "csrc/int8_small.cpp", "bare.py", "invariant.py")
+SOURCES = ("lean.py", "int8_target.py", "kernels.py", "csrc/int8_small.cpp", "bare.py", "invariant.py", "q4k.py",
+           "csrc/q4k.cpp")
 Kept = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
@@ -54,7 +55,7 @@ class PrefixStore:
     identity: str
 
     @classmethod
-    def for_weights(cls, weights: Path, *, role: str, kernel: bool) -> "PrefixStore | None":
+    def for_weights(cls, weights: Path, *, role: str, kernel: bool | str) -> "PrefixStore | None":
         """The store beside ``weights`` (the model's int8 cache file, which its linears were read from), or None
         when that file cannot be read."""
         from .kernels import _cpu_flags

@@ -1,0 +1,302 @@
+"""The target's linears on GGUF's own Q4_K weights (``csrc/q4k.cpp``): 0.59 bytes a weight where int8 reads 1.0.
+
+The default target ships as a Q4_K_M GGUF: most of its matrices (q, k, o, gate, up in every layer; v and
+down in half of them) are Q4_K -- blocks of 256 4-bit values with a 6-bit scale and min per 32 -- the rest
+Q6_K.  The int8 execution dequantizes them and quantizes again to int8: 1.55 GB a step.  Here each Q4_K matrix
+is multiplied as it is stored (llama.cpp's own numbers: ``w = d * sc * q - dmin * m``), its activations
+quantized to int8 per block of 256 (one scale a block, as llama.cpp's Q8_K), and the Q6_K ones stay on the
+int8 kernel: ~1.06 GB a step.
+
+Batch-invariant, as every target execution must be: each output is computed alone from its own row and
+token, in a fixed order (:func:`reference` is that order in torch, to the bit; tested), so a verify pass
+scores every position as a one-token step does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+QK = 256  # weights per Q4_K block
+GGUF_BLOCK = 144  # bytes of a GGUF Q4_K block: d, dmin (fp16), 12 bytes of packed scales and mins, 128 of nibbles
+REC = 152  # bytes of the kernel's record: the 128 nibbles, 8 scales, 8 mins, d and dmin as float32
+
+
+def records(raw: np.ndarray) -> torch.Tensor:
+    """GGUF Q4_K rows (uint8 [N, K/256 * 144], as ``gguf.GGUFReader`` maps them) in the kernel's form, uint8
+    [N, K/256, 152]: the nibbles unchanged, the 6-bit scales and mins unpacked (llama.cpp's
+    ``get_scale_min_k4``), d and dmin widened to float32."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    n = raw.shape[0]
+    blocks = raw.reshape(n, -1, GGUF_BLOCK)
+    kb = blocks.shape[1]
+    d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = blocks[..., 2:4].copy().view(np.float16).astype(np.float32)
+    q = blocks[..., 4:16].astype(np.uint8)
+    sc = np.empty((n, kb, 8), dtype=np.uint8)
+    mn = np.empty((n, kb, 8), dtype=np.uint8)
+    sc[..., :4] = q[..., 0:4] & 63
+    mn[..., :4] = q[..., 4:8] & 63
+    sc[..., 4:] = (q[..., 8:12] & 0x0F) | ((q[..., 0:4] >> 6) << 4)
+    mn[..., 4:] = (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 6) << 4)
+    out = np.empty((n, kb, REC), dtype=np.uint8)
+    out[..., :128] = blocks[..., 16:]
+    out[..., 128:136] = sc
+    out[..., 136:144] = mn
+    out[..., 144:148] = d.view(np.uint8).reshape(n, kb, 4)
+    out[..., 148:152] = dmin.view(np.uint8).reshape(n, kb, 4)
+    return torch.from_numpy(out)
+
+
+def _fields(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A record tensor's parts: q uint8 [N, KB, 256] (0..15, in weight order), sc, mn int32 [N, KB, 8], d, dmin
+    float32 [N, KB]."""
+    nib = w[..., :128].reshape(*w.shape[:2], 4, 32)
+    q = torch.stack([nib & 0x0F, nib >> 4], dim=3).reshape(*w.shape[:2], QK)  # chunk c: its low nibbles, then high
+    sc, mn = w[..., 128:136].to(torch.int32), w[..., 136:144].to(torch.int32)
+    d = w[..., 144:148].contiguous().view(torch.float32).squeeze(-1)
+    dmin = w[..., 148:152].contiguous().view(torch.float32).squeeze(-1)
+    return q, sc, mn, d, dmin
+
+
+def dequantize(w: torch.Tensor) -> torch.Tensor:
+    """The float32 weight [N, K] a record tensor stands for (llama.cpp's dequantization: the same values as
+    ``gguf.quants.dequantize`` of the GGUF rows; tested)."""
+    q, sc, mn, d, dmin = _fields(w)
+    n, kb = w.shape[:2]
+    scale = (d[..., None] * sc.to(torch.float32)).repeat_interleave(32, dim=-1)
+    low = (dmin[..., None] * mn.to(torch.float32)).repeat_interleave(32, dim=-1)
+    return (scale * q.to(torch.float32) - low).reshape(n, kb * QK)
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the kernel makes of float32 rows [M, K]: int8 values [M, K], one float32 scale per block of 256
+    [M, K/256] and the int32 sums of each 32 [M, K/8 ... as K/32]."""
+    m, k = x.shape
+    blocks = x.reshape(m, k // QK, QK)
+    amax = blocks.abs().amax(-1)
+    inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros_like(amax))
+    xq = torch.round(blocks * inv[..., None]).clamp_(-127, 127).to(torch.int32)  # round: to nearest even
+    return xq.reshape(m, k), amax / 127.0, xq.reshape(m, k // 32, 32).sum(-1)
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`linear` in torch, one float32 operation at a time in the kernel's order and over its lanes (see
+    ``csrc/q4k.cpp``): its bits (the tests' oracle; slow)."""
+    q, sc, mn, d, dmin = _fields(w)
+    xq, dx, bs = quantize_activations(x)
+    m, n, kb = x.shape[0], w.shape[0], w.shape[1]
+    xq = xq.reshape(m, kb, 8, 8, 4).to(torch.int64)  # block, sub-block j, lane l, 4 values
+    q = q.reshape(n, kb, 8, 8, 4).to(torch.int64)
+    bs = bs.reshape(m, kb, 4, 2).to(torch.int64)
+    mn = mn.reshape(n, kb, 4, 2).to(torch.int64)
+    a = torch.zeros(m, n, 8, dtype=torch.float32)
+    am = torch.zeros(m, n, 4, dtype=torch.float32)
+    for b in range(kb):
+        per = torch.einsum("mjlk,njlk->mnjl", xq[:, b], q[:, b])  # exact
+        lanes = (per * sc[None, :, b, :, None].to(torch.int64)).sum(2).to(torch.float32)  # [m, n, 8]
+        mins = (bs[:, None, b] * mn[None, :, b]).sum(-1).to(torch.float32)  # [m, n, 4]
+        a = a + (dx[:, None, b] * d[None, :, b])[..., None] * lanes
+        am = am + (dx[:, None, b] * dmin[None, :, b])[..., None] * mins
+    sa, sm = a[..., 0], am[..., 0]
+    for lane in range(1, 8):
+        sa = sa + a[..., lane]
+    for lane in range(1, 4):
+        sm = sm + am[..., lane]
+    out = sa - sm
+    return out + bias if bias is not None else out
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 rows [M, K] times the Q4_K weight ``w`` (records [N, K/256, 152]), plus ``bias``: [M, N]."""
+    return torch.ops.specviz.q4k_linear(x, w, bias)
+
+
+class Q4KLinear(torch.nn.Module):
+    """A linear on Q4_K records (several matrices reading one input may share one: their rows stacked)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        if weight.dtype != torch.uint8 or weight.dim() != 3 or weight.shape[2] != REC:
+            raise ValueError("a Q4KLinear needs Q4_K records, uint8 [out, in/256, 152]")
+        self.out_features, self.in_features = weight.shape[0], weight.shape[1] * QK
+        self.weight = weight
+        self.bias = bias.to(torch.float32).contiguous() if bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = linear(x.reshape(-1, self.in_features).to(torch.float32), self.weight, self.bias)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K"
+
+
+# --- the target's Q4_K matrices, read from its GGUF once and kept beside its converted weights -------------------
+
+FORMAT = 1  # of the records file: bump when records() changes
+GGUF_TO_HF = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+              "ffn_down": "mlp.down_proj"}
+GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
+          ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
+
+
+def enabled() -> bool:
+    """Whether an int8 target may take its Q4_K matrices as stored (``SPECVIZ_Q4K=0``: never; and only where
+    specviz's kernel runs)."""
+    import os
+
+    from . import kernels
+
+    return os.environ.get("SPECVIZ_Q4K", "1") != "0" and kernels.matches()
+
+
+def records_file(source_dir: Path) -> Path:
+    # a folder of its own: the model folder's *.safetensors are its checkpoint (int8._source_signature)
+    return Path(source_dir) / "q4k" / f"q4k-v{FORMAT}.safetensors"
+
+
+def _pack_of(source_dir: Path):
+    from .convert import pack_dir
+    from .presets import OFFLINE_PACKS
+
+    return next((p for p in OFFLINE_PACKS.values() if pack_dir(p) == Path(source_dir)), None)
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    parts = gguf_name.split(".")  # blk.{i}.{kind}.weight
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in GGUF_TO_HF:
+        return f"model.layers.{parts[1]}.{GGUF_TO_HF[parts[2]]}"
+    return None
+
+
+def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
+    """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name); returns how
+    many (0: none, and no file)."""
+    import gguf
+    from safetensors.torch import save_file
+
+    reader = gguf.GGUFReader(str(gguf_path))
+    out = {}
+    for t in reader.tensors:
+        name = _hf_name(t.name)
+        if name is not None and t.tensor_type == gguf.GGMLQuantizationType.Q4_K:
+            out[name] = records(np.asarray(t.data))
+    if out:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".partial")
+        save_file(out, str(tmp), metadata={"format": str(FORMAT), "source": source})
+        tmp.replace(dest)
+    return len(out)
+
+
+def prepare(source_dir: Path, progress=None) -> Path | None:
+    """The records file of the offline pack converted into ``source_dir``, made from its GGUF the first time
+    (reassembled from the pack's parts, ~10 s, then deleted); None where the model is no offline pack or has
+    no Q4_K matrix."""
+    from .convert import cache_dir
+
+    dest = records_file(source_dir)
+    if dest.exists():
+        return dest
+    pack = _pack_of(source_dir)
+    if pack is None:
+        return None
+    marker = dest.with_name("none")
+    if marker.exists():
+        return None
+    from .packs import reassemble
+
+    kept = cache_dir() / "gguf" / f"{pack.key}-{pack.sha256[:12]}.gguf"  # the bench's copy, when there is one
+    if kept.is_file() and kept.stat().st_size == pack.size:
+        gguf_path, temporary = kept, False
+    else:
+        gguf_path, temporary = reassemble(pack, cache_dir() / "tmp" / f"{pack.key}-q4k.gguf", progress), True
+    try:
+        if not extract(gguf_path, dest, source=f"{pack.key}-{pack.sha256[:12]}"):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            return None
+    finally:
+        if temporary:
+            gguf_path.unlink(missing_ok=True)
+    return dest
+
+
+def _int8_member(parts: list, index: int):
+    """Member ``index`` of an int8 group (FusedParts of one product, or a lone TokenInt8Linear) as a
+    TokenInt8Linear of its own: the same int8 rows and bias, so the same bits."""
+    from .int8_target import FusedPart, TokenInt8Linear
+
+    member = parts[index]
+    if not isinstance(member, FusedPart):
+        return member
+    shared = member.shared
+    values, scales = shared.linear._values_and_scales()
+    start = sum(shared.sizes[:index])
+    rows = slice(start, start + shared.sizes[index])
+    bias = shared.linear.bias[rows].clone() if shared.linear.bias is not None else None
+    return TokenInt8Linear(None, bias, values=values[rows].clone(), scales=scales[rows].clone())
+
+
+def _bias_of(parts: list, index: int) -> torch.Tensor | None:
+    from .int8_target import FusedPart
+
+    member = parts[index]
+    if isinstance(member, FusedPart):
+        linear = member.shared.linear
+        if linear.bias is None:
+            return None
+        start = sum(member.shared.sizes[:member.index])
+        return linear.bias[start:start + member.out_features].float()
+    return member.bias.float() if member.bias is not None else None
+
+
+def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
+    """Give an int8 target (its linears :class:`~.int8_target.TokenInt8Linear` or fused) its GGUF's Q4_K matrices
+    as stored, in place: each Q4_K member of q/k/v, o, gate/up and down becomes a :class:`Q4KLinear` (those of one
+    group sharing one product), the others keep their int8 rows.  Returns how many matrices it swapped (0: none,
+    where :func:`enabled` says no, the model is no offline pack, or its GGUF has no Q4_K matrix)."""
+    from safetensors.torch import load_file
+
+    from .int8_target import FusedPart, _SharedProduct
+
+    if source_dir is None or not enabled():
+        return 0
+    path = prepare(Path(source_dir))
+    if path is None:
+        return 0
+    stored = load_file(str(path))
+    body = getattr(model, "model", None)
+    swapped = 0
+    for i, layer in enumerate(getattr(body, "layers", [])):
+        for part, names in GROUPS:
+            owner = getattr(layer, part)
+            members = [getattr(owner, n) for n in names]
+            keys = [f"model.layers.{i}.{part}.{n}" for n in names]
+            q4 = [j for j, k in enumerate(keys) if k in stored and stored[k].shape[1] * QK == members[j].in_features
+                  and stored[k].shape[0] == members[j].out_features]
+            if not q4:
+                continue
+            others = {j: _int8_member(members, j) for j in range(len(names)) if j not in q4}
+            biases = [_bias_of(members, j) for j in q4]
+            bias = None if all(b is None for b in biases) else torch.cat(
+                [b if b is not None else torch.zeros(members[j].out_features) for j, b in zip(q4, biases)])
+            linear = Q4KLinear(torch.cat([stored[keys[j]] for j in q4]) if len(q4) > 1 else stored[keys[q4[0]]], bias)
+            if len(q4) == 1:
+                setattr(owner, names[q4[0]], linear)
+            else:
+                shared = _SharedProduct(linear, [members[j].out_features for j in q4])
+                for index, j in enumerate(q4):
+                    setattr(owner, names[j], FusedPart(shared, index, members[j].in_features))
+            for j, module in others.items():
+                setattr(owner, names[j], module)
+            swapped += len(q4)
+    return swapped
+
+
+def in_use(model: torch.nn.Module) -> bool:
+    return any(isinstance(m, Q4KLinear) for m in model.modules())

@@ -1,0 +1,183 @@
+"""GGUF's Q4_K matrices as stored (specviz.models.q4k): the kernel against its torch oracle to the bit, batch
+invariance, llama.cpp's dequantization, and an int8 target taking them (verify = steps; greedy = standard)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.core.engine import standard_decode
+from specviz.core.settings import DecodeSettings
+from specviz.models import executions, int8, kernels, q4k
+from specviz.models.tiny import build_tiny_pair
+from tests.drafted import speculative_decode
+from test_executions import _verify_and_steps
+
+needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
+                                  reason="specviz's kernel needs an x86 CPU with AVX2 and a C++ compiler")
+pytestmark = needs_kernel
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on(monkeypatch):
+    monkeypatch.delenv("SPECVIZ_Q4K", raising=False)
+    kernels.set_enabled(True)
+    yield
+    kernels.set_enabled(None)
+
+
+def q4k_encode(w: np.ndarray) -> np.ndarray:
+    """A float matrix [N, K] (K a multiple of 256) as GGUF Q4_K rows, uint8 [N, K/256 * 144]: per 32 values a
+    6-bit scale and min, per 256 an fp16 d and dmin, as llama.cpp lays them out (a plain encoder, not its
+    search: the tests need valid blocks near w, not the best ones)."""
+    n, k = w.shape
+    sub = w.reshape(n, k // 256, 8, 32).astype(np.float32)
+    lo, hi = sub.min(-1), sub.max(-1)
+    mins = np.maximum(-lo, 0.0)
+    scales = np.maximum(hi + mins, 1e-8) / 15
+    d = (scales.max(-1) / 63).astype(np.float16)
+    dmin = (np.maximum(mins.max(-1), 1e-8) / 63).astype(np.float16)
+    sc = np.clip(np.round(scales / d[..., None].astype(np.float32)), 1, 63).astype(np.uint8)
+    mn = np.clip(np.round(mins / dmin[..., None].astype(np.float32)), 0, 63).astype(np.uint8)
+    step = d[..., None].astype(np.float32) * sc
+    off = dmin[..., None].astype(np.float32) * mn
+    q = np.clip(np.round((sub + off[..., None]) / step[..., None]), 0, 15).astype(np.uint8).reshape(n, k // 256, 4, 64)
+    nibbles = q[..., :32] | (q[..., 32:] << 4)  # chunk c: values 0..31 low, 32..63 high
+    packed = np.empty((n, k // 256, 12), dtype=np.uint8)
+    packed[..., 0:4] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
+    packed[..., 4:8] = mn[..., :4] | ((mn[..., 4:] >> 4) << 6)
+    packed[..., 8:12] = (sc[..., 4:] & 0x0F) | ((mn[..., 4:] & 0x0F) << 4)
+    out = np.concatenate([d[..., None].view(np.uint8), dmin[..., None].view(np.uint8), packed,
+                          nibbles.reshape(n, k // 256, 128)], axis=-1)
+    return out.reshape(n, -1)
+
+
+def _records(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+    raw = q4k_encode(w)
+    return q4k.records(raw), raw
+
+
+def test_records_are_llama_cpps_q4k_values():
+    import gguf
+
+    for seed in range(3):
+        w, raw = _records(37, 512, seed)
+        want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K)
+        assert np.array_equal(q4k.dequantize(w).numpy(), want.astype(np.float32))
+    # and the encoder above makes blocks near what it encodes (so a model built from them is itself)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 256)).astype(np.float32)
+    back = gguf.quants.dequantize(q4k_encode(x), gguf.GGMLQuantizationType.Q4_K)
+    assert np.abs(back - x).max() < 0.5 * np.abs(x).max() / 15 * 2
+
+
+@pytest.mark.parametrize("k", [256, 1280])
+def test_the_kernel_is_its_torch_oracle_to_the_bit(k):
+    w, _ = _records(29, k, seed=k)
+    bias = torch.randn(29)
+    x = torch.randn(7, k) * torch.logspace(-3, 3, 7)[:, None]  # rows of very different magnitudes
+    x[3] = 0.0  # a zero row: scale 0
+    x[5, :256] = 0.0  # a zero block in a row
+    for rows in (x[:1], x[:2], x[:3], x[:4], x):
+        assert torch.equal(q4k.linear(rows, w, bias), q4k.reference(rows, w, bias))
+        assert torch.equal(q4k.linear(rows, w), q4k.reference(rows, w))
+
+
+def test_a_token_is_the_same_bits_in_any_pass():
+    w, _ = _records(64, 768, seed=1)
+    x = torch.randn(9, 768)
+    batch = q4k.linear(x, w)
+    assert torch.equal(batch, torch.cat([q4k.linear(x[i:i + 1], w) for i in range(9)]))
+    for start, size in ((2, 5), (0, 3), (4, 2)):
+        assert torch.equal(q4k.linear(x[start:start + size], w), batch[start:start + size])
+
+
+def test_the_product_is_the_dequantized_weights_product_to_int8_rounding():
+    w, _ = _records(96, 512, seed=2)
+    x = torch.randn(5, 512)
+    want = x @ q4k.dequantize(w).T
+    got = q4k.linear(x, w)
+    assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max() < 0.02
+
+
+def test_a_q4klinear_refuses_what_is_not_records():
+    with pytest.raises(ValueError, match="Q4_K records"):
+        q4k.Q4KLinear(torch.zeros(4, 2, 144, dtype=torch.uint8), None)
+
+
+def _gguf_of(model: torch.nn.Module, path, kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ffn_down")):
+    """A GGUF holding ``model``'s decoder matrices of ``kinds`` as Q4_K (v left out: its group is then mixed)."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    hf = {v: k for k, v in q4k.GGUF_TO_HF.items()}
+    for name, module in model.named_modules():
+        parts = name.split(".")
+        if len(parts) == 5 and parts[:2] == ["model", "layers"] and hf.get(".".join(parts[3:])) in kinds:
+            raw = q4k_encode(module.weight.detach().float().numpy())
+            writer.add_tensor(f"blk.{parts[2]}.{hf['.'.join(parts[3:])]}.weight", raw,
+                              raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _q4k_pair(tmp_path):
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
+    _gguf_of(pair.target, tmp_path / "src.gguf")
+    assert q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path)) == 2 * 6  # 2 layers x 6 matrices
+    return pair
+
+
+def test_an_int8_target_takes_its_ggufs_q4k_matrices_and_verifies_as_it_steps(tmp_path):
+    pair = _q4k_pair(tmp_path)
+    model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    assert q4k.in_use(model)
+    att, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    # q and k share one Q4_K product; v keeps its int8 rows; gate/up share one; o and down their own
+    assert att.q_proj.shared is att.k_proj.shared and isinstance(att.q_proj.shared.linear, q4k.Q4KLinear)
+    assert isinstance(att.v_proj, int8.TokenInt8Linear)
+    assert isinstance(mlp.gate_proj.shared.linear, q4k.Q4KLinear) and isinstance(mlp.down_proj, q4k.Q4KLinear)
+    assert isinstance(att.o_proj, q4k.Q4KLinear)
+    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+    for start, k in ((10, 6), (17, 3), (1, 8)):
+        verify, steps = _verify_and_steps(model, ids, start, k)
+        assert torch.equal(verify, steps), (start, k)
+    # a different model from the plain int8 one (its matrices are the GGUF's), and close to it
+    plain = executions.apply(pair.target, "int8", copy_model=True)
+    assert not q4k.in_use(plain)
+    a, b = _verify_and_steps(model, ids, 10, 4)[0], _verify_and_steps(plain, ids, 10, 4)[0]
+    assert not torch.equal(a, b) and (0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1)).max() < 0.1
+    assert "Q4_K" in executions.words(type("P", (), {"target_exec": "int8", "target": model})())
+
+
+def test_greedy_text_is_standard_text_with_a_q4k_target(tmp_path):
+    pair = _q4k_pair(tmp_path)
+    pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path)
+    assert q4k.in_use(pair.target)
+    ids = pair.tokenizer("the cat sat on").input_ids
+    for gamma in (2, 5):
+        s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=30)
+        assert [t.id for t in speculative_decode(pair, ids, s).tokens] == \
+            [t.id for t in standard_decode(pair, ids, s).tokens]
+
+
+def test_q4k_is_off_when_asked_or_without_the_kernel(tmp_path, monkeypatch):
+    pair = _q4k_pair(tmp_path)
+    monkeypatch.setenv("SPECVIZ_Q4K", "0")
+    assert not q4k.in_use(executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True))
+    monkeypatch.delenv("SPECVIZ_Q4K")
+    kernels.set_enabled(False)
+    assert not q4k.in_use(executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True))
+
+
+def test_a_model_without_q4k_matrices_or_pack_is_left_as_it_is(tmp_path):
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
+    _gguf_of(pair.target, tmp_path / "src.gguf", kinds=())
+    assert q4k.extract(tmp_path / "src.gguf", tmp_path / "none.safetensors") == 0
+    assert not (tmp_path / "none.safetensors").exists()
+    assert q4k.prepare(tmp_path) is None  # no records file and no offline pack converted here
