@@ -14,6 +14,7 @@ scores every position as a one-token step does.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -72,8 +73,8 @@ def dequantize(w: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What the kernel makes of float32 rows [M, K]: int8 values [M, K], one float32 scale per block of 256
-    [M, K/256] and the int32 sums of each 32 [M, K/8 ... as K/32]."""
+    """What the kernel makes of float32 rows [M, K]: the int8 values (as int32) [M, K], one float32 scale per block
+    of 256 [M, K/256] and the sums of each 32 values [M, K/32]."""
     m, k = x.shape
     blocks = x.reshape(m, k // QK, QK)
     amax = blocks.abs().amax(-1)
@@ -147,8 +148,6 @@ GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj"
 def enabled() -> bool:
     """Whether an int8 target may take its Q4_K matrices as stored (``SPECVIZ_Q4K=0``: never; and only where
     specviz's kernel runs)."""
-    import os
-
     from . import kernels
 
     return os.environ.get("SPECVIZ_Q4K", "1") != "0" and kernels.matches()
