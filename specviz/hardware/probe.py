@@ -198,7 +198,7 @@ def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
         parts.append("kernel")
         from ..models import q4k
 
-        if q4k.enabled():  # an int8 target from a GGUF takes its Q4_K matrices as stored: other curves
+        if q4k.enabled():  # asked for: an int8 target from a GGUF takes its Q4_K matrices as stored, other curves
             parts.append("q4k")
     return "|".join(parts)
 
