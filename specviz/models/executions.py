@@ -48,18 +48,18 @@ WORDS = {
     "bf16+graphs": "bf16, CUDA graphs over a static KV cache",
     "fp16+graphs": "fp16, CUDA graphs over a static KV cache",
 }
+# an int8 target that took its GGUF's Q4_K matrices as stored (SPECVIZ_Q4K=1; models.q4k)
+Q4K_WORDS = ("int8 with the GGUF's Q4_K matrices as stored (per-block int8 activations; the Q6_K ones per-channel "
+             "int8; batch-invariant)")
 
 
 def words(pair: Any) -> str:
     """A pair's target execution in words, for the page's pair line and the log."""
     name = getattr(pair, "target_exec", "")
-    if name == "int8" and q4k.in_use(getattr(pair, "target", None) or torch.nn.Module()):
+    target = getattr(pair, "target", None)
+    if name == "int8" and target is not None and q4k.in_use(target):
         return Q4K_WORDS
     return WORDS.get(name, name or str(getattr(pair, "dtype", "")).removeprefix("torch."))
-
-
-Q4K_WORDS = ("int8 with the GGUF's Q4_K matrices as stored (per-block int8 activations; the Q6_K ones per-channel "
-             "int8; batch-invariant)")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -100,7 +100,8 @@ def _build():
     with _build_lock(where):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            load(name="specviz_int8_small", sources=[str(where / src.name) for src in SOURCES], build_directory=str(where),
+            load(name="specviz_int8_small", sources=[str(where / src.name) for src in SOURCES],
+                 build_directory=str(where),
                  is_python_module=False, extra_ldflags=["-fopenmp"], verbose=False,
                  extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"])
     _STATE["op"] = torch.ops.specviz.int8_small

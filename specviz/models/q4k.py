@@ -235,12 +235,17 @@ def _int8_member(parts: list, index: int):
     member = parts[index]
     if not isinstance(member, FusedPart):
         return member
-    shared = member.shared
-    values, scales = shared.linear._values_and_scales()
-    start = sum(shared.sizes[:index])
-    rows = slice(start, start + shared.sizes[index])
-    bias = shared.linear.bias[rows].clone() if shared.linear.bias is not None else None
-    return TokenInt8Linear(None, bias, values=values[rows].clone(), scales=scales[rows].clone())
+    values, scales = member.shared.linear._values_and_scales()
+    rows = _rows(member)
+    bias = _bias_of(parts, index)
+    return TokenInt8Linear(None, bias.clone() if bias is not None else None, values=values[rows].clone(),
+                           scales=scales[rows].clone())
+
+
+def _rows(part) -> slice:
+    """A FusedPart's rows in its shared product."""
+    start = sum(part.shared.sizes[:part.index])
+    return slice(start, start + part.out_features)
 
 
 def _bias_of(parts: list, index: int) -> torch.Tensor | None:
@@ -248,11 +253,8 @@ def _bias_of(parts: list, index: int) -> torch.Tensor | None:
 
     member = parts[index]
     if isinstance(member, FusedPart):
-        linear = member.shared.linear
-        if linear.bias is None:
-            return None
-        start = sum(member.shared.sizes[:member.index])
-        return linear.bias[start:start + member.out_features].float()
+        bias = member.shared.linear.bias
+        return bias[_rows(member)].float() if bias is not None else None
     return member.bias.float() if member.bias is not None else None
 
 

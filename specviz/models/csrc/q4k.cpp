@@ -2,7 +2,8 @@
 // where int8 reads 1.0, batch-invariant.
 //
 // Weights (specviz.models.q4k.Q4KWeights): one 152-byte record per row and block of 256 weights,
-//   qs[128]   GGUF's nibbles unchanged: chunk c (64 weights) = 32 bytes, low nibbles its weights 0..31, high 32..63
+//   qs[128]   GGUF's nibbles unchanged: chunk c (64 weights) = 32 bytes, low nibbles its weights 0..31,
+//             high nibbles 32..63
 //   sc[8]     the 6-bit scales of the block's eight sub-blocks of 32, unpacked from GGUF's 12 bytes
 //   mn[8]     the 6-bit mins, likewise
 //   d, dmin   float32 (GGUF's fp16, widened)
