@@ -33,14 +33,14 @@ def available() -> bool:
 
 def gguf_file(target_ref: str, progress: Any = None) -> Path:
     """The target's GGUF file (an offline pack's parts, reassembled once into the cache)."""
-    from ..models.convert import cache_dir, offline_pack
+    from ..models.convert import gguf_copy, offline_pack
     from ..models.pair import ModelError
     from ..models.packs import reassemble
 
     pack = offline_pack(target_ref)
     if pack is None:
         raise ModelError(f"--compare-llamacpp runs the GGUF file of an offline pack; {target_ref!r} is not one")
-    dest = cache_dir() / "gguf" / f"{pack.key}-{pack.sha256[:12]}.gguf"
+    dest = gguf_copy(pack)
     if not dest.is_file() or dest.stat().st_size != pack.size:
         reassemble(pack, dest, progress)
     return dest

@@ -61,6 +61,11 @@ def pack_dir(pack: OfflinePack) -> Path:
     return cache_dir() / "models" / f"{pack.key}-{pack.sha256[:12]}"
 
 
+def gguf_copy(pack: OfflinePack) -> Path:
+    """Where a reassembled copy of ``pack``'s GGUF file is kept (the llama.cpp bench's; whether or not it exists)."""
+    return cache_dir() / "gguf" / f"{pack.key}-{pack.sha256[:12]}.gguf"
+
+
 def cache_valid(path: Path, pack: OfflinePack) -> bool:
     """Whether ``path`` holds a complete conversion of ``pack`` in the current cache format."""
     try:

@@ -198,7 +198,7 @@ def prepare(source_dir: Path, progress=None) -> Path | None:
     """The records file of the offline pack converted into ``source_dir``, made from its GGUF the first time
     (reassembled from the pack's parts, ~10 s, then deleted); None where the model is no offline pack or has
     no Q4_K matrix."""
-    from .convert import cache_dir
+    from .convert import cache_dir, gguf_copy
 
     dest = records_file(source_dir)
     if dest.exists():
@@ -211,7 +211,7 @@ def prepare(source_dir: Path, progress=None) -> Path | None:
         return None
     from .packs import reassemble
 
-    kept = cache_dir() / "gguf" / f"{pack.key}-{pack.sha256[:12]}.gguf"  # the bench's copy, when there is one
+    kept = gguf_copy(pack)  # the llama.cpp bench's copy, when there is one
     if kept.is_file() and kept.stat().st_size == pack.size:
         gguf_path, temporary = kept, False
     else:
