@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specviz.core.engine import standard_decode
+from specviz.core import kv
 from specviz.core.kv import CachedLM, cached_lm
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
@@ -157,3 +158,52 @@ def test_a_capture_mid_run_leaves_the_runs_cache_as_it_was():
         with pytest.raises(RuntimeError, match="does not fit"):
             steps.scratch(steps._eager_logits, torch.zeros(1, 60, dtype=torch.long))
     lm.free()
+
+
+def test_masked_gpu_feeds_keep_sdpa_off_cudnn():
+    """On a GPU a masked feed runs with cuDNN's attention (and flash, which takes no custom mask) turned off:
+    cuDNN's one-token steps over a static cache were not repeatable on an H100; off the GPU nothing changes."""
+    b = torch.backends.cuda
+    flags = lambda: (b.cudnn_sdp_enabled(), b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.math_sdp_enabled())  # noqa: E731
+    before = flags()
+    with kv.repeatable_attention(torch.device("cuda")):
+        assert flags() == (False, False, True, True)
+    assert flags() == before
+    with kv.repeatable_attention("cpu"):
+        assert flags() == before
+
+
+def test_static_steps_and_tree_feeds_run_under_the_repeatable_attention(monkeypatch):
+    """Every forward of the static steps (bucketed feeds, a prompt longer than every bucket, a feed asking for
+    hidden states) and of an eager tree feed happens inside kv.repeatable_attention."""
+    import contextlib
+
+    inside = {"depth": 0, "calls": 0}
+
+    @contextlib.contextmanager
+    def recording(device):
+        inside["depth"] += 1
+        try:
+            yield
+        finally:
+            inside["depth"] -= 1
+
+    monkeypatch.setattr(kv, "repeatable_attention", recording)
+    pair = _pair("cpu", "static")
+
+    def check(module, args, kwargs):
+        assert inside["depth"] == 1, "a forward ran outside kv.repeatable_attention"
+        inside["calls"] += 1
+
+    for model in (pair.target, pair.draft):
+        model.register_forward_pre_hook(check, with_kwargs=True)
+    lm = cached_lm(pair.target, pair.device, need=80)
+    assert isinstance(lm, StaticLM)
+    long = PROMPT * (1 + 40 // len(PROMPT))  # longer than every bucket: fed eagerly into the static cache
+    with torch.inference_mode():  # as the engine feeds
+        lm.prefill(long, hidden=True)
+        lm.feed(long + [1, 2, 3])
+        lm.feed(long + [1, 2, 3, 4], hidden=True)
+        lm.free()
+        CachedLM(pair.draft, pair.device).feed_tree(PROMPT, [1, 2, 3], [-1, 0, -1])
+    assert inside["calls"] >= 4

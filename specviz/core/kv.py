@@ -18,11 +18,30 @@ path's slots in every cache layer, so the cache is a plain prefix again.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from transformers import DynamicCache
+
+# SDPA's backends on a GPU wherever a feed hands it a 4D mask (models.compiled's static steps, whose mask spans
+# every slot; token trees here).  On an H100 (torch 2.11, CUDA 13.0) SDPA then chose cuDNN's attention, whose
+# one-token steps were not repeatable: a random 1.5B target's greedy standard decoding with CUDA graphs, four
+# runs in one process, parted at tokens 62, 65, 65 (39, 39, 39 with cuDNN alone); deterministic cuBLAS changed
+# nothing.  With the memory-efficient kernel (or math) all four were equal, and so were two speculative runs; a
+# step cost 4.80 ms against cuDNN's 4.46 (math: 5.59).  A run's tokens must not depend on when it ran (the race
+# against the separate runs, a replay against a live run).
+CUDA_ATTENTION: tuple[str, ...] = ("EFFICIENT_ATTENTION", "MATH")
+
+
+def repeatable_attention(device: torch.device) -> contextlib.AbstractContextManager:
+    """The context a masked forward runs in: on a GPU, SDPA held to :data:`CUDA_ATTENTION` (elsewhere nothing)."""
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_ATTENTION])
 
 
 @dataclass
@@ -114,10 +133,11 @@ class CachedLM:
             mask[s:, self.cached : self.cached + s] = 0.0  # the uncached part of the prefix
             mask[rows, cols] = 0.0
         pos = list(range(self.cached, base)) + [base - 1 + self.tree_depths[first + k] for k in range(len(tokens))]
-        out = self.model(input_ids=torch.tensor([suffix + tokens], dtype=torch.long, device=self.device),
-                         attention_mask=mask[None, None],
-                         position_ids=torch.tensor([pos], dtype=torch.long, device=self.device),
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=len(tokens) + (1 if s else 0))
+        with repeatable_attention(self.device):
+            out = self.model(input_ids=torch.tensor([suffix + tokens], dtype=torch.long, device=self.device),
+                             attention_mask=mask[None, None],
+                             position_ids=torch.tensor([pos], dtype=torch.long, device=self.device),
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=len(tokens) + (1 if s else 0))
         self.cached = base
         return Fed(out.logits[0])
 

@@ -141,8 +141,11 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
             speculative_decode(pair, prompt, warm, drafter=make_drafter(pair, warm))
             spec = speculative_decode(pair, prompt, s, drafter=make_drafter(pair, s))
             std = standard_decode(pair, prompt, s)
+            again = standard_decode(pair, prompt, s)  # the same run again must give the same tokens
             a, b = spec.summary(), std.summary()
-            row = {"target": size, "mode": mode, "greedy_equal": [t.id for t in spec.tokens] == [t.id for t in std.tokens],
+            ids = lambda tr: [t.id for t in tr.tokens]  # noqa: E731
+            row = {"target": size, "mode": mode, "greedy_equal": ids(spec) == ids(std),
+                   "standard_repeatable": ids(again) == ids(std),
                    "standard_tok_s": round(b.decode_tokens_per_s, 1), "spec_tok_s": round(a.decode_tokens_per_s, 1),
                    "alpha": a.alpha, "draft_step_ms": round(1000 * (a.t_draft_forward or 0), 2),
                    "target_step_ms": round(1000 * (b.t_target_forward or 0), 2),
@@ -173,7 +176,7 @@ def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
     last = {name: ev.trace for name, ev in events}
     a, b = last["spec"], last["std"]
     ids = lambda tr: [x.id for x in tr.tokens]  # noqa: E731
-    return {"race_how": how, "race_same_tokens": ids(a) == ids(spec) and ids(b) == ids(std),
+    return {"race_how": how, "race_same_spec_tokens": ids(a) == ids(spec), "race_same_std_tokens": ids(b) == ids(std),
             "race_speedup": round(a.summary().tokens_per_s / b.summary().tokens_per_s, 3)}
 
 
