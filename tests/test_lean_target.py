@@ -271,3 +271,34 @@ def test_a_kept_head_read_from_disk_is_the_same_bits_and_anything_else_computes_
         steps.shared_prefix = ()
         steps.prefix_store = None
         steps._prefix_kv.clear()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_race_on_the_lean_target_interleaves_and_gives_the_separate_runs_tokens(temperature):
+    """The int8 target's runs each have a cache of their own, so the page's race alternates its two runs (it
+    went one after the other while the lean steps were taken for the GPU's one static cache), and each run
+    gives the tokens it gives alone."""
+    from specviz.hardware.load import race_can_interleave
+    from specviz.serving import service
+
+    pair, model = _target(seed=2)
+    pair.target = model
+    assert race_can_interleave(pair)
+    ids = pair.tokenizer("the cat sat on").input_ids
+    s = DecodeSettings(gamma=4, temperature=temperature, max_new_tokens=24, seed=5)
+    final = list(service.race(service.Request(pair, "the cat sat on", list(ids), s)))[-1]
+    assert final.spec.timing.how == "interleaved" and final.std.timing.how == "interleaved"
+    alone_spec, alone_std = speculative_decode(pair, ids, s), standard_decode(pair, ids, s)
+    assert [t.id for t in final.spec.tokens] == [t.id for t in alone_spec.tokens]
+    assert [t.id for t in final.std.tokens] == [t.id for t in alone_std.tokens]
+    assert not steps_of(model).in_use  # both runs' caches were given back
+
+
+def test_the_gpus_static_steps_still_race_one_run_after_the_other():
+    from specviz.hardware.load import race_can_interleave
+    from specviz.models import compiled
+
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, seed=0)
+    assert race_can_interleave(pair)  # eager: no steps
+    compiled.attach(pair.target, 96, compile=False)
+    assert not race_can_interleave(pair)

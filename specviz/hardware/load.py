@@ -192,10 +192,12 @@ def race_threads(pair: Any, measure: Callable[[], float | None] = busy_cores,
 def race_can_interleave(pair: Any) -> bool:
     """Whether a race's two runs can be alive at once: not when the target's compiled steps own one
     static cache (models.compiled: the GPU's graphs), which the standard run would then miss and run
-    eagerly -- a different execution from the speculative run's."""
+    eagerly -- a different execution from the speculative run's.  The int8 target's lean steps give each
+    run a cache of its own (models.lean, ``runs_apart``): its races interleave."""
     from ..models.compiled import steps_of
 
-    return steps_of(getattr(pair, "target", None)) is None
+    steps = steps_of(getattr(pair, "target", None))
+    return steps is None or steps.runs_apart
 
 
 __all__ = ["BUSY_CORES", "CHECK_S", "HISTORY", "STICKY_S", "WINDOW_S", "History", "ThreadControl", "busy_cores",

@@ -164,6 +164,7 @@ class CompiledSteps:
                     self.scratch(self._forward, torch.zeros(1, b, dtype=torch.long, device=device))
 
     takes_trees = False  # token trees need a custom 4D mask: they stay on the eager cache
+    runs_apart = False  # one static cache: two runs cannot both be alive (a race goes one run after the other)
 
     def for_run(self, need: int) -> "CompiledSteps":
         """The steps a run feeds: these (one static cache, one run at a time)."""

@@ -160,6 +160,12 @@ class LeanSteps:
         return run
 
     @property
+    def runs_apart(self) -> bool:
+        """Whether runs can be alive at once, each on its own cache (:meth:`for_run`): an invariant target's can,
+        so a race interleaves its two runs (hardware.load.race_can_interleave asks)."""
+        return self.invariant
+
+    @property
     def takes_trees(self) -> bool:
         """Whether a run feeding token trees can use these steps (:func:`.compiled.static_lm` asks)."""
         return self.invariant
