@@ -211,3 +211,65 @@ def test_the_registry_and_the_settings_name_the_same_drafters():
         assert cls.round_kind == DRAFTER_ROUNDS[name]
         assert issubclass(cls, ChainDrafter) == (cls.round_kind == "chain")
         assert hasattr(cls, "grow") == (cls.round_kind == "tree")
+
+
+def _hybrid(pair, vocab: int, min_ngram: int = 5):
+    from specviz.drafters.hybrid import HybridDrafter
+
+    return HybridDrafter(ModelDrafter(pair.draft, pair.device), vocab, min_ngram=min_ngram)
+
+
+def test_the_hybrid_samples_the_target_exactly_whichever_drafter_a_position_gets():
+    """The prompt ends with a 5-token run seen before: the first round copies (lookup); the second position's
+    round copies only if the first token continued the repetition, else the draft model drafts.  The first two
+    tokens still follow the target's joint distribution (χ²)."""
+    from tests.test_engine import assert_matches, make_pair, next_dist
+
+    pair = make_pair(vocab=6)
+    prompt = [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4]
+    warp = Warp(1.0)
+    p1, exact = next_dist(pair.target, prompt, warp), {}
+    for x1 in range(6):
+        p2 = next_dist(pair.target, prompt + [x1], warp)
+        for x2 in range(6):
+            if p1[x1] * p2[x2] > 0:
+                exact[(x1, x2)] = float(p1[x1] * p2[x2])
+    samples, kinds = [], set()
+    for seed in range(1500):
+        s = DecodeSettings(gamma=1, temperature=1.0, max_new_tokens=3, seed=seed)  # a 2nd round drafts
+        drafter = _hybrid(pair, 6)
+        tr = speculative_decode(pair, prompt, s, drafter=drafter)
+        samples.append(tuple(t.id for t in tr.tokens[:2]))
+        kinds.update((r.draft_forwards == 0) for r in tr.rounds if r.draft)
+    assert kinds == {True, False}, "both lookup and model rounds were sampled"
+    assert_matches(samples, exact)
+
+
+def test_the_hybrid_copies_where_the_text_repeats_and_its_models_drafts_are_the_models_own():
+    """Greedy text equals standard text; lookup rounds (no forward) and model rounds both occur; and every model
+    round drafts what a fresh draft model would from the same text: its cache caught up over the copied rounds."""
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, seed=2)
+    prompt = pair.tokenizer("the cat sat on the mat and the cat sat on the").input_ids
+    s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=40)
+    drafter = _hybrid(pair, pair.vocab_size, min_ngram=2)
+    spec, std = speculative_decode(pair, prompt, s, drafter=drafter), standard_decode(pair, prompt, s)
+    assert [t.id for t in spec.tokens] == [t.id for t in std.tokens]
+    copied = [r for r in spec.rounds if r.draft and r.draft_forwards == 0]
+    drafted = [r for r in spec.rounds if r.draft_forwards > 0]
+    assert copied and drafted and drafter.looked == len(copied)
+    assert spec.models["drafter"] == "draft model + prompt lookup"
+    ids = list(prompt) + [t.id for t in spec.tokens]
+    for rnd in drafted:
+        before = ids[:len(prompt) + rnd.n_before]
+        fresh = ModelDrafter(pair.draft, pair.device)
+        fresh.start(before)
+        ctx = DraftContext(before, len(rnd.draft), Warp(0.0), torch.Generator(), pair.device)
+        assert [step.token for step in fresh.draft(ctx)] == [d.id for d in rnd.draft]
+        fresh.free()
+
+
+def test_lookup_with_a_minimum_match_proposes_nothing_for_a_shorter_one():
+    lookup = PromptLookupDrafter(vocab_size=10, max_ngram=4)
+    assert lookup.lookup([1, 2, 3, 9, 2, 3], 3) == [9, 2, 3]  # the 2-token tail "2 3" occurred
+    assert lookup.lookup([1, 2, 3, 9, 2, 3], 3, min_n=3) == []
+    assert lookup.lookup([1, 2, 3, 9, 1, 2, 3], 2, min_n=3) == [9, 1]

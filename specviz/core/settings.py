@@ -28,7 +28,7 @@ VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "u
 # its label and class; a test checks that the two agree):
 # Each drafter's round kind: a chain (k tokens, the token-wise rule) or a token tree (the engine's
 # tree round).  The one place a run is known to be a tree run: see `round_kind`.
-DRAFTER_ROUNDS = {"model": "chain", "prompt-lookup": "chain", "tree": "tree", "speculator": "chain"}
+DRAFTER_ROUNDS = {"model": "chain", "prompt-lookup": "chain", "tree": "tree", "speculator": "chain", "hybrid": "chain"}
 DRAFTER_NAMES = tuple(DRAFTER_ROUNDS)
 ROUND_KINDS = ("chain", "tree")
 

@@ -18,6 +18,7 @@ DRAFTERS: dict[str, tuple[str, str]] = {
     "prompt-lookup": ("prompt lookup (n-grams)", "prompt_lookup:PromptLookupDrafter"),
     "tree": ("draft model, token tree", "tree.drafter:TreeDrafter"),
     "speculator": ("learned head (MLP speculator)", "speculator:SpeculatorDrafter"),
+    "hybrid": ("draft model + prompt lookup", "hybrid:HybridDrafter"),
 }
 
 

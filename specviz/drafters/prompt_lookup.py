@@ -29,8 +29,10 @@ class PromptLookupDrafter(ChainDrafter):
     def for_pair(cls, pair: Any, settings: Any) -> "PromptLookupDrafter":
         return cls(pair.vocab_size)
 
-    def lookup(self, ids: list[int], n_max: int) -> list[int]:
-        for n in range(min(self.max_ngram, len(ids) - 1), 0, -1):
+    def lookup(self, ids: list[int], n_max: int, min_n: int = 1) -> list[int]:
+        """What followed the latest earlier occurrence of the longest tail of ``ids`` (``max_ngram`` … ``min_n``
+        tokens) that occurred before, up to ``n_max`` tokens; [] when none did."""
+        for n in range(min(self.max_ngram, len(ids) - 1), min_n - 1, -1):
             tail = ids[-n:]
             # Search right to left, excluding the tail itself, for the most recent match.
             for start in range(len(ids) - n - 1, -1, -1):

@@ -16,7 +16,7 @@ from ..trace import Trace
 
 MIN_ROUNDS = 3  # a timed race needs a few rounds to say anything
 DRAFTER_WORDS = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
-                 "speculator": "learned head"}
+                 "speculator": "learned head", "hybrid": "draft model + prompt lookup"}
 CLEAN_ENDS = ("eos", "max_new_tokens")  # a run that ran to its end (not stopped, cut by time, failed)
 
 

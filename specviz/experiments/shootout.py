@@ -102,7 +102,7 @@ def lineup(base: DecodeSettings) -> list[Contender]:
     fixed_gamma = min(base.gamma, GAMMA_MAX)  # the constant policy's range
     out = []
     for key, (label, _) in DRAFTERS.items():
-        if key == "model":
+        if key in ("model", "hybrid"):
             s = replace(common, drafter=key, policy=CHAIN_POLICY)
             label = f"{label} ({CHAIN_POLICY}, τ = {s.tau:g})"
         elif key == "tree":

@@ -462,7 +462,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
                     stack.enter_context(contextlib.closing(stream))
                 # Turns by the passes' prices, not their measured times: a schedule that cannot follow the load.
                 costs = event_costs(probe_prices(req.pair, control.start),
-                                    draft_model=req.settings.drafter in ("model", "tree"))
+                                    draft_model=req.settings.drafter in ("model", "tree", "hybrid"))
                 events = interleave(streams, cost=costs) if how == "interleaved" else in_turn(streams)
                 for phase, ev in events:
                     control.check()  # other work arrived: both runs go on with one thread

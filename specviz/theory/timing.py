@@ -144,7 +144,7 @@ def event_costs(prices: Prices | None, *, draft_model: bool) -> Callable[[str, A
 
 def _uses_draft_model(trace: Trace) -> bool:
     """Whether the draft passes are the draft model's (priced by the probe's draft step)."""
-    return trace.settings.drafter in ("model", "tree")
+    return trace.settings.drafter in ("model", "tree", "hybrid")
 
 
 def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None:

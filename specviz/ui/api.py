@@ -27,7 +27,8 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
     return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}.
 
-    drafter: "model" (the pair's draft model), "prompt-lookup" (n-grams of the text so far) or
+    drafter: "model" (the pair's draft model), "prompt-lookup" (n-grams of the text so far), "hybrid" (prompt
+    lookup where the last 5+ tokens occurred before, the draft model otherwise) or
     "tree" (a token tree of depth gamma, at most tree_nodes nodes, grown by tree_mode "iid":
     `branches` i.i.d. draft sequences merged, "best-first": top-`branches` children of the
     most likely nodes, or "unique": `branches` distinct children per expanded node sampled

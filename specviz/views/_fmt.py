@@ -59,10 +59,11 @@ PENDING_BY: dict[str, str] = {
     "tree": "a node of the small draft model's token tree",
     "speculator": "proposed by the learned head (MLP speculator) from the target's hidden state",
     "prompt-lookup": "copied from earlier text by prompt lookup (no model)",
+    "hybrid": "drafted by the small draft model, or copied by prompt lookup where the text repeats",
 }
 # The drafter in a few words (plot legends): "draft (learned head)".
 DRAFTER_SHORT: dict[str, str] = {"model": "small model", "tree": "token tree", "speculator": "learned head",
-                                 "prompt-lookup": "prompt lookup"}
+                                 "prompt-lookup": "prompt lookup", "hybrid": "model + lookup"}
 
 
 def esc(text: Any) -> str:
@@ -217,6 +218,11 @@ def drafter_name(trace: Any, *, subject: bool = False, short: bool = False) -> s
         if short:
             return "draft model"
         return "the draft model" if subject or not name else f"the draft model {name}"
+    if key == "hybrid":
+        name = models.get("draft") or ""
+        if short:
+            return "draft model + lookup"
+        return ("the draft model" if subject or not name else f"the draft model {name}") + " with prompt lookup"
     return models.get("drafter") or key
 
 
@@ -236,6 +242,8 @@ def draft_source(trace: Any) -> str:
     draft = models.get("draft") or "?"
     if key == "model":
         return f"draft {draft}"
+    if key == "hybrid":
+        return f"draft {draft} + prompt lookup"
     if key == "tree":
         return f"token tree of draft {draft} ({settings.tree_mode}, ≤ {settings.tree_nodes} nodes)"
     return models.get("drafter") or DRAFTER_SHORT.get(key, key)

@@ -101,8 +101,10 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     stage = _stage(drafter, i)
     who = [("proposed by", stage)] if stage else []
     if pending:
-        by = {"speculator": f"Proposed by {stage}, from the target's last hidden state",
-              "prompt-lookup": "Proposed by prompt lookup (copied from earlier text)"}.get(drafter, "Drafted by the small model")
+        copied = drafter == "prompt-lookup" or (drafter == "hybrid" and rnd.draft_forwards == 0)
+        by = ("Proposed by prompt lookup (copied from earlier text)" if copied
+              else f"Proposed by {stage}, from the target's last hidden state" if drafter == "speculator"
+              else "Drafted by the small model")
         tip = tip_html(
             f"{head} · pending",
             [("id", str(tok.id)), *who, ("q(x) draft", fsig(tok.q))],
