@@ -273,3 +273,20 @@ def test_lookup_with_a_minimum_match_proposes_nothing_for_a_shorter_one():
     assert lookup.lookup([1, 2, 3, 9, 2, 3], 3) == [9, 2, 3]  # the 2-token tail "2 3" occurred
     assert lookup.lookup([1, 2, 3, 9, 2, 3], 3, min_n=3) == []
     assert lookup.lookup([1, 2, 3, 9, 1, 2, 3], 2, min_n=3) == [9, 1]
+
+
+def test_the_rounds_say_which_the_hybrid_copied():
+    from specviz.views.chips import round_html
+
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, seed=2)
+    prompt = pair.tokenizer("the cat sat on the mat and the cat sat on the").input_ids
+    s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=40, drafter="hybrid")
+    spec = speculative_decode(pair, prompt, s, drafter=_hybrid(pair, pair.vocab_size, min_ngram=2))
+    seen = set()
+    for rnd in spec.rounds:
+        if rnd.draft:
+            html = round_html(rnd, 4, drafter="hybrid")
+            verb = "copied" if rnd.draft_forwards == 0 else "drafted"
+            assert f"{len(rnd.draft)} {verb}" in html
+            seen.add(verb)
+    assert seen == {"copied", "drafted"}

@@ -163,14 +163,16 @@ def _slot_chip() -> str:
 # ---- one round -------------------------------------------------------------------
 
 
-def _draft_stop_html(rnd: Round) -> str:
-    """How many tokens were drafted and why drafting stopped (full reason on hover)."""
+def _draft_stop_html(rnd: Round, drafter: str = "") -> str:
+    """How many tokens were drafted (or, in the hybrid's lookup rounds, copied) and why drafting stopped (full
+    reason on hover)."""
     stop = rnd.draft_stop
     if not stop and not rnd.draft:  # standard decoding, or an old recording's plain round
         return ""
     k = len(rnd.draft)
     short = stop_short(stop)
-    label = short if stop == "none" else (f"{k} drafted · {short}" if short else f"{k} drafted")
+    verb = "copied" if drafter == "hybrid" and rnd.draft and rnd.draft_forwards == 0 else "drafted"
+    label = short if stop == "none" else (f"{k} {verb} · {short}" if short else f"{k} {verb}")
     why = stop_sentence(stop)
     if rnd.tree is not None and rnd.tree.nodes:  # a tree round: its size, not the accepted path's length
         label = f"{len(rnd.tree.nodes)}-node tree" + (f" · {short}" if short else "")
@@ -215,7 +217,7 @@ def round_html(
             state = "verifying…"
         gain = f'<span class="sv-gain sv-gain-pending">{esc(state)}</span>'
     else:
-        gain = f'<span class="sv-gain">+{esc(plural(n, "token"))}</span>' + _draft_stop_html(rnd)
+        gain = f'<span class="sv-gain">+{esc(plural(n, "token"))}</span>' + _draft_stop_html(rnd, drafter)
         if rnd.extra is None and rnd.draft and not pending:
             gain += '<span class="sv-round-note">stopped: no extra token</span>'
 
