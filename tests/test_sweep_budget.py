@@ -164,7 +164,7 @@ def test_a_drafter_cut_short_by_the_limit_is_dropped(clock, monkeypatch):
     not a row; the three before it are."""
     monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "350")
     frames = shootout_frames(clock, "start")
-    assert any("token tree" in str(f.status) and "(4/5, repeat 1/3)…" in str(f.status) for f in frames)  # it started
+    assert any("token tree" in str(f.status) and "(4/6, repeat 1/3)…" in str(f.status) for f in frames)  # it started
     assert not any("token tree" in str(f.status) and "tok/s" in str(f.status) for f in frames)  # never finished
     assert "time limit reached" in frames[-1].status and "3 point(s)" in frames[-1].status
     assert [k.split(" (")[0] for k in frames[-1].shootout_runs] == ["draft model", "prompt lookup"]
@@ -172,9 +172,9 @@ def test_a_drafter_cut_short_by_the_limit_is_dropped(clock, monkeypatch):
 
 
 def test_a_shootout_that_finished_is_not_called_cut_short(clock, monkeypatch):
-    """Three rounds of five starts, but the learned head (no head for the tiny target) is not tried again."""
+    """Three rounds of six starts, but the learned head (no head for the tiny target) is not tried again."""
     monkeypatch.setenv("SPECVIZ_SWEEP_SECONDS", "2000")
     frames = shootout_frames(clock, "start")
-    assert clock.t == 100 * (5 + 4 + 4) and "done: 4 of 5 ran" in frames[-1].status
+    assert clock.t == 100 * (6 + 5 + 5) and "done: 5 of 6 ran" in frames[-1].status
     assert "median of 3 repeats each" in frames[-1].status
     assert not any("time limit" in str(f.status) for f in frames)
