@@ -46,7 +46,8 @@ def main() -> None:
             compiled.detach(m)
             compiled.attach(m, 512, compile=True, mode="graph", warm=KS)
         std = [[t.id for t in standard_decode(pair, prompt, s).tokens] for _ in range(4)]
-        spec = [[t.id for t in speculative_decode(pair, prompt, s, drafter=make_drafter(pair, s)).tokens] for _ in range(2)]
+        spec = [[t.id for t in speculative_decode(pair, prompt, s, drafter=make_drafter(pair, s)).tokens]
+                for _ in range(2)]
         print(json.dumps({"backends": kv.CUDA_ATTENTION, "std_first_diff": [first_diff(r, std[0]) for r in std],
                           "spec_first_diff": [first_diff(r, spec[0]) for r in spec],
                           "spec_vs_std": first_diff(spec[0], std[0]),

@@ -30,6 +30,9 @@ VARIANTS = {"Decoding-OPT (residual)": "opt", "Decoding-UNO (sample from p)": "u
 # tree round).  The one place a run is known to be a tree run: see `round_kind`.
 DRAFTER_ROUNDS = {"model": "chain", "prompt-lookup": "chain", "tree": "tree", "speculator": "chain", "hybrid": "chain"}
 DRAFTER_NAMES = tuple(DRAFTER_ROUNDS)
+# The drafters whose draft passes are the draft model's (a race's turns and its count-based speedup price them
+# with the probe's draft step).
+DRAFT_MODEL_DRAFTERS = ("model", "tree", "hybrid")
 ROUND_KINDS = ("chain", "tree")
 
 

@@ -7,7 +7,7 @@ the draft model drafts as :class:`~.draft_model.ModelDrafter` does.  Which one d
 far, so the output keeps the target's distribution exactly (tested with χ²).  The model's cache simply falls
 behind during copied rounds: its next draft feeds the accepted tokens it missed in one pass.
 
-Requiring a match of ``min_ngram`` tokens (3) keeps lookup to real repetition (a summary quoting its source, code
+Requiring a match of ``min_ngram`` tokens (5; up to ``max_ngram``, 8) keeps lookup to real repetition (a summary quoting its source, code
 reusing its identifiers): prompt lookup alone also guesses from one-token matches, which chat and translation
 rarely continue, and then pays a verify pass for nothing.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .base import ChainDrafter, DraftContext, DraftStep, one_hot
+from .base import ChainDrafter, DraftContext, DraftStep
 from .draft_model import ModelDrafter
 from .prompt_lookup import PromptLookupDrafter
 
@@ -29,7 +29,7 @@ class HybridDrafter(ChainDrafter):
     def __init__(self, model: ModelDrafter, vocab_size: int, min_ngram: int = 5, max_ngram: int = 8):
         self.model = model
         self.lookup = PromptLookupDrafter(vocab_size, max_ngram=max_ngram)
-        self.vocab_size, self.min_ngram = vocab_size, min_ngram
+        self.min_ngram = min_ngram
         self.looked = 0  # rounds proposed by lookup (for the bench and the tests)
 
     @classmethod
@@ -46,8 +46,7 @@ class HybridDrafter(ChainDrafter):
             yield from self.model.draft(ctx)
             return
         self.looked += 1
-        for tok in copied:
-            yield DraftStep(tok, one_hot(tok, self.vocab_size, ctx.device), 1.0, forwards=0)
+        yield from self.lookup.steps(copied, ctx)
 
     def rollback(self, n: int) -> None:
         self.model.rollback(n)

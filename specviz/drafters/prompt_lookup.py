@@ -43,5 +43,9 @@ class PromptLookupDrafter(ChainDrafter):
         return []
 
     def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
-        for tok in self.lookup(ctx.ids, ctx.max_tokens):
+        yield from self.steps(self.lookup(ctx.ids, ctx.max_tokens), ctx)
+
+    def steps(self, tokens: list[int], ctx: DraftContext) -> Iterator[DraftStep]:
+        """The looked-up tokens as draft steps: one-hot q, no forward pass."""
+        for tok in tokens:
             yield DraftStep(tok, one_hot(tok, self.vocab_size, ctx.device), 1.0, forwards=0)

@@ -143,9 +143,8 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
             std = standard_decode(pair, prompt, s)
             again = standard_decode(pair, prompt, s)  # the same run again must give the same tokens
             a, b = spec.summary(), std.summary()
-            ids = lambda tr: [t.id for t in tr.tokens]  # noqa: E731
-            row = {"target": size, "mode": mode, "greedy_equal": ids(spec) == ids(std),
-                   "standard_repeatable": ids(again) == ids(std),
+            row = {"target": size, "mode": mode, "greedy_equal": _ids(spec) == _ids(std),
+                   "standard_repeatable": _ids(again) == _ids(std),
                    "standard_tok_s": round(b.decode_tokens_per_s, 1), "spec_tok_s": round(a.decode_tokens_per_s, 1),
                    "alpha": a.alpha, "draft_step_ms": round(1000 * (a.t_draft_forward or 0), 2),
                    "target_step_ms": round(1000 * (b.t_target_forward or 0), 2),
@@ -158,6 +157,10 @@ def engine_runs(tokenizer_dir: str, device: torch.device, targets: list[str], mo
         del target, pair
         torch.cuda.empty_cache()
     return rows
+
+
+def _ids(trace) -> list[int]:
+    return [t.id for t in trace.tokens]
 
 
 def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
@@ -175,8 +178,8 @@ def _race_row(pair, prompt: list[int], settings, spec, std) -> dict:
     events = interleave(streams) if how == "interleaved" else in_turn(streams)
     last = {name: ev.trace for name, ev in events}
     a, b = last["spec"], last["std"]
-    ids = lambda tr: [x.id for x in tr.tokens]  # noqa: E731
-    return {"race_how": how, "race_same_spec_tokens": ids(a) == ids(spec), "race_same_std_tokens": ids(b) == ids(std),
+    return {"race_how": how, "race_same_spec_tokens": _ids(a) == _ids(spec),
+            "race_same_std_tokens": _ids(b) == _ids(std),
             "race_speedup": round(a.summary().tokens_per_s / b.summary().tokens_per_s, 3)}
 
 

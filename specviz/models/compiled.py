@@ -32,6 +32,7 @@ log = logging.getLogger("specviz.models")
 
 BUCKETS = (1, 2, 4, 8, 16, 32)
 
+
 def bucket_for(k: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
     """The smallest bucket holding k new tokens, or None when k is longer than every bucket."""
     return next((b for b in buckets if b >= k), None)
@@ -73,11 +74,16 @@ class CompiledSteps:
             self._forward = self._replay
 
     def _eager_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self._run(input_ids).logits
+
+    def _run(self, input_ids: torch.Tensor, **extra: Any) -> Any:
+        """The model's forward over ``input_ids`` after the cache's contents, with its own positions and mask, in
+        the attention a masked GPU feed needs (core.kv.repeatable_attention)."""
         from ..core import kv  # here: importing this module pulls in no transformers
 
         with kv.repeatable_attention(input_ids.device):
             return self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                              **self._where(input_ids.shape[1])).logits
+                              **self._where(input_ids.shape[1]), **extra)
 
     def _where(self, size: int) -> dict[str, torch.Tensor]:
         """The feed's positions and its 4D attention mask (slot j visible to new token i iff j <= its
@@ -183,12 +189,8 @@ class CompiledSteps:
             raise RuntimeError(f"the static KV cache holds {self.max_len} tokens; this run needs more")
         size = bucket_for(k, self.buckets)
         if hidden or size is None or start + size > self.max_len:
-            from ..core import kv
-
-            with kv.repeatable_attention(device):
-                out = self.model(input_ids=torch.tensor([new], dtype=torch.long, device=device),
-                                 past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
-                                 output_hidden_states=hidden, **self._where(k))
+            out = self._run(torch.tensor([new], dtype=torch.long, device=device), logits_to_keep=keep,
+                            output_hidden_states=hidden)
             self._held = start + k
             self.set_length(start + k)
             h = out.hidden_states[-1][0, -keep:] if hidden else None

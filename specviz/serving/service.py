@@ -26,7 +26,7 @@ from ..core.race import in_turn, interleave
 from ..hardware.load import race_can_interleave, race_threads
 from ..hardware.curves import interpolate
 from ..theory.timing import Prices, assess_race, event_costs
-from ..core.settings import DecodeSettings, SettingsError
+from ..core.settings import DRAFT_MODEL_DRAFTERS, DecodeSettings, SettingsError
 from ..drafters import make_drafter
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
@@ -462,7 +462,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
                     stack.enter_context(contextlib.closing(stream))
                 # Turns by the passes' prices, not their measured times: a schedule that cannot follow the load.
                 costs = event_costs(probe_prices(req.pair, control.start),
-                                    draft_model=req.settings.drafter in ("model", "tree", "hybrid"))
+                                    draft_model=req.settings.drafter in DRAFT_MODEL_DRAFTERS)
                 events = interleave(streams, cost=costs) if how == "interleaved" else in_turn(streams)
                 for phase, ev in events:
                     control.check()  # other work arrived: both runs go on with one thread

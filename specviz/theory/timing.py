@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.settings import DRAFT_MODEL_DRAFTERS
 from ..trace import Trace
 from ..trace.timing import Timing
 from .costs import race_costs
@@ -144,7 +145,7 @@ def event_costs(prices: Prices | None, *, draft_model: bool) -> Callable[[str, A
 
 def _uses_draft_model(trace: Trace) -> bool:
     """Whether the draft passes are the draft model's (priced by the probe's draft step)."""
-    return trace.settings.drafter in ("model", "tree", "hybrid")
+    return trace.settings.drafter in DRAFT_MODEL_DRAFTERS
 
 
 def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None:

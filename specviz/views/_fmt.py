@@ -213,16 +213,13 @@ def drafter_name(trace: Any, *, subject: bool = False, short: bool = False) -> s
     settings = getattr(trace, "settings", None)
     key = getattr(settings, "drafter", "model")
     models = getattr(trace, "models", None) or {}
-    if key == "model":
+    if key in ("model", "hybrid"):
         name = models.get("draft") or ""
+        lookup = key == "hybrid"
         if short:
-            return "draft model"
-        return "the draft model" if subject or not name else f"the draft model {name}"
-    if key == "hybrid":
-        name = models.get("draft") or ""
-        if short:
-            return "draft model + lookup"
-        return ("the draft model" if subject or not name else f"the draft model {name}") + " with prompt lookup"
+            return "draft model + lookup" if lookup else "draft model"
+        who = "the draft model" if subject or not name else f"the draft model {name}"
+        return who + (" with prompt lookup" if lookup else "")
     return models.get("drafter") or key
 
 

@@ -101,8 +101,8 @@ def _draft_chip(rnd: Round, i: int, tok: DraftToken, eps: float, pending: bool, 
     stage = _stage(drafter, i)
     who = [("proposed by", stage)] if stage else []
     if pending:
-        copied = drafter == "prompt-lookup" or (drafter == "hybrid" and rnd.draft_forwards == 0)
-        by = ("Proposed by prompt lookup (copied from earlier text)" if copied
+        by = ("Proposed by prompt lookup (copied from earlier text)"
+              if drafter == "prompt-lookup" or _hybrid_copied(rnd, drafter)
               else f"Proposed by {stage}, from the target's last hidden state" if drafter == "speculator"
               else "Drafted by the small model")
         tip = tip_html(
@@ -163,6 +163,11 @@ def _slot_chip() -> str:
 # ---- one round -------------------------------------------------------------------
 
 
+def _hybrid_copied(rnd: Round, drafter: str) -> bool:
+    """Whether the hybrid drafter (draft model + prompt lookup) copied this round's drafts: no draft pass ran."""
+    return drafter == "hybrid" and bool(rnd.draft) and rnd.draft_forwards == 0
+
+
 def _draft_stop_html(rnd: Round, drafter: str = "") -> str:
     """How many tokens were drafted (or, in the hybrid's lookup rounds, copied) and why drafting stopped (full
     reason on hover)."""
@@ -171,7 +176,7 @@ def _draft_stop_html(rnd: Round, drafter: str = "") -> str:
         return ""
     k = len(rnd.draft)
     short = stop_short(stop)
-    verb = "copied" if drafter == "hybrid" and rnd.draft and rnd.draft_forwards == 0 else "drafted"
+    verb = "copied" if _hybrid_copied(rnd, drafter) else "drafted"
     label = short if stop == "none" else (f"{k} {verb} · {short}" if short else f"{k} {verb}")
     why = stop_sentence(stop)
     if rnd.tree is not None and rnd.tree.nodes:  # a tree round: its size, not the accepted path's length

@@ -18,8 +18,8 @@ from .theory_plots import as_number
 
 SHORT = {"model": "draft model", "prompt-lookup": "prompt lookup", "tree": "token tree",
          "speculator": "learned head", "hybrid": "model + lookup", "standard": "standard"}
-COLORS = {"model": "#2563eb", "prompt-lookup": "#d97706", "tree": "#7c3aed", "speculator": "#059669", "hybrid": "#0891b2",
-          "standard": "#6b7280"}
+COLORS = {"model": "#2563eb", "prompt-lookup": "#d97706", "tree": "#7c3aed", "speculator": "#059669",
+          "hybrid": "#0891b2", "standard": "#6b7280"}
 # (key, column title, format, definition): the table's columns after the drafter's name, and the chart's panels.
 METRICS = (
     ("alpha", "α", "{:.2f}", "acceptance rate: accepted ÷ verified drafts"),
