@@ -13,6 +13,7 @@ from specviz.models import executions, int8, kernels, q4k
 from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
 from test_executions import _verify_and_steps
+from test_lean_target import _counting, _steps_logits
 
 needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
                                   reason="specviz's kernel needs an x86 CPU with AVX2 and a C++ compiler")
@@ -153,6 +154,38 @@ def test_an_int8_target_takes_its_ggufs_q4k_matrices_and_verifies_as_it_steps(tm
     a, b = _verify_and_steps(model, ids, 10, 4)[0], _verify_and_steps(plain, ids, 10, 4)[0]
     assert not torch.equal(a, b) and (0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1)).max() < 0.1
     assert "Q4_K" in executions.words(type("P", (), {"target_exec": "int8", "target": model})())
+
+
+def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
+    """The lean path's graphs hold the Q4_K products too (they were left eager: ~20 ms a step of Python on
+    the 1.5B target), and a verify pass through them scores as one-token steps, traced or eager."""
+    from specviz.core.kv import cached_lm
+    from specviz.models import lean
+    from specviz.models.compiled import steps_of
+
+    pair = _q4k_pair(tmp_path)
+    model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    steps = steps_of(model)
+    assert q4k.in_use(model) and isinstance(steps, lean.LeanSteps) and steps.invariant
+    assert set(steps.traced) == set(lean.TARGET_FEEDS)
+    used = _counting(steps)
+    ids = torch.randint(5, 40, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    cpu = torch.device("cpu")
+    for start, k in ((10, 6), (17, 3), (1, 8)):
+        ref = _steps_logits(model, ids, start, k)
+        lm = cached_lm(model, cpu, 64)
+        with torch.inference_mode():
+            lm.feed(ids[:start])
+            verify = lm.feed(ids[:start + k], keep=k).logits
+        lm.free()
+        assert torch.equal(verify, ref), (start, k)
+    assert used[1] > 10 and used[6] >= 1 and used[3] >= 1 and used[8] >= 1
+    graphs, steps.traced = steps.traced, {}
+    try:
+        eager = _steps_logits(model, ids, 10, 6)
+    finally:
+        steps.traced = graphs
+    assert torch.equal(eager, _steps_logits(model, ids, 10, 6))
 
 
 def test_greedy_text_is_standard_text_with_a_q4k_target(tmp_path):

@@ -77,6 +77,17 @@ def _fused(members: list[torch.nn.Module]) -> Callable[[torch.Tensor], torch.Ten
     return lambda x: torch.cat([m(x) for m in members], dim=-1)
 
 
+def _products(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder's products, once each: a fused member's shared linear, else the linear itself."""
+    seen: dict[int, torch.nn.Module] = {}
+    for layer in model.model.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        for m in (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            m = m.shared.linear if isinstance(m, FusedPart) else m
+            seen.setdefault(id(m), m)
+    return list(seen.values())
+
+
 def unsupported(model: torch.nn.Module) -> str | None:
     """Why the lean path cannot run ``model`` (None: it can)."""
     cfg = getattr(model, "config", None)
@@ -291,9 +302,9 @@ class LeanSteps:
         t0 = time.perf_counter()
         feeds = feeds or self.feeds
         self.trace_deferred = False
-        if not all(isinstance(getattr(layer, name), TokenInt8Linear) for layer in self.layers
-                   for name in ("qkv", "o", "gate_up", "down")):
-            log.info("The %s's step is not traced: its linears are not all fused int8 products", self.role)
+        why = unsupported(self.model)  # every linear int8 or Q4_K, fused or not: ops a trace records
+        if why is not None:
+            log.info("The %s's step is not traced: %s", self.role, why)
             return 0.0
         try:
             # A cache a run allocated under inference_mode cannot be written by the tracer: start afresh
@@ -415,10 +426,10 @@ class _Holder(torch.nn.Module):
         super().__init__()
         self.steps = [steps]  # a list: not a submodule (the steps are not an nn.Module)
         self.keep = keep
-        linears = [getattr(layer, name) for layer in steps.layers for name in ("qkv", "o", "gate_up", "down")]
-        for n, linear in enumerate(linears):
-            linear.pack()
-            setattr(self, f"packed_{n}", linear._packed)
+        for n, linear in enumerate(_products(steps.model)):
+            if isinstance(linear, TokenInt8Linear):  # a Q4_K product's records are plain tensors: none to pack
+                linear.pack()
+                setattr(self, f"packed_{n}", linear._packed)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, cos_table: torch.Tensor, sin_table: torch.Tensor,
                 *cache: torch.Tensor) -> torch.Tensor:
