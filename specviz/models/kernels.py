@@ -39,7 +39,8 @@ _STATIC_LINEAR = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp
 ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
 
 SOURCE = Path(__file__).with_name("csrc") / "int8_small.cpp"
-SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"))  # one library: the int8 kernel and GGUF's Q4_K one (.q4k)
+# one library: the int8 kernel, GGUF's Q4_K one (.q4k) and the lean decoder's small ops (.lean: glue)
+SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"), SOURCE.with_name("glue.cpp"))
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
@@ -167,6 +168,12 @@ def module(*, policy: bool = True):
                 log.info("int8 linears run on fbgemm: %s", why)
             _STATE[key] = mod
         return _STATE[key]
+
+
+def glue_ready() -> bool:
+    """Whether the lean decoder runs its small ops as specviz's own (csrc/glue.cpp): where the kernel is in use
+    (:func:`ready`: built and checked, nothing built now) and not turned off (``SPECVIZ_GLUE=0``)."""
+    return os.environ.get("SPECVIZ_GLUE", "1") != "0" and ready() and hasattr(torch.ops.specviz, "glue_attend")
 
 
 def matches(*, policy: bool = True) -> bool:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn.functional as F
 
+from . import kernels
 from .compiled import give_steps
 from .int8_target import FusedPart, TokenInt8Linear
 from .q4k import Q4KLinear
@@ -123,6 +124,9 @@ class LeanSteps:
         cfg, body = model.config, model.model
         self.model, self.max_len = model, max_len
         self.invariant = invariant  # each query attends alone (the target: batch-invariant logits)
+        # the small ops between the products as specviz's own (kernels: csrc/glue.cpp), where its library is
+        # in use; decided once, so a run's passes, traced or eager, chain or tree, all take the same path
+        self.glue = kernels.glue_ready()
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
@@ -231,6 +235,8 @@ class LeanSteps:
     # -- the forward ------------------------------------------------------------------------------
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.glue:
+            return torch.ops.specviz.glue_rms(x.contiguous(), weight, self.eps)
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -261,7 +267,8 @@ class LeanSteps:
                                                       enable_gqa=True)
             return torch.cat([self._attend_one(q, j, keys, values, mask[j:j + 1]) for j in range(q.shape[1])], dim=2)
 
-        x = self._layers(tokens, pos, pos, cos_table, sin_table, cache[:n], cache[n:], attend)
+        x = self._layers(tokens, pos, pos, cos_table, sin_table, cache[:n], cache[n:], attend,
+                         visible=(torch.empty(0, dtype=torch.long), pos + 1))
         return self._rms(x[x.shape[0] - keep:], self.norm)
 
     def _attend_one(self, q: torch.Tensor, j: int, keys: torch.Tensor, values: torch.Tensor,
@@ -272,11 +279,16 @@ class LeanSteps:
                                               enable_gqa=True)
 
     def _layers(self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, cos_table: torch.Tensor,
-                sin_table: torch.Tensor, keys: tuple, values: tuple, attend: Callable) -> torch.Tensor:
+                sin_table: torch.Tensor, keys: tuple, values: tuple, attend: Callable,
+                visible: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """Every decoder layer over ``tokens`` at RoPE positions ``pos``, their keys and values written at
-        cache ``slots``; ``attend(q [nh, T, d], keys, values)`` -> [1, nh, T, d].  The residual stream [T, H]."""
+        cache ``slots``; ``attend(q [nh, T, d], keys, values)`` -> [1, nh, T, d] (torch's ops), or with
+        :attr:`glue` ``visible`` = (the slots each query sees [T, L] in order, or empty for slots 0..;
+        how many [T]).  The residual stream [T, H]."""
         t = tokens.shape[0]
         x = self.embed.weight.index_select(0, tokens).float()  # [T, H]
+        if self.glue:
+            return self._glued(x, pos, slots, cos_table, sin_table, keys, values, *visible)
         cos, sin = cos_table.index_select(0, pos)[None], sin_table.index_select(0, pos)[None]  # [1, T, d]
         for i, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms(x, layer.norm_in))
@@ -289,6 +301,24 @@ class LeanSteps:
             x = x + layer.o(att[0].transpose(0, 1).reshape(t, self.q_size))
             gate, up = layer.gate_up(self._rms(x, layer.norm_post)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
+        return x
+
+    def _glued(self, x: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, cos_table: torch.Tensor,
+               sin_table: torch.Tensor, keys: tuple, values: tuple, vis: torch.Tensor,
+               lens: torch.Tensor) -> torch.Tensor:
+        """:meth:`_layers` with the small ops in four calls a layer (csrc/glue.cpp): the residual add and the
+        next norm in one, RoPE, the cache write and attention in one, SiLU(gate) * up in one."""
+        ops, eps, n = torch.ops.specviz, self.eps, len(self.layers)
+        h = ops.glue_rms(x, self.layers[0].norm_in, eps)
+        for i, layer in enumerate(self.layers):
+            att = ops.glue_attend(layer.qkv(h), cos_table, sin_table, pos, keys[i], values[i], slots, vis, lens,
+                                  self.heads, self.kv_heads, self.scaling)
+            x, h = ops.glue_add_rms(x, layer.o(att), layer.norm_post, eps)
+            out = layer.down(ops.glue_silu_mul(layer.gate_up(h)))
+            if i + 1 < n:
+                x, h = ops.glue_add_rms(x, out, self.layers[i + 1].norm_in, eps)
+            else:
+                x = x + out
         return x
 
     # -- traced steps -------------------------------------------------------------------------------

@@ -45,8 +45,11 @@ def forward_tree(steps: Any, tokens: list[int], slots: list[int], positions: lis
             rows.append(steps._attend_one(q, j, k, v, mask))
         return torch.cat(rows, dim=2)
 
+    width = max(len(v) for v in visible)
+    seen = torch.tensor([v + [0] * (width - len(v)) for v in visible], dtype=torch.long)
     x = steps._layers(torch.tensor(tokens, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
-                     torch.tensor(slots, dtype=torch.long), steps._cos, steps._sin, steps.keys, steps.values, attend)
+                      torch.tensor(slots, dtype=torch.long), steps._cos, steps._sin, steps.keys, steps.values, attend,
+                      visible=(seen, torch.tensor([len(v) for v in visible], dtype=torch.long)))
     return steps.head(steps._rms(x[x.shape[0] - keep:], steps.norm)).float()
 
 
