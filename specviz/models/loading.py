@@ -470,8 +470,9 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         if hasattr(steps, "keep_prefix"):
             steps.shared_prefix = head
             if weights_of[role] is not None and steps.prefix_store is None:
+                kernel = "q4k" if q4k.in_use(model) else kernels.ready()
                 steps.prefix_store = PrefixStore.for_weights(weights_of[role], role=role,
-                                                             kernel="q4k" if q4k.in_use(model) else kernels.ready())
+                                                             kernel=f"{kernel}+glue" if getattr(steps, "glue", False) else kernel)
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)
