@@ -9,7 +9,7 @@ import torch
 
 from specviz.core.engine import standard_decode
 from specviz.core.settings import DecodeSettings
-from specviz.models import executions, int8, kernels, q4k
+from specviz.models import executions, int8, kernels, lean, q4k, q6k
 from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
 from test_executions import _verify_and_steps
@@ -52,6 +52,47 @@ def q4k_encode(w: np.ndarray) -> np.ndarray:
     out = np.concatenate([d[..., None].view(np.uint8), dmin[..., None].view(np.uint8), packed,
                           nibbles.reshape(n, k // 256, 128)], axis=-1)
     return out.reshape(n, -1)
+
+
+def q6k_encode(w: np.ndarray) -> np.ndarray:
+    """A float matrix [N, K] as GGUF Q6_K rows, uint8 [N, K/256 * 210]: per 16 values an int8 scale, per 256 an
+    fp16 d, 6-bit values q - 32 split into ql (low 4 bits) and qh (high 2), as llama.cpp lays them out (a plain
+    encoder: valid blocks near w)."""
+    n, k = w.shape
+    sub = w.reshape(n, k // 256, 16, 16).astype(np.float32)
+    scales = np.maximum(np.abs(sub).max(-1), 1e-8) / 31
+    d = (scales.max(-1) / 127).astype(np.float16)
+    sc = np.clip(np.round(scales / d[..., None].astype(np.float32)), 1, 127).astype(np.int8)
+    step = d[..., None].astype(np.float32) * sc
+    q = (np.clip(np.round(sub / step[..., None]), -32, 31) + 32).astype(np.uint8).reshape(n, k // 256, 2, 4, 32)
+    q1, q2, q3, q4 = q[:, :, :, 0], q[:, :, :, 1], q[:, :, :, 2], q[:, :, :, 3]  # [n, kb, half, 32]
+    ql = np.concatenate([(q1 & 15) | ((q3 & 15) << 4), (q2 & 15) | ((q4 & 15) << 4)], axis=-1)  # [n, kb, 2, 64]
+    qh = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)  # [n, kb, 2, 32]
+    out = np.concatenate([ql.reshape(n, k // 256, 128), qh.reshape(n, k // 256, 64), sc.view(np.uint8),
+                          d[..., None].view(np.uint8)], axis=-1)
+    return out.reshape(n, -1)
+
+
+def test_q6k_records_are_llama_cpps_values_and_the_kernel_is_its_oracle_to_the_bit():
+    import gguf
+
+    gen = np.random.default_rng(1)
+    w = gen.standard_normal((24, 1280)).astype(np.float32) * gen.uniform(0.1, 3, (24, 1))
+    w[3] = 0.0  # a zero row
+    raw = q6k_encode(w)
+    rec = q6k.records(raw)
+    ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q6_K)
+    assert np.array_equal(q6k.dequantize(rec).numpy(), ref.astype(np.float32))
+    assert np.abs(ref - w).max() < 0.1 * np.abs(w).max()  # the encoder's blocks stand for w
+    x = torch.randn(7, 1280, generator=torch.Generator().manual_seed(2)) * 3
+    x[2, 256:512] = 0.0  # a zero block
+    bias = torch.randn(24)
+    full = q6k.linear(x, rec, bias)
+    for m in range(1, 8):
+        assert torch.equal(q6k.linear(x[:m], rec, bias), q6k.reference(x[:m], rec, bias)), m
+        assert torch.equal(q6k.linear(x[m - 1:m], rec, bias), full[m - 1:m]), m  # alone = in a pass
+    exact = x @ torch.from_numpy(ref).T + bias
+    assert ((full - exact).norm() / exact.norm()) < 0.02  # int8 activations per block of 256
 
 
 def _records(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, np.ndarray]:
@@ -109,18 +150,25 @@ def test_a_q4klinear_refuses_what_is_not_records():
         q4k.Q4KLinear(torch.zeros(4, 2, 144, dtype=torch.uint8), None)
 
 
-def _gguf_of(model: torch.nn.Module, path, kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ffn_down")):
-    """A GGUF holding ``model``'s decoder matrices of ``kinds`` as Q4_K (v left out: its group is then mixed)."""
+def _gguf_of(model: torch.nn.Module, path, kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ffn_down"),
+             q6=(), head=False):
+    """A GGUF holding ``model``'s decoder matrices of ``kinds`` as Q4_K (v left out: its group is then mixed), of
+    ``q6`` as Q6_K, and its head as Q6_K if ``head`` (a Q4_K_M file's layout)."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "qwen2")
     hf = {v: k for k, v in q4k.GGUF_TO_HF.items()}
     for name, module in model.named_modules():
         parts = name.split(".")
-        if len(parts) == 5 and parts[:2] == ["model", "layers"] and hf.get(".".join(parts[3:])) in kinds:
-            raw = q4k_encode(module.weight.detach().float().numpy())
-            writer.add_tensor(f"blk.{parts[2]}.{hf['.'.join(parts[3:])]}.weight", raw,
-                              raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        kind = hf.get(".".join(parts[3:])) if len(parts) == 5 and parts[:2] == ["model", "layers"] else None
+        if kind in kinds or kind in q6:
+            q4 = kind in kinds
+            raw = (q4k_encode if q4 else q6k_encode)(module.weight.detach().float().numpy())
+            writer.add_tensor(f"blk.{parts[2]}.{kind}.weight", raw,
+                              raw_dtype=gguf.GGMLQuantizationType.Q4_K if q4 else gguf.GGMLQuantizationType.Q6_K)
+    if head:
+        raw = q6k_encode(model.get_output_embeddings().weight.detach().float().numpy())
+        writer.add_tensor("output.weight", raw, raw_dtype=gguf.GGMLQuantizationType.Q6_K)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -160,7 +208,6 @@ def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
     """The lean path's graphs hold the Q4_K products too (they were left eager: ~20 ms a step of Python on
     the 1.5B target), and a verify pass through them scores as one-token steps, traced or eager."""
     from specviz.core.kv import cached_lm
-    from specviz.models import lean
     from specviz.models.compiled import steps_of
 
     pair = _q4k_pair(tmp_path)
@@ -186,6 +233,40 @@ def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
     finally:
         steps.traced = graphs
     assert torch.equal(eager, _steps_logits(model, ids, 10, 6))
+
+
+def test_a_target_with_q6k_matrices_and_head_takes_them_as_stored_and_stays_exact(tmp_path):
+    from specviz.core.kv import cached_lm
+    from specviz.models.compiled import steps_of
+
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
+    _gguf_of(pair.target, tmp_path / "src.gguf", kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"),
+             q6=("attn_v", "ffn_down"), head=True)
+    assert q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path)) == 2 * 5
+    model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    att, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    assert isinstance(att.v_proj, q6k.Q6KLinear) and isinstance(mlp.down_proj, q6k.Q6KLinear)
+    assert isinstance(att.q_proj.shared.linear, q4k.Q4KLinear)
+    head = model.get_output_embeddings()
+    assert isinstance(head, q6k.Q6KLinear) and head.dequantized(torch.tensor([0, 5])).shape == (2, 256)
+    assert "Q6_K" in executions.words(type("P", (), {"target_exec": "int8", "target": model})())
+    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+    for start, k in ((10, 6), (1, 8)):
+        verify, steps = _verify_and_steps(model, ids, start, k)
+        assert torch.equal(verify, steps), (start, k)
+    steps = steps_of(model)
+    assert set(steps.traced) == set(lean.TARGET_FEEDS)  # the lean path traces the Q6_K products too
+    ref = _steps_logits(model, ids, 10, 6)
+    lm = cached_lm(model, torch.device("cpu"), 64)
+    with torch.inference_mode():
+        lm.feed(ids[:10])
+        assert torch.equal(lm.feed(ids[:16], keep=6).logits, ref)
+    lm.free()
+    pair.target = model
+    s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=30)
+    prompt = pair.tokenizer("the cat sat on").input_ids
+    assert [t.id for t in speculative_decode(pair, prompt, s).tokens] == \
+        [t.id for t in standard_decode(pair, prompt, s).tokens]
 
 
 def test_greedy_text_is_standard_text_with_a_q4k_target(tmp_path):

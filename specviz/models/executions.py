@@ -49,8 +49,8 @@ WORDS = {
     "fp16+graphs": "fp16, CUDA graphs over a static KV cache",
 }
 # an int8 target that took its GGUF's Q4_K matrices as stored (SPECVIZ_Q4K=1; models.q4k)
-Q4K_WORDS = ("int8 with the GGUF's Q4_K matrices as stored (per-block int8 activations; the Q6_K ones per-channel "
-             "int8; batch-invariant)")
+Q4K_WORDS = ("int8 with the GGUF's Q4_K and Q6_K matrices as stored (per-block int8 activations; "
+             "batch-invariant)")
 
 
 def words(pair: Any) -> str:

@@ -42,6 +42,7 @@ from . import kernels
 from .compiled import give_steps
 from .int8_target import FusedPart, TokenInt8Linear
 from .q4k import Q4KLinear
+from .q6k import Q6KLinear
 
 if TYPE_CHECKING:
     from .prefix_store import PrefixStore
@@ -66,7 +67,7 @@ class _Layer:
 
 
 def _int8(module: torch.nn.Module) -> bool:
-    return isinstance(module, (TokenInt8Linear, FusedPart, Q4KLinear))
+    return isinstance(module, (TokenInt8Linear, FusedPart, Q4KLinear, Q6KLinear))
 
 
 def _fused(members: list[torch.nn.Module]) -> Callable[[torch.Tensor], torch.Tensor]:

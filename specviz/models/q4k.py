@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .q6k import Q6KLinear
+
 QK = 256  # weights per Q4_K block
 GGUF_BLOCK = 144  # bytes of a GGUF Q4_K block: d, dmin (fp16), 12 bytes of packed scales and mins, 128 of nibbles
 REC = 152  # bytes of the kernel's record: the 128 nibbles, 8 scales, 8 mins, d and dmin as float32
@@ -137,10 +139,11 @@ class Q4KLinear(torch.nn.Module):
 
 # --- the target's Q4_K matrices, read from its GGUF once and kept beside its converted weights -------------------
 
-FORMAT = 1  # of the records file: bump when records() changes
+FORMAT = 2  # of the records file: bump when records() changes (2: with the Q6_K matrices, .q6k.records)
 GGUF_TO_HF = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
               "ffn_down": "mlp.down_proj"}
+Q6K_SUFFIX = ".q6k"  # a Q6_K matrix's records in the file, by its module's name + this
 GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
 
@@ -168,6 +171,8 @@ def _pack_of(source_dir: Path):
 
 
 def _hf_name(gguf_name: str) -> str | None:
+    if gguf_name == "output.weight":
+        return "lm_head"
     parts = gguf_name.split(".")  # blk.{i}.{kind}.weight
     if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in GGUF_TO_HF:
         return f"model.layers.{parts[1]}.{GGUF_TO_HF[parts[2]]}"
@@ -175,23 +180,31 @@ def _hf_name(gguf_name: str) -> str | None:
 
 
 def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
-    """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name); returns how
-    many (0: none, and no file)."""
+    """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name), and of every
+    Q6_K one and a Q6_K head (``<name>.q6k``: :mod:`.q6k`); returns how many Q4_K ones (0: none, and no file)."""
     import gguf
     from safetensors.torch import save_file
+
+    from . import q6k
 
     reader = gguf.GGUFReader(str(gguf_path))
     out = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
-        if name is not None and t.tensor_type == gguf.GGMLQuantizationType.Q4_K:
+        if name is not None and name != "lm_head" and t.tensor_type == gguf.GGMLQuantizationType.Q4_K:
             out[name] = records(np.asarray(t.data))
-    if out:
+        elif name is not None and t.tensor_type == gguf.GGMLQuantizationType.Q6_K:
+            out[name + Q6K_SUFFIX] = q6k.records(np.asarray(t.data))
+    found = sum(not k.endswith(Q6K_SUFFIX) for k in out)
+    if found:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".partial")
         save_file(out, str(tmp), metadata={"format": str(FORMAT), "source": source})
         tmp.replace(dest)
-    return len(out)
+        for old in dest.parent.glob("q4k-v*.safetensors"):  # an earlier format's records: not read again
+            if old != dest:
+                old.unlink(missing_ok=True)
+    return found
 
 
 def prepare(source_dir: Path, progress=None) -> Path | None:
@@ -282,9 +295,17 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
             keys = [f"model.layers.{i}.{part}.{n}" for n in names]
             q4 = [j for j, k in enumerate(keys) if k in stored and stored[k].shape[1] * QK == members[j].in_features
                   and stored[k].shape[0] == members[j].out_features]
+            q6 = [j for j, k in enumerate(keys) if _fits(stored.get(k + Q6K_SUFFIX), members[j])]
             if not q4:
+                if q6:  # alone in its group (down), or beside int8 members
+                    swaps = {j: Q6KLinear(stored[keys[j] + Q6K_SUFFIX], _bias_of(members, j)) for j in q6}
+                    swaps.update({i: _int8_member(members, i) for i in range(len(names)) if i not in q6})
+                    for i, module in swaps.items():
+                        setattr(owner, names[i], module)
+                    swapped += len(q6)
                 continue
-            others = {j: _int8_member(members, j) for j in range(len(names)) if j not in q4}
+            others = {j: (Q6KLinear(stored[keys[j] + Q6K_SUFFIX], _bias_of(members, j)) if j in q6
+                          else _int8_member(members, j)) for j in range(len(names)) if j not in q4}
             biases = [_bias_of(members, j) for j in q4]
             bias = None if all(b is None for b in biases) else torch.cat(
                 [b if b is not None else torch.zeros(members[j].out_features) for j, b in zip(q4, biases)])
@@ -297,9 +318,18 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
                     setattr(owner, names[j], FusedPart(shared, index, members[j].in_features))
             for j, module in others.items():
                 setattr(owner, names[j], module)
-            swapped += len(q4)
+            swapped += len(q4) + len(q6)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and _fits(stored.get("lm_head" + Q6K_SUFFIX), head):
+        model.set_output_embeddings(Q6KLinear(stored["lm_head" + Q6K_SUFFIX], getattr(head, "bias", None)))
+        swapped += 1
     return swapped
 
 
+def _fits(records_: torch.Tensor | None, member: torch.nn.Module) -> bool:
+    return (records_ is not None and records_.shape[0] == member.out_features
+            and records_.shape[1] * QK == member.in_features)
+
+
 def in_use(model: torch.nn.Module) -> bool:
-    return any(isinstance(m, Q4KLinear) for m in model.modules())
+    return any(isinstance(m, (Q4KLinear, Q6KLinear)) for m in model.modules())

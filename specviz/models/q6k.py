@@ -1,0 +1,120 @@
+"""The Q4_K_M target's Q6_K matrices as stored (``csrc/q6k.cpp``): v and down in half its layers, and its head.
+
+With :mod:`.q4k` the target's Q4_K matrices already ran as stored; the Q6_K ones were dequantized and quantized
+again to per-channel int8 (1.0 byte a weight, 0.43 GB a step, the head 0.23 GB of it).  Here they are multiplied
+as GGUF stores them (0.83 bytes a weight: ~0.35 GB), so the target reads what llama.cpp reads for it.  Activations
+are quantized per block of 256 as for Q4_K.  Batch-invariant: each output from its own row and token in a fixed
+order (:func:`reference` is that order in torch, to the bit; tested).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+QK = 256
+GGUF_BLOCK = 210  # ql[128], qh[64], scales[16] (int8), d (fp16)
+REC = 212  # the kernel's record: the same with d as float32
+
+
+def records(raw: np.ndarray) -> torch.Tensor:
+    """GGUF Q6_K rows (uint8 [N, K/256 * 210]) in the kernel's form, uint8 [N, K/256, 212]."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    n = raw.shape[0]
+    blocks = raw.reshape(n, -1, GGUF_BLOCK)
+    kb = blocks.shape[1]
+    out = np.empty((n, kb, REC), dtype=np.uint8)
+    out[..., :208] = blocks[..., :208]
+    d = blocks[..., 208:210].copy().view(np.float16).astype(np.float32)
+    out[..., 208:212] = d.view(np.uint8).reshape(n, kb, 4)
+    return torch.from_numpy(out)
+
+
+def _fields(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q int64 [N, KB, 256] (0..63, in weight order), sc int64 [N, KB, 16], d float32 [N, KB]."""
+    n, kb = w.shape[:2]
+    ql, qh = w[..., :128].to(torch.int64), w[..., 128:192].to(torch.int64)
+    q = torch.empty(n, kb, QK, dtype=torch.int64)
+    for h in range(2):
+        a, b, hi = ql[..., 64 * h:64 * h + 32], ql[..., 64 * h + 32:64 * h + 64], qh[..., 32 * h:32 * h + 32]
+        base = 128 * h
+        q[..., base:base + 32] = (a & 15) | ((hi & 3) << 4)
+        q[..., base + 32:base + 64] = (b & 15) | (((hi >> 2) & 3) << 4)
+        q[..., base + 64:base + 96] = (a >> 4) | (((hi >> 4) & 3) << 4)
+        q[..., base + 96:base + 128] = (b >> 4) | (((hi >> 6) & 3) << 4)
+    sc = w[..., 192:208].contiguous().view(torch.int8).to(torch.int64)
+    d = w[..., 208:212].contiguous().view(torch.float32).squeeze(-1)
+    return q, sc, d
+
+
+def dequantize(w: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 weight [N, K] (or some rows) a record tensor stands for: llama.cpp's dequantization (the values
+    of ``gguf.quants.dequantize``; tested)."""
+    if rows is not None:
+        w = w[rows]
+    q, sc, d = _fields(w)
+    n, kb = w.shape[:2]
+    scale = (d[..., None] * sc.to(torch.float32)).repeat_interleave(16, dim=-1)
+    return (scale * (q - 32).to(torch.float32)).reshape(n, kb * QK)
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the kernel makes of float32 rows [M, K]: int8 values (as int64) [M, K], a float32 scale per block of
+    256 [M, K/256] and the sums of each 16 values [M, K/16] (the Q4_K kernel's quantization, finer sums)."""
+    m, k = x.shape
+    blocks = x.reshape(m, k // QK, QK)
+    amax = blocks.abs().amax(-1)
+    inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros_like(amax))
+    xq = torch.round(blocks * inv[..., None]).clamp_(-127, 127).to(torch.int64)
+    return xq.reshape(m, k), amax / 127.0, xq.reshape(m, k // 16, 16).sum(-1)
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`linear` in torch in the kernel's order and lanes (``csrc/q6k.cpp``): its bits (the tests' oracle)."""
+    q, sc, d = _fields(w)
+    xq, dx, bs = quantize_activations(x)
+    m, n, kb = x.shape[0], w.shape[0], w.shape[1]
+    xq = xq.reshape(m, kb, 8, 2, 4, 4)  # block, chunk of 32, half of it (a scale), lane in that half, 4 values
+    qq = q.reshape(n, kb, 8, 2, 4, 4)
+    sc2 = sc.reshape(n, kb, 8, 2)  # chunk c's two scales: 2c, 2c + 1
+    bs = bs.reshape(m, kb, 8, 2)  # lane j: sums 2j, 2j + 1
+    scp = sc.reshape(n, kb, 8, 2)
+    a = torch.zeros(m, n, 8, dtype=torch.float32)
+    for b in range(kb):
+        per = torch.einsum("mcjlr,ncjlr->mncjl", xq[:, b], qq[:, b])  # [m, n, chunk, half, lane]: exact
+        lanes = (per * sc2[None, :, b, :, :, None]).sum(2).reshape(m, n, 8)  # lane 4 half + l
+        j = (scp[None, :, b] * bs[:, None, b]).sum(-1)  # [m, n, 8]
+        total = (lanes - 32 * j).to(torch.float32)
+        a = a + (dx[:, None, b] * d[None, :, b])[..., None] * total
+    out = a[..., 0]
+    for lane in range(1, 8):
+        out = out + a[..., lane]
+    return out + bias if bias is not None else out
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ops.specviz.q6k_linear(x, w, bias)
+
+
+class Q6KLinear(torch.nn.Module):
+    """A linear (the head among them) on Q6_K records.  The records are ``records``, not ``weight``: readers of a
+    head's ``weight`` (the learned draft head) take :meth:`dequantized` rows, as from an int8 head."""
+
+    def __init__(self, records_: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        if records_.dtype != torch.uint8 or records_.dim() != 3 or records_.shape[2] != REC:
+            raise ValueError("a Q6KLinear needs Q6_K records, uint8 [out, in/256, 212]")
+        self.out_features, self.in_features = records_.shape[0], records_.shape[1] * QK
+        self.records = records_
+        self.bias = bias.to(torch.float32).contiguous() if bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = linear(x.reshape(-1, self.in_features).to(torch.float32), self.records, self.bias)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        return dequantize(self.records, rows)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K"
