@@ -242,7 +242,7 @@ def test_a_target_with_q6k_matrices_and_head_takes_them_as_stored_and_stays_exac
     pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
     _gguf_of(pair.target, tmp_path / "src.gguf", kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"),
              q6=("attn_v", "ffn_down"), head=True)
-    assert q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path)) == 2 * 5
+    assert q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path)) == 2 * 7 + 1  # 5 Q4_K, 2 Q6_K a layer; the head
     model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
     att, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
     assert isinstance(att.v_proj, q6k.Q6KLinear) and isinstance(mlp.down_proj, q6k.Q6KLinear)

@@ -139,11 +139,13 @@ class Q4KLinear(torch.nn.Module):
 
 # --- the target's Q4_K matrices, read from its GGUF once and kept beside its converted weights -------------------
 
-FORMAT = 2  # of the records file: bump when records() changes (2: with the Q6_K matrices, .q6k.records)
+FORMAT = 2  # of the records file: bump when records() changes (2: with the Q6_K matrices, <name>.q6k)
 GGUF_TO_HF = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
               "ffn_down": "mlp.down_proj"}
 Q6K_SUFFIX = ".q6k"  # a Q6_K matrix's records in the file, by its module's name + this
+# a member's records by key suffix: the product that reads them, and how many weights a record block holds
+KINDS = {"": (Q4KLinear, QK), Q6K_SUFFIX: (Q6KLinear, QK)}
 GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
 
@@ -180,8 +182,8 @@ def _hf_name(gguf_name: str) -> str | None:
 
 
 def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
-    """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name), and of every
-    Q6_K one and a Q6_K head (``<name>.q6k``: :mod:`.q6k`); returns how many Q4_K ones (0: none, and no file)."""
+    """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name), of every Q6_K
+    one (``<name>.q6k``) and of a Q6_K head; returns how many (0: none, and no file)."""
     import gguf
     from safetensors.torch import save_file
 
@@ -195,7 +197,7 @@ def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
             out[name] = records(np.asarray(t.data))
         elif name is not None and t.tensor_type == gguf.GGMLQuantizationType.Q6_K:
             out[name + Q6K_SUFFIX] = q6k.records(np.asarray(t.data))
-    found = sum(not k.endswith(Q6K_SUFFIX) for k in out)
+    found = len(out)
     if found:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".partial")
@@ -272,10 +274,11 @@ def _bias_of(parts: list, index: int) -> torch.Tensor | None:
 
 
 def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
-    """Give an int8 target (its linears :class:`~.int8_target.TokenInt8Linear` or fused) its GGUF's Q4_K matrices
-    as stored, in place: each Q4_K member of q/k/v, o, gate/up and down becomes a :class:`Q4KLinear` (those of one
-    group sharing one product), the others keep their int8 rows.  Returns how many matrices it swapped (0: none,
-    where :func:`enabled` says no, the model is no offline pack, or its GGUF has no Q4_K matrix)."""
+    """Give an int8 target (its linears :class:`~.int8_target.TokenInt8Linear` or fused) its GGUF's matrices as
+    stored, in place: each Q4_K or Q6_K member of q/k/v, o, gate/up and down becomes a product on its records
+    (:class:`Q4KLinear`, :class:`~.q6k.Q6KLinear`; members of one group and kind sharing one product), and a
+    Q6_K head too; the others keep their int8 rows.  Returns how many matrices it swapped (0:
+    none, where :func:`enabled` says no, the model is no offline pack, or its GGUF has no such matrix)."""
     from safetensors.torch import load_file
 
     from .int8_target import FusedPart, _SharedProduct
@@ -293,32 +296,27 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
             owner = getattr(layer, part)
             members = [getattr(owner, n) for n in names]
             keys = [f"model.layers.{i}.{part}.{n}" for n in names]
-            q4 = [j for j, k in enumerate(keys) if k in stored and stored[k].shape[1] * QK == members[j].in_features
-                  and stored[k].shape[0] == members[j].out_features]
-            q6 = [j for j, k in enumerate(keys) if _fits(stored.get(k + Q6K_SUFFIX), members[j])]
-            if not q4:
-                if q6:  # alone in its group (down), or beside int8 members
-                    swaps = {j: Q6KLinear(stored[keys[j] + Q6K_SUFFIX], _bias_of(members, j)) for j in q6}
-                    swaps.update({i: _int8_member(members, i) for i in range(len(names)) if i not in q6})
-                    for i, module in swaps.items():
-                        setattr(owner, names[i], module)
-                    swapped += len(q6)
+            kinds = {j: next((kind for kind, (_, block) in KINDS.items()
+                              if _fits(stored.get(keys[j] + kind), members[j], block)), None) for j in range(len(names))}
+            if all(kind is None for kind in kinds.values()):
                 continue
-            others = {j: (Q6KLinear(stored[keys[j] + Q6K_SUFFIX], _bias_of(members, j)) if j in q6
-                          else _int8_member(members, j)) for j in range(len(names)) if j not in q4}
-            biases = [_bias_of(members, j) for j in q4]
-            bias = None if all(b is None for b in biases) else torch.cat(
-                [b if b is not None else torch.zeros(members[j].out_features) for j, b in zip(q4, biases)])
-            linear = Q4KLinear(torch.cat([stored[keys[j]] for j in q4]) if len(q4) > 1 else stored[keys[q4[0]]], bias)
-            if len(q4) == 1:
-                setattr(owner, names[q4[0]], linear)
-            else:
-                shared = _SharedProduct(linear, [members[j].out_features for j in q4])
-                for index, j in enumerate(q4):
-                    setattr(owner, names[j], FusedPart(shared, index, members[j].in_features))
-            for j, module in others.items():
+            swaps = {j: _int8_member(members, j) for j, kind in kinds.items() if kind is None}
+            for kind, (cls, _) in KINDS.items():
+                idx = [j for j, k in kinds.items() if k == kind]
+                if not idx:
+                    continue
+                biases = [_bias_of(members, j) for j in idx]
+                bias = None if all(b is None for b in biases) else torch.cat(
+                    [b if b is not None else torch.zeros(members[j].out_features) for j, b in zip(idx, biases)])
+                linear = cls(torch.cat([stored[keys[j] + kind] for j in idx]), bias)
+                if len(idx) == 1:
+                    swaps[idx[0]] = linear
+                else:
+                    shared = _SharedProduct(linear, [members[j].out_features for j in idx])
+                    swaps.update({j: FusedPart(shared, n, members[j].in_features) for n, j in enumerate(idx)})
+                swapped += len(idx)
+            for j, module in swaps.items():
                 setattr(owner, names[j], module)
-            swapped += len(q4) + len(q6)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and _fits(stored.get("lm_head" + Q6K_SUFFIX), head):
         model.set_output_embeddings(Q6KLinear(stored["lm_head" + Q6K_SUFFIX], getattr(head, "bias", None)))
@@ -326,9 +324,9 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
     return swapped
 
 
-def _fits(records_: torch.Tensor | None, member: torch.nn.Module) -> bool:
+def _fits(records_: torch.Tensor | None, member: torch.nn.Module, block: int = QK) -> bool:
     return (records_ is not None and records_.shape[0] == member.out_features
-            and records_.shape[1] * QK == member.in_features)
+            and records_.shape[1] * block == member.in_features)
 
 
 def in_use(model: torch.nn.Module) -> bool:
