@@ -39,8 +39,8 @@ _STATIC_LINEAR = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp
 ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
 
 SOURCE = Path(__file__).with_name("csrc") / "int8_small.cpp"
-# one library: the int8 kernel, GGUF's Q4_K one (.q4k) and the lean decoder's small ops (.lean: glue)
-SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"), SOURCE.with_name("q6k.cpp"), SOURCE.with_name("glue.cpp"))
+# one library: the int8 kernel, GGUF's Q4_K and Q6_K ones (.q4k, .q6k) and the lean decoder's small ops (.lean: glue)
+SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"), SOURCE.with_name("glue.cpp"))
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 

@@ -1,4 +1,4 @@
-"""The Q4_K_M target's Q6_K matrices as stored (``csrc/q6k.cpp``): v and down in half its layers, and its head.
+"""The Q4_K_M target's Q6_K matrices as stored (``csrc/q4k.cpp``, its second part): v and down in half its layers, and its head.
 
 With :mod:`.q4k` the target's Q4_K matrices already ran as stored; the Q6_K ones were dequantized and quantized
 again to per-channel int8 (1.0 byte a weight, 0.43 GB a step, the head 0.23 GB of it).  Here they are multiplied
@@ -70,7 +70,7 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`linear` in torch in the kernel's order and lanes (``csrc/q6k.cpp``): its bits (the tests' oracle)."""
+    """:func:`linear` in torch in the kernel's order and lanes (``csrc/q4k.cpp``): its bits (the tests' oracle)."""
     q, sc, d = _fields(w)
     xq, dx, bs = quantize_activations(x)
     m, n, kb = x.shape[0], w.shape[0], w.shape[1]
