@@ -50,6 +50,16 @@ def _steps_logits(model, ids: list[int], start: int, k: int, need: int = 64) -> 
     return out
 
 
+def _verify_logits(model, ids: list[int], start: int, k: int) -> torch.Tensor:
+    """Positions start..start+k-1 scored in one verify pass after a prompt pass over ids[:start] (a run's cache)."""
+    lm = cached_lm(model, CPU, 64)
+    with torch.inference_mode():
+        lm.feed(ids[:start])
+        verify = lm.feed(ids[:start + k], keep=k).logits
+    lm.free()
+    return verify
+
+
 def test_the_int8_target_gets_traced_lean_steps_a_cache_per_run():
     _, model = _target()
     steps = steps_of(model)
@@ -66,13 +76,7 @@ def test_a_verify_pass_and_the_merged_prompt_pass_score_exactly_as_steps_traced_
     steps = steps_of(model)
     used = _counting(steps)
     for start, k in ((10, 6), (17, 3), (1, 8), (20, 12)):  # 12: longer than any traced feed (eager)
-        ref = _steps_logits(model, IDS, start, k)
-        lm = cached_lm(model, CPU, 64)
-        with torch.inference_mode():
-            lm.feed(IDS[:start])
-            verify = lm.feed(IDS[:start + k], keep=k).logits
-        lm.free()
-        assert torch.equal(verify, ref), (start, k)
+        assert torch.equal(_verify_logits(model, IDS, start, k), _steps_logits(model, IDS, start, k)), (start, k)
     with torch.inference_mode():  # the prompt and the first drafts in one pass (the engine's first round)
         lm = cached_lm(model, CPU, 64)
         merged = lm.feed(IDS[:16], keep=6).logits

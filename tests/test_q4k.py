@@ -13,7 +13,7 @@ from specviz.models import executions, int8, kernels, lean, q4k, q6k
 from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
 from test_executions import _verify_and_steps
-from test_lean_target import _counting, _steps_logits
+from test_lean_target import _counting, _steps_logits, _verify_logits
 
 needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
                                   reason="specviz's kernel needs an x86 CPU with AVX2 and a C++ compiler")
@@ -207,7 +207,6 @@ def test_an_int8_target_takes_its_ggufs_q4k_matrices_and_verifies_as_it_steps(tm
 def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
     """The lean path's graphs hold the Q4_K products too (they were left eager: ~20 ms a step of Python on
     the 1.5B target), and a verify pass through them scores as one-token steps, traced or eager."""
-    from specviz.core.kv import cached_lm
     from specviz.models.compiled import steps_of
 
     pair = _q4k_pair(tmp_path)
@@ -217,15 +216,8 @@ def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
     assert set(steps.traced) == set(lean.TARGET_FEEDS)
     used = _counting(steps)
     ids = torch.randint(5, 40, (40,), generator=torch.Generator().manual_seed(3)).tolist()
-    cpu = torch.device("cpu")
     for start, k in ((10, 6), (17, 3), (1, 8)):
-        ref = _steps_logits(model, ids, start, k)
-        lm = cached_lm(model, cpu, 64)
-        with torch.inference_mode():
-            lm.feed(ids[:start])
-            verify = lm.feed(ids[:start + k], keep=k).logits
-        lm.free()
-        assert torch.equal(verify, ref), (start, k)
+        assert torch.equal(_verify_logits(model, ids, start, k), _steps_logits(model, ids, start, k)), (start, k)
     assert used[1] > 10 and used[6] >= 1 and used[3] >= 1 and used[8] >= 1
     graphs, steps.traced = steps.traced, {}
     try:
@@ -236,7 +228,6 @@ def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
 
 
 def test_a_target_with_q6k_matrices_and_head_takes_them_as_stored_and_stays_exact(tmp_path):
-    from specviz.core.kv import cached_lm
     from specviz.models.compiled import steps_of
 
     pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
@@ -256,12 +247,7 @@ def test_a_target_with_q6k_matrices_and_head_takes_them_as_stored_and_stays_exac
         assert torch.equal(verify, steps), (start, k)
     steps = steps_of(model)
     assert set(steps.traced) == set(lean.TARGET_FEEDS)  # the lean path traces the Q6_K products too
-    ref = _steps_logits(model, ids, 10, 6)
-    lm = cached_lm(model, torch.device("cpu"), 64)
-    with torch.inference_mode():
-        lm.feed(ids[:10])
-        assert torch.equal(lm.feed(ids[:16], keep=6).logits, ref)
-    lm.free()
+    assert torch.equal(_verify_logits(model, ids, 10, 6), _steps_logits(model, ids, 10, 6))
     pair.target = model
     s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=30)
     prompt = pair.tokenizer("the cat sat on").input_ids
