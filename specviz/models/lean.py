@@ -260,6 +260,10 @@ class LeanSteps:
         may hold a rolled-back draft): no shape here depends on the cache's length, so one trace serves
         every step."""
         n = len(self.layers)
+        if self.glue:  # each query sees slots 0 .. its own
+            x = self._layers(tokens, pos, pos, cos_table, sin_table, cache[:n], cache[n:], None,
+                             visible=(torch.empty(0, dtype=torch.long), pos + 1))
+            return self._rms(x[x.shape[0] - keep:], self.norm)
         mask = torch.arange(cache[0].shape[2])[None, :] <= pos[:, None]  # [T, cap]
 
         def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -268,8 +272,7 @@ class LeanSteps:
                                                       enable_gqa=True)
             return torch.cat([self._attend_one(q, j, keys, values, mask[j:j + 1]) for j in range(q.shape[1])], dim=2)
 
-        x = self._layers(tokens, pos, pos, cos_table, sin_table, cache[:n], cache[n:], attend,
-                         visible=(torch.empty(0, dtype=torch.long), pos + 1))
+        x = self._layers(tokens, pos, pos, cos_table, sin_table, cache[:n], cache[n:], attend)
         return self._rms(x[x.shape[0] - keep:], self.norm)
 
     def _attend_one(self, q: torch.Tensor, j: int, keys: torch.Tensor, values: torch.Tensor,
@@ -280,12 +283,12 @@ class LeanSteps:
                                               enable_gqa=True)
 
     def _layers(self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, cos_table: torch.Tensor,
-                sin_table: torch.Tensor, keys: tuple, values: tuple, attend: Callable,
-                visible: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                sin_table: torch.Tensor, keys: tuple, values: tuple, attend: Callable | None,
+                visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Every decoder layer over ``tokens`` at RoPE positions ``pos``, their keys and values written at
         cache ``slots``; ``attend(q [nh, T, d], keys, values)`` -> [1, nh, T, d] (torch's ops), or with
         :attr:`glue` ``visible`` = (the slots each query sees [T, L] in order, or empty for slots 0..;
-        how many [T]).  The residual stream [T, H]."""
+        how many [T]) instead.  The residual stream [T, H]."""
         t = tokens.shape[0]
         x = self.embed.weight.index_select(0, tokens).float()  # [T, H]
         if self.glue:

@@ -33,23 +33,27 @@ def forward_tree(steps: Any, tokens: list[int], slots: list[int], positions: lis
     if need > steps.max_len:
         raise RuntimeError(f"the lean KV cache holds {steps.max_len} tokens; this run needs more")
     steps._reserve(need)
-    cap = steps.capacity
-    gathers = [torch.tensor(v, dtype=torch.long) for v in visible]
-    masks = [torch.arange(cap)[None, :] < len(v) for v in visible]
+    attend, listed = None, None
+    if steps.glue:  # each query's visible slots listed, in order (csrc/glue.cpp attends over them)
+        width = max(len(v) for v in visible)
+        listed = (torch.tensor([v + [0] * (width - len(v)) for v in visible], dtype=torch.long),
+                  torch.tensor([len(v) for v in visible], dtype=torch.long))
+    else:
+        cap = steps.capacity
+        gathers = [torch.tensor(v, dtype=torch.long) for v in visible]
+        masks = [torch.arange(cap)[None, :] < len(v) for v in visible]
 
-    def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        rows = []
-        for j, (idx, mask) in enumerate(zip(gathers, masks)):
-            k, v = torch.zeros_like(keys), torch.zeros_like(values)
-            k[:, :, :len(idx)], v[:, :, :len(idx)] = keys.index_select(2, idx), values.index_select(2, idx)
-            rows.append(steps._attend_one(q, j, k, v, mask))
-        return torch.cat(rows, dim=2)
+        def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            rows = []
+            for j, (idx, mask) in enumerate(zip(gathers, masks)):
+                k, v = torch.zeros_like(keys), torch.zeros_like(values)
+                k[:, :, :len(idx)], v[:, :, :len(idx)] = keys.index_select(2, idx), values.index_select(2, idx)
+                rows.append(steps._attend_one(q, j, k, v, mask))
+            return torch.cat(rows, dim=2)
 
-    width = max(len(v) for v in visible)
-    seen = torch.tensor([v + [0] * (width - len(v)) for v in visible], dtype=torch.long)
     x = steps._layers(torch.tensor(tokens, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
                       torch.tensor(slots, dtype=torch.long), steps._cos, steps._sin, steps.keys, steps.values, attend,
-                      visible=(seen, torch.tensor([len(v) for v in visible], dtype=torch.long)))
+                      visible=listed)
     return steps.head(steps._rms(x[x.shape[0] - keep:], steps.norm)).float()
 
 
