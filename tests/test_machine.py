@@ -123,6 +123,64 @@ def test_the_execution_is_part_of_a_replayed_request():
     assert run_key(TINY_PRESET, "hi", settings, target_exec="int8") != run_key(TINY_PRESET, "hi", settings)
 
 
+
+def test_a_target_on_its_gguf_matrices_is_never_replayed_as_int8s_own(monkeypatch):
+    """SPECVIZ_Q4K=1: the int8 target multiplies its GGUF's matrices as stored -- other numbers and timings,
+    so a recording made on int8's own rows (the shipped ones) must not answer its requests, nor the reverse."""
+    from specviz.models import DEFAULT_PRESET, q4k, resolve_preset
+    from specviz.serving.replay import run_key
+
+    preset = resolve_preset(DEFAULT_PRESET)
+    settings = RunForm(prompt="hi").check().settings
+    monkeypatch.setattr(service, "_EXECUTIONS", {})
+    monkeypatch.setattr(service, "_WEIGHTS", {})
+    monkeypatch.setattr(q4k, "enabled", lambda: False)
+    own = run_key(preset, "hi", settings, target_exec="int8")
+    monkeypatch.setattr(q4k, "enabled", lambda: True)  # asked for: before the pair loads, predicted
+    stored = run_key(preset, "hi", settings, target_exec="int8")
+    assert own.target_exec.startswith("int8@") and stored.target_exec.startswith("int8+gguf@") and own != stored
+    assert run_key(preset, "hi", settings, target_exec="fp32").target_exec.startswith("fp32@")  # int8 only
+    assert run_key(TINY_PRESET, "hi", settings, target_exec="int8").target_exec.startswith("int8@")  # no GGUF
+
+    # once loaded, the pair says what it did (a GGUF without Q4_K matrices keeps int8's own rows)
+    pair = SimpleNamespace(target_exec="int8", target_weights="", probe=None, target_name="t", dtype=torch.bfloat16)
+    service._remember_execution(preset, pair)
+    assert run_key(preset, "hi", settings).target_exec == own.target_exec
+    service._remember_execution(preset, SimpleNamespace(**{**vars(pair), "target_weights": "gguf"}))
+    assert run_key(preset, "hi", settings).target_exec == stored.target_exec
+
+    # a recording names its weights, and seeds the cache under that key only
+    trace = make_trace()
+    trace.models.update(target_exec="int8", machine="AMD EPYC, AVX2 (no native bf16), 2 threads")
+    assert service.recording_execution(trace) == "int8@no-native-bf16"
+    assert trace_exec_line(trace, recorded=True).startswith(f"target: {WORDS['int8']}, recorded on AMD EPYC")
+    trace.models["target_weights"] = "gguf"
+    assert service.recording_execution(trace) == "int8+gguf@no-native-bf16"
+    # and says so in words, without int8's own measured precision cost
+    from specviz.models.executions import Q4K_WORDS
+
+    assert trace_exec_line(trace, recorded=True) == f"target: {Q4K_WORDS}, recorded on AMD EPYC, AVX2 (no native bf16), 2 threads"
+    assert trace_exec_line(trace, brief=True) == "target: int8 (gguf weights) on AMD EPYC, AVX2 (no native bf16), 2 threads"
+    line = pair_exec_line(SimpleNamespace(target_exec="int8", target_weights="gguf", probe=make_probe(),
+                                          device=torch.device("cpu")))
+    assert line.startswith(f"target: {Q4K_WORDS} on AMD EPYC") and "mean TV" not in line
+
+
+def test_the_engine_records_the_targets_weights():
+    from tests.drafted import speculative_stream
+
+    pair = load_pair(TINY_PRESET)
+    settings = RunForm(prompt="hi", max_new_tokens=4).check().settings
+    ids = pair.tokenizer("hi")["input_ids"]
+    last = list(speculative_stream(pair, ids, settings))[-1].trace
+    assert "target_weights" not in last.models  # its own weights: recordings as before
+    pair.target_weights = "gguf"
+    try:
+        last = list(speculative_stream(pair, ids, settings))[-1].trace
+    finally:
+        pair.target_weights = ""
+    assert last.models["target_weights"] == "gguf"
+
 def test_the_page_offers_the_setting_and_the_tab():
     import app
 

@@ -94,6 +94,8 @@ def _new_trace(kind, pair, prompt, prompt_ids, settings: DecodeSettings, drafter
             # recordings from before these keys simply lack them.
             "target_exec": str(getattr(pair, "target_exec", "") or ""),
             "machine": _machine_label(pair),
+            # "gguf": the target's GGUF matrices multiplied as stored (models.q4k); absent: its own
+            **({"target_weights": pair.target_weights} if getattr(pair, "target_weights", "") else {}),
         },
         device=pair.device_label() if hasattr(pair, "device_label") else str(pair.device),
     )

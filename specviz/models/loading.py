@@ -484,6 +484,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         device=dev, dtype=dt, draft_quant=applied, eos_token_ids=eos,
         context_length=min(ctx) if ctx else 2048, vocab_size=vocab_size,
         load_seconds=time.perf_counter() - t0, target_exec=chosen, probe=probe,
+        target_weights="gguf" if q4k.in_use(target_model) else "",
     )
     report(progress, 1.0, f"Loaded {draft_name} → {target_name} on {pair.device_label()} in {pair.load_seconds:.1f} s"
            + (" (int8 draft)" if applied else "") + f"; the target runs as {executions.words(pair)}")

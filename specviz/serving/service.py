@@ -168,6 +168,7 @@ def check_target_exec(value: Any) -> str:
 # The execution and probe of the pair each preset last loaded with (not the pair: the loader's cache
 # decides how long models stay in memory), for the "This machine" panel.
 _EXECUTIONS: dict[str, tuple[str, Any, str]] = {}  # preset -> (target_exec, probe or None, target name)
+_WEIGHTS: dict[str, str] = {}  # preset -> the loaded pair's target_weights ("gguf", or "")
 
 
 def loaded_execution(preset: Any) -> tuple[str, Any, str] | None:
@@ -201,9 +202,9 @@ def replay_execution(preset: str, requested: str) -> str:
     device = resolve_device(None)
     machine = this_machine(device)
     execution = requested
+    loaded = _EXECUTIONS.get(preset)
+    target = PRESETS[preset].target if preset in PRESETS else ""
     if execution == "auto":
-        loaded = _EXECUTIONS.get(preset)
-        target = PRESETS[preset].target if preset in PRESETS else ""
         if loaded:
             execution = loaded[0]
         elif target.startswith("tiny:"):
@@ -211,7 +212,19 @@ def replay_execution(preset: str, requested: str) -> str:
         else:
             known = probe.known(machine, target, resolve_dtype(None, device))
             execution = known.choice if known else probe.fallback(machine)
+    if execution == "int8" and _gguf_weights(preset, target, loaded is not None and loaded[0] == "int8"):
+        execution += "+gguf"  # other numbers and timings than int8's own rows: never the same recording
     return f"{execution}@{machine_class(machine.describe(), str(device))}"
+
+
+def _gguf_weights(preset: str, target: str, loaded: bool) -> bool:
+    """Whether an int8 target of `preset` multiplies its GGUF's matrices as stored (models.q4k): as the
+    loaded pair did, or, before it loads, as it will (asked for, and the target an offline GGUF pack)."""
+    from ..models import q4k
+
+    if loaded and preset in _WEIGHTS:
+        return _WEIGHTS[preset] == "gguf"
+    return q4k.enabled() and target.startswith("offline:")
 
 
 def recording_execution(spec: Any) -> str:
@@ -221,6 +234,7 @@ def recording_execution(spec: Any) -> str:
     models = getattr(spec, "models", None) or {}
     execution = models.get("target_exec") or {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}.get(
         models.get("dtype", ""), models.get("dtype", ""))
+    execution += "+gguf" if models.get("target_weights") == "gguf" else ""
     return f"{execution}@{machine_class(models.get('machine', ''), getattr(spec, 'device', 'cpu') or 'cpu')}"
 
 
@@ -229,6 +243,7 @@ def _remember_execution(preset: str, pair: ModelPair) -> ModelPair:
 
     execution = getattr(pair, "target_exec", "") or dtype_name(pair.dtype)  # the tiny pair: its dtype
     _EXECUTIONS[preset] = (execution, getattr(pair, "probe", None), pair.target_name)
+    _WEIGHTS[preset] = getattr(pair, "target_weights", "") or ""
     return pair
 
 

@@ -15,10 +15,13 @@ from typing import Any
 _TORCH = re.compile(r"\s*\(torch [^)]*\)\s*$")
 
 
-def exec_words(execution: str) -> str:
-    """An execution in words ("int8 (per-channel weights, …)"); an unknown name as it is."""
-    from ..models.executions import WORDS  # here: the views import no torch until a name is needed
+def exec_words(execution: str, weights: str = "") -> str:
+    """An execution in words ("int8 (per-channel weights, …)"); an unknown name as it is.  ``weights``
+    "gguf": an int8 target on its GGUF's matrices as stored (ModelPair.target_weights)."""
+    from ..models.executions import Q4K_WORDS, WORDS  # here: the views import no torch until a name is needed
 
+    if execution == "int8" and weights == "gguf":
+        return Q4K_WORDS
     return WORDS.get(execution, execution)
 
 
@@ -41,13 +44,14 @@ def precision_cost(execution: str) -> str:
             f"{100 * doc['greedy_agree']:.0f}% on the shipped prompts")
 
 
-def exec_line(execution: str, machine: str, *, recorded: bool = False, how: str = "") -> str:
+def exec_line(execution: str, machine: str, *, recorded: bool = False, how: str = "", weights: str = "") -> str:
     """"target: <execution> on <machine>" ("…, recorded on <machine>" for a recording), then ``how``
-    it was chosen when given, and what a lower precision costs against bf16 (when measured)."""
-    words = exec_words(execution) if execution else "execution unknown"
+    it was chosen when given, and what a lower precision costs against bf16 (when measured: int8's own
+    rows were; its GGUF's matrices, ``weights`` "gguf", were not)."""
+    words = exec_words(execution, weights) if execution else "execution unknown"
     where = short_machine(machine)
     line = f"target: {words}" + (f", recorded on {where}" if recorded and where else f" on {where}" if where else "")
-    notes = "; ".join(n for n in (how, precision_cost(execution)) if n)
+    notes = "; ".join(n for n in (how, "" if weights else precision_cost(execution)) if n)
     return f"{line} ({notes})" if notes else line
 
 
@@ -76,7 +80,7 @@ def pair_exec_line(pair: Any) -> str:
     if not execution:
         dtype = str(getattr(pair, "dtype", "")).removeprefix("torch.")
         return f"target: {dtype or 'as loaded'} on {short_machine(machine)}"
-    return exec_line(execution, machine, how=chosen_how(execution, probe))
+    return exec_line(execution, machine, how=chosen_how(execution, probe), weights=getattr(pair, "target_weights", "") or "")
 
 
 OLDER = "this recording is older: it does not say how the target ran or on which machine"
@@ -93,12 +97,13 @@ def trace_exec_line(trace: Any, *, recorded: bool = False, brief: bool = False) 
     models = getattr(trace, "models", None) or {}
     execution, machine = models.get("target_exec") or "", models.get("machine") or ""
     dtype, device = models.get("dtype") or "", getattr(trace, "device", "") or ""
+    weights = models.get("target_weights") or ""
     if execution or machine:  # the tiny pair names no execution: its dtype is what ran
         if brief:
             where = short_machine(machine)
-            line = f"target: {execution or dtype or 'execution unknown'}"
+            line = f"target: {execution or dtype or 'execution unknown'}" + (f" ({weights} weights)" if weights else "")
             return line + ((f", recorded on {where}" if recorded else f" on {where}") if where else "")
-        return exec_line(execution or dtype, machine, recorded=recorded)
+        return exec_line(execution or dtype, machine, recorded=recorded, weights=weights)
     where = (f", recorded on {device}" if recorded else f" on {device}") if device else ""
     line = f"target: {dtype or 'dtype unknown'}{where}"
     return line if brief else f"{line} ({OLDER})"
