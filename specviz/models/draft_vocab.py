@@ -248,7 +248,7 @@ def mode(pair: Any) -> str:
 
 def available(pair: Any) -> DraftVocab | None:
     """The kept ids this pair's draft may use: an int8 draft on the CPU with a shipped vocabulary."""
-    if getattr(pair, "draft_quant", None) != "int8" or getattr(pair.device, "type", "cpu") != "cpu":
+    if getattr(pair, "draft_quant", None) not in ("int8", "int8+q4k") or getattr(pair.device, "type", "cpu") != "cpu":
         return None
     return find(pair.target_name, int(pair.vocab_size))
 

@@ -453,6 +453,8 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         applied = "int8" if faster else None
         gc.collect()
 
+    if applied == "int8" and q4k.in_use(draft_model):
+        applied = "int8+q4k"  # its matrices as Q4_K made here (models.q4k_draft), its head int8
     vocab_size = _match_widths(draft_model, target_model, len(tokenizer), (draft_name, target_name))
     for model in (draft_model, target_model):
         canonical_head_input(model)
@@ -464,7 +466,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         early.shutdown(wait=False, cancel_futures=True)
     head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
     # ... and keep them on disk beside the int8 weights they were computed from, for the next start
-    weights_of = {"draft": int8_file if applied == "int8" else None, "target": target_file if chosen == "int8" else None}
+    weights_of = {"draft": int8_file if applied in ("int8", "int8+q4k") else None, "target": target_file if chosen == "int8" else None}
     for role, model in (("draft", draft_model), ("target", target_model)):
         steps = compiled.steps_of(model)
         if hasattr(steps, "keep_prefix"):
@@ -487,7 +489,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         target_weights="gguf" if q4k.in_use(target_model) else "",
     )
     report(progress, 1.0, f"Loaded {draft_name} → {target_name} on {pair.device_label()} in {pair.load_seconds:.1f} s"
-           + (" (int8 draft)" if applied else "") + f"; the target runs as {executions.words(pair)}")
+           + (f" ({applied} draft)" if applied else "") + f"; the target runs as {executions.words(pair)}")
     return pair
 
 

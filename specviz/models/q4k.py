@@ -53,6 +53,36 @@ def records(raw: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def quantize(weight: torch.Tensor) -> torch.Tensor:
+    """Float weights [N, K] as Q4_K records, uint8 [N, ceil(K/256), 152], made here (the draft's: its GGUF keeps
+    its 896-wide rows as Q5_0, which is compute-bound here).  K short of a block is zero-padded: those weights
+    are 0 exactly.  Per sub-block of 32: scale (max - min) / 15 and min min(w, 0), each as a 6-bit multiple of
+    the block's float32 d or dmin, then q = round((w + min) / scale) in 0..15 (llama.cpp's format, not its
+    iterative search: the draft's numbers change, the rule keeps the output exact)."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    kb = -(-k // QK)
+    w = torch.nn.functional.pad(w, (0, kb * QK - k)).reshape(n, kb, 8, 32)
+    low = w.amin(-1).clamp(max=0)
+    step_f, min_f = (w.amax(-1) - low) / 15, -low
+    d, dmin = step_f.amax(-1) / 63, min_f.amax(-1) / 63
+
+    def six_bits(value: torch.Tensor, unit: torch.Tensor) -> torch.Tensor:
+        return torch.where(unit[..., None] > 0, torch.round(value / unit[..., None].clamp(min=1e-30)),
+                           torch.zeros_like(value)).clamp_(0, 63)
+
+    sc, mn = six_bits(step_f, d), six_bits(min_f, dmin)
+    step, offset = (d[..., None] * sc)[..., None], (dmin[..., None] * mn)[..., None]
+    q = torch.where(step > 0, torch.round((w + offset) / step.clamp(min=1e-30)), torch.zeros_like(w))
+    q = q.clamp_(0, 15).to(torch.uint8).reshape(n, kb, 4, 2, 32)  # chunk c: weights 0..31 low nibbles, 32..63 high
+    out = torch.empty(n, kb, REC, dtype=torch.uint8)
+    out[..., :128] = (q[:, :, :, 0] | (q[:, :, :, 1] << 4)).reshape(n, kb, 128)
+    out[..., 128:136], out[..., 136:144] = sc.to(torch.uint8), mn.to(torch.uint8)
+    out[..., 144:148] = d.contiguous().view(torch.uint8).reshape(n, kb, 4)
+    out[..., 148:152] = dmin.contiguous().view(torch.uint8).reshape(n, kb, 4)
+    return out
+
+
 def _fields(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A record tensor's parts: q uint8 [N, KB, 256] (0..15, in weight order), sc, mn int32 [N, KB, 8], d, dmin
     float32 [N, KB]."""
@@ -89,8 +119,9 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
     """:func:`linear` in torch, one float32 operation at a time in the kernel's order and over its lanes (see
     ``csrc/q4k.cpp``): its bits (the tests' oracle; slow)."""
     q, sc, mn, d, dmin = _fields(w)
-    xq, dx, bs = quantize_activations(x)
     m, n, kb = x.shape[0], w.shape[0], w.shape[1]
+    x = torch.nn.functional.pad(x, (0, kb * QK - x.shape[1]))  # a K short of the last block: zeros
+    xq, dx, bs = quantize_activations(x)
     xq = xq.reshape(m, kb, 8, 8, 4).to(torch.int64)  # block, sub-block j, lane l, 4 values
     q = q.reshape(n, kb, 8, 8, 4).to(torch.int64)
     bs = bs.reshape(m, kb, 4, 2).to(torch.int64)
@@ -118,13 +149,16 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
 
 
 class Q4KLinear(torch.nn.Module):
-    """A linear on Q4_K records (several matrices reading one input may share one: their rows stacked)."""
+    """A linear on Q4_K records (several matrices reading one input may share one: their rows stacked).
+    ``in_features``: fewer than the records' blocks hold (the rest zero-padded; :func:`quantize`)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, in_features: int | None = None):
         super().__init__()
         if weight.dtype != torch.uint8 or weight.dim() != 3 or weight.shape[2] != REC:
             raise ValueError("a Q4KLinear needs Q4_K records, uint8 [out, in/256, 152]")
-        self.out_features, self.in_features = weight.shape[0], weight.shape[1] * QK
+        self.out_features, self.in_features = weight.shape[0], in_features or weight.shape[1] * QK
+        if not weight.shape[1] * QK - QK < self.in_features <= weight.shape[1] * QK:
+            raise ValueError(f"{self.in_features} inputs do not fill {weight.shape[1]} blocks of {QK} but the last")
         self.weight = weight
         self.bias = bias.to(torch.float32).contiguous() if bias is not None else None
 

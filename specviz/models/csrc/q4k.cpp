@@ -217,7 +217,7 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int8_t* qp, float* dp, i
   });
 }
 
-// x: float32 [M, K], K a multiple of 256; w: uint8 [N, K/256, rec]; bias: float32 [N] or none.  The activations
+// x: float32 [M, K], K within w's last block of 256 (zero-padded to it); w: uint8 [N, ceil(K/256), rec]; bias: float32 [N] or none.  The activations
 // quantized once (sums of G), then each row against three tokens at a time (measured on the Zen 3 EPYC: ~1.3x the
 // per-token rate of one at a time; four spill registers), then two, then one: kernel(std::integral_constant<int,
 // T>, row, kb, xq, dx, sums, ldx, ldd, ldb, acc) gives a row's T outputs.  (Four rows at a time for one token,
@@ -228,10 +228,12 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
                              Kernel kernel) {
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
   TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 3 && w.size(2) == rec, "w must be uint8 [N, K/256, ", rec, "]");
-  x = x.contiguous();
   w = w.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0), kb = w.size(1), S = 256 / G;
-  TORCH_CHECK(K == kb * 256, "x's K must be w's blocks x 256");
+  const int64_t kb = w.size(1);
+  // a K short of a whole block (the draft's 896): the records' last block zero past K, x zero-padded to it
+  TORCH_CHECK(x.size(1) <= kb * 256 && x.size(1) > kb * 256 - 256, "x's K must fill w's blocks of 256 but the last");
+  x = x.size(1) == kb * 256 ? x.contiguous() : at::constant_pad_nd(x, {0, kb * 256 - x.size(1)}, 0.0).contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0), S = 256 / G;
   const float* bp = nullptr;
   torch::Tensor bt;
   if (bias.has_value() && bias->defined()) {

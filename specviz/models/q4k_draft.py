@@ -1,0 +1,85 @@
+"""The int8 draft's matrices as Q4_K, made here (``SPECVIZ_Q4K=1``, with the target's GGUF matrices as stored).
+
+A draft's numbers change only what it proposes: the rule accepts with the draft's own q, so the output keeps
+the target's distribution whatever the draft computes (tested with chi-squared).  What matters is its cost, c:
+the 0.5B int8 draft reads 494 MB a step.  Its GGUF keeps its 896-wide rows as Q5_0, whose fifth bit made the
+kernel compute-bound here (8.5-9.6 GB/s), so the draft's int8 rows are quantized once to Q4_K (the last block
+of a row zero-padded; :func:`.q4k.quantize`) and multiplied by the target's kernel: ~0.6 bytes a weight,
+the step 37 -> 24 ms on the Zen 3 EPYC.  The head stays int8 (the reduced vocabulary reads its rows).  The
+records are kept beside the int8 weights they came from, so a warm start reads them instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from . import q4k
+from .int8_target import FusedPart, TokenInt8Linear, _SharedProduct
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # of the kept records: bump when q4k.quantize changes
+
+
+def records_file(int8_cache: Path) -> Path:
+    return Path(int8_cache).with_name(f"{Path(int8_cache).stem}-q4k-v{FORMAT}.safetensors")
+
+
+def _product(members: list[torch.nn.Module]) -> tuple[TokenInt8Linear, list[int]] | None:
+    """The one int8 product behind ``members`` (fused, or a lone linear) and its members' widths."""
+    first = members[0]
+    if isinstance(first, FusedPart) and len(first.shared.sizes) == len(members) \
+            and all(isinstance(m, FusedPart) and m.shared is first.shared for m in members):
+        return first.shared.linear, list(first.shared.sizes)
+    if len(members) == 1 and isinstance(first, TokenInt8Linear):
+        return first, [first.out_features]
+    return None
+
+
+def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
+    """Give the int8 ``model`` Q4_K products for q/k/v, o, gate/up and down, in place (fused members keep
+    sharing one); returns how many products (0: not asked for, where :func:`.q4k.enabled` says no)."""
+    from safetensors.torch import load_file, save_file
+
+    if not q4k.enabled():
+        return 0
+    kept = records_file(int8_cache) if int8_cache is not None else None
+    stored = load_file(str(kept)) if kept is not None and kept.exists() else {}
+    made, swapped, fresh = {}, 0, False
+    for i, layer in enumerate(getattr(getattr(model, "model", None), "layers", [])):
+        for part, names in q4k.GROUPS:
+            owner = getattr(layer, part)
+            found = _product([getattr(owner, n) for n in names])
+            if found is None:
+                continue
+            linear, sizes = found
+            key = f"model.layers.{i}.{part}.{names[0]}"
+            records = stored.get(key)
+            if records is None or records.shape[0] != linear.out_features \
+                    or not (records.shape[1] - 1) * q4k.QK < linear.in_features <= records.shape[1] * q4k.QK:
+                records, fresh = q4k.quantize(linear.dequantized()), True
+            made[key] = records
+            bias = linear.bias.float() if linear.bias is not None else None
+            product = q4k.Q4KLinear(records, bias, linear.in_features)
+            if len(names) == 1:
+                setattr(owner, names[0], product)
+            else:
+                shared = _SharedProduct(product, sizes)
+                for n, name in enumerate(names):
+                    setattr(owner, name, FusedPart(shared, n, linear.in_features))
+            swapped += 1
+    if kept is not None and fresh:
+        try:
+            tmp = kept.with_name(kept.name + ".partial")
+            save_file(made, str(tmp), metadata={"format": str(FORMAT)})
+            tmp.replace(kept)
+        except OSError as exc:  # a read-only cache: made again at the next load
+            log.warning("Could not keep the draft's Q4_K records at %s: %s", kept, exc)
+    return swapped
+
+
+def in_use(model: torch.nn.Module) -> bool:
+    return q4k.in_use(model)
