@@ -25,6 +25,12 @@ from tests.test_engine import PROMPT, assert_matches, make_pair, next_dist
 needs_int8 = pytest.mark.skipif(not int8.int8_available(), reason="this torch has no fbgemm int8 kernels")
 
 
+@pytest.fixture(autouse=True)
+def _int8_rows(monkeypatch):
+    """The int8 draft on its own int8 rows, head included (a Q4_K draft's head: test_q4k_draft)."""
+    monkeypatch.setenv("SPECVIZ_Q4K", "0")
+
+
 def _vocab(ids, size: int) -> DV.DraftVocab:
     return DV.DraftVocab(tuple(sorted(ids)), size, "tiny-target", {"source": "test"})
 

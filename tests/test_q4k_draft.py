@@ -1,4 +1,4 @@
-"""The int8 draft's matrices as Q4_K made here (specviz.models.q4k_draft, SPECVIZ_Q4K=1): the quantizer, the
+"""The int8 draft's matrices as Q4_K made here (specviz.models.q4k_draft; on unless SPECVIZ_Q4K=0): the quantizer, the
 kernel on rows short of a block, the draft taking and keeping its records, and the output staying exact (greedy
 text = standard text; sampled: the target's distribution, χ²)."""
 
@@ -13,7 +13,8 @@ from specviz.core.engine import standard_decode
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
 from specviz.models import int8, kernels, q4k, q4k_draft
-from specviz.models.int8_target import FusedPart, TokenInt8Linear
+from specviz.models import draft_vocab as DV
+from specviz.models.int8_target import FusedPart
 from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
 from tests.test_engine import assert_matches, next_dist
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(not int8.int8_available() or not kernels.matches
 
 @pytest.fixture(autouse=True)
 def _asked(monkeypatch):
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")  # opt-in
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")  # the default (where the kernel runs), whatever the caller's environment
     kernels.set_enabled(True)
     yield
     kernels.set_enabled(None)
@@ -83,7 +84,7 @@ def test_an_int8_draft_takes_q4k_products_and_keeps_them(tmp_path, monkeypatch):
     assert isinstance(att.q_proj.shared.linear, q4k.Q4KLinear) and isinstance(mlp.gate_proj.shared.linear, q4k.Q4KLinear)
     assert isinstance(att.o_proj, q4k.Q4KLinear) and isinstance(mlp.down_proj, q4k.Q4KLinear)
     assert att.o_proj.in_features == 192 and mlp.down_proj.in_features == 384  # padded to 256 and 512 inside
-    assert isinstance(q.draft.lm_head, TokenInt8Linear)  # the head stays int8 (the reduced vocabulary's rows)
+    assert isinstance(q.draft.lm_head, q4k.Q4KLinear) and q.draft.lm_head.in_features == 192  # the head too
     steps = q.draft._specviz_steps  # the lean path, traced over the Q4_K products
     assert steps is not None and steps.traced
     kept = q4k_draft.records_file(cache)
@@ -129,3 +130,18 @@ def test_a_q4k_draft_keeps_the_targets_distribution(tmp_path):
         s = DecodeSettings(gamma=2, temperature=1.0, top_k=3, max_new_tokens=2, seed=seed)
         samples.append(tuple(t.id for t in speculative_decode(q, prompt, s).tokens))
     assert_matches(samples, exact)
+
+
+def test_a_reduced_vocabulary_reads_the_q4k_heads_rows_bit_for_bit(tmp_path):
+    pair = _pair()
+    q = _q4k_draft(pair, tmp_path / "d.safetensors")
+    full = q.draft.lm_head
+    x = torch.randn(5, 192)
+    kept = [0, 3, 7, 11, 39]
+    head = DV.use(q.draft, DV.DraftVocab(tuple(kept), 40, "tiny-target", {"source": "test"}))
+    assert head is not None and head.full is full
+    head.prepare([5, 6])  # a run's prompt ids are kept too
+    got, want = head(x), full(x)
+    assert torch.equal(got[:, kept + [5, 6]], want[:, kept + [5, 6]])
+    assert torch.isinf(got[:, [1, 2, 4]]).all()
+    assert torch.equal(full.dequantized(torch.tensor(kept)), q4k.dequantize(full.weight[kept])[:, :192])

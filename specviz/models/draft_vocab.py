@@ -149,6 +149,8 @@ def rows_of(head: torch.nn.Module, rows: torch.Tensor,
     if isinstance(head, TokenInt8Linear):
         values, scales = int8 if int8 is not None else int8_values(head)
         return _int8_linear(values, scales, rows, bias)
+    if callable(getattr(head, "rows", None)):  # a Q4_K head (models.q4k_draft): its records' rows
+        return head.rows(rows, bias)
     if isinstance(head, torch.nn.Linear):
         part = torch.nn.Linear(head.in_features, len(rows), bias=bias is not None, dtype=head.weight.dtype)
         with torch.no_grad():
@@ -156,7 +158,7 @@ def rows_of(head: torch.nn.Module, rows: torch.Tensor,
             if bias is not None:
                 part.bias.copy_(bias)
         return part.requires_grad_(False)
-    raise TypeError(f"a reduced head needs an int8 or float linear head, not {type(head).__name__}")
+    raise TypeError(f"a reduced head needs an int8, Q4_K or float linear head, not {type(head).__name__}")
 
 
 class ReducedHead(torch.nn.Module):

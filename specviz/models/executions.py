@@ -48,7 +48,7 @@ WORDS = {
     "bf16+graphs": "bf16, CUDA graphs over a static KV cache",
     "fp16+graphs": "fp16, CUDA graphs over a static KV cache",
 }
-# an int8 target that took its GGUF's Q4_K matrices as stored (SPECVIZ_Q4K=1; models.q4k)
+# an int8 target that took its GGUF's Q4_K matrices as stored (models.q4k: the default where its kernel runs; SPECVIZ_Q4K=0 turns it off)
 Q4K_WORDS = ("int8 with the GGUF's Q4_K and Q6_K matrices as stored (per-block int8 activations; "
              "batch-invariant)")
 

@@ -212,7 +212,7 @@ def int8_draft(model: torch.nn.Module, cache: Path | None = None,
     from . import q4k_draft
 
     model = quantize_int8(model, cache, cached, kind=DRAFT_KIND, defer_packing=defer_packing)
-    swapped = q4k_draft.use(model, cache)  # SPECVIZ_Q4K=1: its matrices as Q4_K, made here (0.6 bytes a weight)
+    swapped = q4k_draft.use(model, cache)  # unless SPECVIZ_Q4K=0: its matrices as Q4_K, made here (0.6 bytes a weight)
     if swapped:
         log.info("%d of the draft's products run on Q4_K records made from its int8 rows", swapped)
     # A trace holds fbgemm's packed weights: after packing.  A server (defer_packing) traces after it began

@@ -48,7 +48,7 @@ class ModelPair:
     vocab_size: int  # logits width; both models agree (a wider, padded head is trimmed on load)
     load_seconds: float
     target_exec: str = ""  # how the target executes (models.executions): bf16, fp32, int8, bf16+graphs…
-    # "gguf": an int8 target multiplies its GGUF's Q4_K/Q6_K matrices as stored (models.q4k, SPECVIZ_Q4K=1);
+    # "gguf": an int8 target multiplies its GGUF's Q4_K/Q6_K matrices as stored (models.q4k; SPECVIZ_Q4K=0: not);
     # "": its own int8 rows.  Other numbers and timings: part of a recording's execution (serving.replay)
     target_weights: str = ""
     probe: Any = None  # the hardware.probe.Probe that chose it (curves for the page), if one ran or was cached

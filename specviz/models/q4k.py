@@ -167,6 +167,15 @@ class Q4KLinear(torch.nn.Module):
         y = linear(x.reshape(-1, self.in_features).to(torch.float32), self.weight, self.bias)
         return y.reshape(*shape[:-1], self.out_features)
 
+    def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The float32 weight (or some of its rows) the records stand for, as an int8 head gives its own."""
+        w = self.weight if rows is None else self.weight[rows]
+        return dequantize(w)[:, :self.in_features]
+
+    def rows(self, rows: torch.Tensor, bias: torch.Tensor | None) -> "Q4KLinear":
+        """A product of only ``rows`` of the outputs, each the same bits (every output is computed alone)."""
+        return Q4KLinear(self.weight[rows].contiguous(), bias, self.in_features)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K"
 
@@ -185,13 +194,13 @@ GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj"
 
 
 def enabled() -> bool:
-    """Whether an int8 target takes its Q4_K matrices as stored: only when asked (``SPECVIZ_Q4K=1``) and where
-    specviz's kernel runs.  Off by default: on the Zen 3 EPYC it made the step 0.78x int8's but the best
-    speculative rate no faster (the draft's share of a step grew), and the shipped recordings, which replay
-    where the target runs int8, were made with int8's own matrices."""
+    """Whether an int8 target takes its GGUF's matrices as stored (and an int8 draft Q4_K products made here,
+    :mod:`.q4k_draft`): wherever specviz's kernel runs, unless ``SPECVIZ_Q4K=0``.  On the Zen 3 EPYC it made
+    the target's step ~70 ms where int8's own rows took ~120, and the best speculative run 1.11x llama.cpp's
+    plain decoding of the same GGUF (README, "Faster than llama.cpp")."""
     from . import kernels
 
-    return os.environ.get("SPECVIZ_Q4K", "0") == "1" and kernels.matches()
+    return os.environ.get("SPECVIZ_Q4K", "1").strip() != "0" and kernels.matches()
 
 
 def records_file(source_dir: Path) -> Path:
