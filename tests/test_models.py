@@ -543,13 +543,21 @@ def test_int8_draft(tmp_path, monkeypatch, cache):
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
     ref = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, dtype="float32")
     pair = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", dtype="float32")
-    assert pair.draft_quant == "int8" and ref.draft_quant is None
+    assert pair.draft_quant == _int8_draft() and ref.draft_quant is None
     assert pair.target is not ref.target  # a different cache key
     assert not any(type(m) is torch.nn.Linear for m in pair.draft.modules())
     ids = torch.tensor([encode_prompt(pair, "def f")])
     with torch.no_grad():
         a, b = ref.draft(ids).logits, pair.draft(ids).logits
     assert a.shape == b.shape and torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.95
+
+
+def _int8_draft() -> str:
+    """The label an int8 draft loads with here: "int8+q4k" where its matrices become Q4_K made here (the
+    default wherever specviz's kernel runs: models.q4k_draft), else "int8"."""
+    from specviz.models import q4k
+
+    return "int8+q4k" if q4k.enabled() else "int8"
 
 
 @pytest.mark.parametrize("timings, starved, expect, recorded", [
@@ -565,13 +573,14 @@ def test_int8_auto_decision(tmp_path, monkeypatch, cache, timings, starved, expe
     monkeypatch.setattr(int8, "starved", lambda cpu, wall: starved)
     monkeypatch.setattr(int8, "machine_busy", lambda: False)
     auto = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
-    assert auto.draft_quant == expect
+    assert auto.draft_quant == (_int8_draft() if expect == "int8" else expect)
     known = int8.known_int8_decision(draft.ref, torch.bfloat16)
     assert known == ((expect == "int8") if recorded else None)
     if recorded:  # the next load follows the recorded decision without measuring
         clear_cache()
         monkeypatch.setattr(int8, "decode_step_ms", lambda *a: pytest.fail("measured twice"))
-        assert load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16").draft_quant == expect
+        assert load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16").draft_quant == \
+            (_int8_draft() if expect == "int8" else expect)
 
 
 def test_int8_auto_on_busy_machine_skips_measuring(tmp_path, monkeypatch, cache):
@@ -581,7 +590,7 @@ def test_int8_auto_on_busy_machine_skips_measuring(tmp_path, monkeypatch, cache)
     monkeypatch.setattr(int8, "machine_busy", lambda: True)
     monkeypatch.setattr(int8, "decode_step_ms", lambda *a, **k: pytest.fail("measured on a busy machine"))
     pair = load_pair(draft=draft.ref, target=target.ref, dtype="bfloat16")
-    assert pair.draft_quant == "int8" and int8.known_int8_decision(draft.ref, torch.bfloat16) is None
+    assert pair.draft_quant == _int8_draft() and int8.known_int8_decision(draft.ref, torch.bfloat16) is None
 
 
 def _linear_state(model: torch.nn.Module) -> dict:
@@ -667,12 +676,12 @@ def test_int8_draft_weights_cached_next_to_the_pack(tmp_path, monkeypatch, cache
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
     first = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="bf16")
     path = int8.cache_file(convert.pack_dir(draft), torch.bfloat16, int8.DRAFT_KIND)
-    assert first.draft_quant == "int8" and path.is_file()
+    assert first.draft_quant == _int8_draft() and path.is_file()
     assert not int8.cache_file(convert.pack_dir(target), torch.bfloat16, int8.DRAFT_KIND).exists()  # only the draft's
     clear_cache()
     monkeypatch.setattr(int8, "int8_channel_weight", lambda *a: pytest.fail("quantized although cached"))
     second = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="bf16")
-    assert second is not first and second.draft_quant == "int8"
+    assert second is not first and second.draft_quant == _int8_draft()
     ids = torch.tensor([encode_prompt(first, "def f")])
     with torch.no_grad():
         assert torch.equal(first.draft(ids).logits, second.draft(ids).logits)

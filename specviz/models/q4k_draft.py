@@ -27,7 +27,10 @@ FORMAT = 1  # of the kept records: bump when q4k.quantize changes
 
 
 def records_file(int8_cache: Path) -> Path:
-    return Path(int8_cache).with_name(f"{Path(int8_cache).stem}-q4k-v{FORMAT}.safetensors")
+    """Beside the int8 weights, in the model folder's q4k/ (the folder's own *.safetensors are its checkpoint:
+    int8._source_signature)."""
+    cache = Path(int8_cache)
+    return cache.parent / "q4k" / f"draft-{cache.stem}-v{FORMAT}.safetensors"
 
 
 def _product(members: list[torch.nn.Module]) -> tuple[TokenInt8Linear, list[int]] | None:
@@ -84,6 +87,7 @@ def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
         swapped += 1
     if kept is not None and fresh:
         try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
             tmp = kept.with_name(kept.name + ".partial")
             save_file(made, str(tmp), metadata={"format": str(FORMAT)})
             tmp.replace(kept)
