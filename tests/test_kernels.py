@@ -195,10 +195,12 @@ def test_a_model_on_the_kernel_scores_a_verify_pass_as_its_steps():
 
 
 @needs_kernel
-def test_the_lean_draft_traces_through_the_kernel():
+def test_the_lean_draft_traces_through_the_kernel(monkeypatch):
     """torch.jit.trace records the kernel as an operator (torch.ops.specviz.int8_linear), so the traced draft
-    steps give the eager ones' logits."""
+    steps give the eager ones' logits (the draft on its int8 rows: its Q4_K products' trace, test_q4k_draft)."""
     from specviz.models import lean
+
+    monkeypatch.setenv("SPECVIZ_Q4K", "0")
     from specviz.models.tiny import build_tiny_pair
 
     tiny = build_tiny_pair(vocab_size=64, seed=1, hidden=64, target_layers=2, draft_layers=1)
