@@ -160,7 +160,7 @@ def test_a_target_on_its_gguf_matrices_is_never_replayed_as_int8s_own(monkeypatc
     from specviz.models.executions import Q4K_WORDS
 
     assert trace_exec_line(trace, recorded=True) == f"target: {Q4K_WORDS}, recorded on AMD EPYC, AVX2 (no native bf16), 2 threads"
-    assert trace_exec_line(trace, brief=True) == "target: int8 (gguf weights) on AMD EPYC, AVX2 (no native bf16), 2 threads"
+    assert trace_exec_line(trace, brief=True) == "target: int8 (its GGUF's matrices as stored) on AMD EPYC, AVX2 (no native bf16), 2 threads"
     line = pair_exec_line(SimpleNamespace(target_exec="int8", target_weights="gguf", probe=make_probe(),
                                           device=torch.device("cpu")))
     assert line.startswith(f"target: {Q4K_WORDS} on AMD EPYC") and "mean TV" not in line

@@ -101,7 +101,7 @@ def trace_exec_line(trace: Any, *, recorded: bool = False, brief: bool = False) 
     if execution or machine:  # the tiny pair names no execution: its dtype is what ran
         if brief:
             where = short_machine(machine)
-            line = f"target: {execution or dtype or 'execution unknown'}" + (f" ({weights} weights)" if weights else "")
+            line = f"target: {execution or dtype or 'execution unknown'}" + (" (its GGUF's matrices as stored)" if weights == "gguf" else f" ({weights} weights)" if weights else "")
             return line + ((f", recorded on {where}" if recorded else f" on {where}") if where else "")
         return exec_line(execution or dtype, machine, recorded=recorded, weights=weights)
     where = (f", recorded on {device}" if recorded else f" on {device}") if device else ""
