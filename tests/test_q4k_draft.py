@@ -12,23 +12,15 @@ import torch
 from specviz.core.engine import standard_decode
 from specviz.core.sampling import Warp
 from specviz.core.settings import DecodeSettings
-from specviz.models import int8, kernels, q4k, q4k_draft
+from specviz.models import int8, q4k, q4k_draft
 from specviz.models import draft_vocab as DV
 from specviz.models.int8_target import FusedPart
 from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
 from tests.test_engine import assert_matches, next_dist
+from test_q4k import _kernel_on, needs_kernel  # noqa: F401  (_kernel_on: SPECVIZ_Q4K=1 and the kernel, per test)
 
-pytestmark = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
-                                reason="specviz's kernel needs an x86 CPU with AVX2 and a C++ compiler")
-
-
-@pytest.fixture(autouse=True)
-def _asked(monkeypatch):
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")  # the default (where the kernel runs), whatever the caller's environment
-    kernels.set_enabled(True)
-    yield
-    kernels.set_enabled(None)
+pytestmark = needs_kernel
 
 
 def test_quantize_makes_records_near_the_weights_and_zero_past_k():

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from .int8_target import TokenInt8Linear
+from .q4k_draft import INT8_DRAFTS
 
 log = logging.getLogger("specviz.models")
 
@@ -250,7 +251,7 @@ def mode(pair: Any) -> str:
 
 def available(pair: Any) -> DraftVocab | None:
     """The kept ids this pair's draft may use: an int8 draft on the CPU with a shipped vocabulary."""
-    if getattr(pair, "draft_quant", None) not in ("int8", "int8+q4k") or getattr(pair.device, "type", "cpu") != "cpu":
+    if getattr(pair, "draft_quant", None) not in INT8_DRAFTS or getattr(pair.device, "type", "cpu") != "cpu":
         return None
     return find(pair.target_name, int(pair.vocab_size))
 

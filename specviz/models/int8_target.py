@@ -218,9 +218,28 @@ class FusedPart(torch.nn.Module):
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
+def shared_of(members: list) -> _SharedProduct | None:
+    """The one shared product ``members`` (linears reading the same input) are all the parts of; None when
+    they are not (a lone linear, or members of different products)."""
+    first = members[0]
+    if isinstance(first, FusedPart) and all(isinstance(m, FusedPart) and m.shared is first.shared for m in members) \
+            and len(first.shared.sizes) == len(members):
+        return first.shared
+    return None
+
+
+def parts_of(linear: torch.nn.Module, sizes: list[int], in_features: int) -> list[torch.nn.Module]:
+    """The members, ``sizes`` outputs wide, of one product ``linear`` (any kind: int8, Q4_K, Q6_K): the product
+    itself for a lone member, else the FusedParts of one shared product."""
+    if len(sizes) == 1:
+        return [linear]
+    shared = _SharedProduct(linear, list(sizes))
+    return [FusedPart(shared, i, in_features) for i in range(len(sizes))]
+
+
 def _fused(members: list) -> list[FusedPart] | None:
-    """FusedParts of one product for ``members`` (unpacked TokenInt8Linears reading the same input), in
-    their order; None when they cannot be fused."""
+    """FusedParts of one product for ``members`` (two or more unpacked TokenInt8Linears reading the same
+    input: FUSED_GROUPS), in their order; None when they cannot be fused."""
     if not all(isinstance(m, TokenInt8Linear) and m._int8 is not None for m in members):
         return None
     if len({m.in_features for m in members}) != 1:
@@ -232,8 +251,7 @@ def _fused(members: list) -> list[FusedPart] | None:
                              scales=torch.cat([sc for _, sc in held]))
     for m in members:
         m._int8 = None  # their values live on in the fused copy only
-    shared = _SharedProduct(linear, [m.out_features for m in members])
-    return [FusedPart(shared, i, members[0].in_features) for i in range(len(members))]
+    return parts_of(linear, [m.out_features for m in members], members[0].in_features)
 
 
 def fuse_token_linears(model: torch.nn.Module) -> int:

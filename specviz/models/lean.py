@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from . import kernels
 from .compiled import give_steps
-from .int8_target import FusedPart, TokenInt8Linear
+from .int8_target import FusedPart, TokenInt8Linear, shared_of
 from .q4k import Q4KLinear
 from .q6k import Q6KLinear
 
@@ -72,10 +72,9 @@ def _int8(module: torch.nn.Module) -> bool:
 
 def _fused(members: list[torch.nn.Module]) -> Callable[[torch.Tensor], torch.Tensor]:
     """One call for linears that read the same input: their shared int8 product when fused."""
-    first = members[0]
-    if isinstance(first, FusedPart) and all(isinstance(m, FusedPart) and m.shared is first.shared for m in members) \
-            and len(first.shared.sizes) == len(members):
-        return first.shared.linear
+    shared = shared_of(members)
+    if shared is not None:
+        return shared.linear
     return lambda x: torch.cat([m(x) for m in members], dim=-1)
 
 

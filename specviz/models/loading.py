@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import bare, compiled, int8, kernels, q4k
+from . import bare, compiled, int8, kernels, q4k, q4k_draft
 from . import executions
 from .convert import needs_conversion, offline_pack, source_of
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
@@ -454,7 +454,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         gc.collect()
 
     if applied == "int8" and q4k.in_use(draft_model):
-        applied = "int8+q4k"  # its matrices as Q4_K made here (models.q4k_draft), its head int8
+        applied = q4k_draft.LABEL  # its matrices and head as Q4_K made here
     vocab_size = _match_widths(draft_model, target_model, len(tokenizer), (draft_name, target_name))
     for model in (draft_model, target_model):
         canonical_head_input(model)
@@ -466,7 +466,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         early.shutdown(wait=False, cancel_futures=True)
     head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
     # ... and keep them on disk beside the int8 weights they were computed from, for the next start
-    weights_of = {"draft": int8_file if applied in ("int8", "int8+q4k") else None, "target": target_file if chosen == "int8" else None}
+    weights_of = {"draft": int8_file if applied in q4k_draft.INT8_DRAFTS else None, "target": target_file if chosen == "int8" else None}
     for role, model in (("draft", draft_model), ("target", target_model)):
         steps = compiled.steps_of(model)
         if hasattr(steps, "keep_prefix"):

@@ -324,7 +324,7 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
     none, where :func:`enabled` says no, the model is no offline pack, or its GGUF has no such matrix)."""
     from safetensors.torch import load_file
 
-    from .int8_target import FusedPart, _SharedProduct
+    from .int8_target import parts_of
 
     if source_dir is None or not enabled():
         return 0
@@ -352,11 +352,7 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
                 bias = None if all(b is None for b in biases) else torch.cat(
                     [b if b is not None else torch.zeros(members[j].out_features) for j, b in zip(idx, biases)])
                 linear = cls(torch.cat([stored[keys[j] + kind] for j in idx]), bias)
-                if len(idx) == 1:
-                    swaps[idx[0]] = linear
-                else:
-                    shared = _SharedProduct(linear, [members[j].out_features for j in idx])
-                    swaps.update({j: FusedPart(shared, n, members[j].in_features) for n, j in enumerate(idx)})
+                swaps.update(zip(idx, parts_of(linear, [members[j].out_features for j in idx], members[idx[0]].in_features)))
                 swapped += len(idx)
             for j, module in swaps.items():
                 setattr(owner, names[j], module)
@@ -367,9 +363,13 @@ def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
     return swapped
 
 
-def _fits(records_: torch.Tensor | None, member: torch.nn.Module, block: int = QK) -> bool:
-    return (records_ is not None and records_.shape[0] == member.out_features
-            and records_.shape[1] * block == member.in_features)
+def _fits(records_: torch.Tensor | None, member: torch.nn.Module, block: int = QK, padded: bool = False) -> bool:
+    """Whether ``records_`` (blocks of ``block``) are ``member``'s shape; ``padded``: its last block may run past
+    its inputs (:func:`quantize`'s zero padding)."""
+    if records_ is None or records_.shape[0] != member.out_features:
+        return False
+    width = records_.shape[1] * block
+    return width - block < member.in_features <= width if padded else width == member.in_features
 
 
 def in_use(model: torch.nn.Module) -> bool:

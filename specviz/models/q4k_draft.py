@@ -19,11 +19,13 @@ from pathlib import Path
 import torch
 
 from . import q4k
-from .int8_target import FusedPart, TokenInt8Linear, _SharedProduct
+from .int8_target import TokenInt8Linear, parts_of, shared_of
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # of the kept records: bump when q4k.quantize changes
+LABEL = "int8+q4k"  # the pair's draft_quant for such a draft
+INT8_DRAFTS = ("int8", LABEL)  # the draft_quant of an int8 draft, its matrices int8 or Q4_K
 
 
 def records_file(int8_cache: Path) -> Path:
@@ -35,12 +37,11 @@ def records_file(int8_cache: Path) -> Path:
 
 def _product(members: list[torch.nn.Module]) -> tuple[TokenInt8Linear, list[int]] | None:
     """The one int8 product behind ``members`` (fused, or a lone linear) and its members' widths."""
-    first = members[0]
-    if isinstance(first, FusedPart) and len(first.shared.sizes) == len(members) \
-            and all(isinstance(m, FusedPart) and m.shared is first.shared for m in members):
-        return first.shared.linear, list(first.shared.sizes)
-    if len(members) == 1 and isinstance(first, TokenInt8Linear):
-        return first, [first.out_features]
+    shared = shared_of(members)
+    if shared is not None:
+        return shared.linear, list(shared.sizes)
+    if len(members) == 1 and isinstance(members[0], TokenInt8Linear):
+        return members[0], [members[0].out_features]
     return None
 
 
@@ -53,7 +54,16 @@ def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
         return 0
     kept = records_file(int8_cache) if int8_cache is not None else None
     stored = load_file(str(kept)) if kept is not None and kept.exists() else {}
-    made, swapped, fresh = {}, 0, False
+    made, fresh = {}, False
+
+    def q4k_of(key: str, linear: torch.nn.Module) -> q4k.Q4KLinear:
+        nonlocal fresh
+        records = stored.get(key)
+        if not q4k._fits(records, linear, padded=True):  # none kept yet, or another model's
+            records, fresh = q4k.quantize(linear.dequantized()), True
+        made[key] = records
+        return q4k.Q4KLinear(records, linear.bias.float() if linear.bias is not None else None, linear.in_features)
+
     for i, layer in enumerate(getattr(getattr(model, "model", None), "layers", [])):
         for part, names in q4k.GROUPS:
             owner = getattr(layer, part)
@@ -61,30 +71,12 @@ def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
             if found is None:
                 continue
             linear, sizes = found
-            key = f"model.layers.{i}.{part}.{names[0]}"
-            records = stored.get(key)
-            if records is None or records.shape[0] != linear.out_features \
-                    or not (records.shape[1] - 1) * q4k.QK < linear.in_features <= records.shape[1] * q4k.QK:
-                records, fresh = q4k.quantize(linear.dequantized()), True
-            made[key] = records
-            bias = linear.bias.float() if linear.bias is not None else None
-            product = q4k.Q4KLinear(records, bias, linear.in_features)
-            if len(names) == 1:
-                setattr(owner, names[0], product)
-            else:
-                shared = _SharedProduct(product, sizes)
-                for n, name in enumerate(names):
-                    setattr(owner, name, FusedPart(shared, n, linear.in_features))
-            swapped += 1
+            product = q4k_of(f"model.layers.{i}.{part}.{names[0]}", linear)
+            for name, member in zip(names, parts_of(product, sizes, linear.in_features)):
+                setattr(owner, name, member)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if isinstance(head, TokenInt8Linear):  # 151,936 x 896: 136 MB int8, 92 MB as Q4_K (the step ~10 % less)
-        records = stored.get("lm_head")
-        if records is None or records.shape[0] != head.out_features:
-            records, fresh = q4k.quantize(head.dequantized()), True
-        made["lm_head"] = records
-        model.set_output_embeddings(q4k.Q4KLinear(records, head.bias.float() if head.bias is not None else None,
-                                                  head.in_features))
-        swapped += 1
+        model.set_output_embeddings(q4k_of("lm_head", head))
     if kept is not None and fresh:
         try:
             kept.parent.mkdir(parents=True, exist_ok=True)
@@ -93,8 +85,4 @@ def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
             tmp.replace(kept)
         except OSError as exc:  # a read-only cache: made again at the next load
             log.warning("Could not keep the draft's Q4_K records at %s: %s", kept, exc)
-    return swapped
-
-
-def in_use(model: torch.nn.Module) -> bool:
-    return q4k.in_use(model)
+    return len(made)
