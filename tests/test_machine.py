@@ -25,6 +25,7 @@ from specviz.trace import load_recording
 from specviz.ui import machine_ui
 from specviz.ui.form import RunForm
 from specviz.views import machine as M
+from specviz.views import machine_words as W
 from specviz.views.chips import legend_html
 from specviz.views.execution import pair_exec_line, short_machine, trace_exec_line
 from tests.synthetic import XSS, make_trace
@@ -340,7 +341,7 @@ def test_the_text_gives_this_machines_verify_factors_and_predicted_rates():
     probe = make_probe()
     gamma = probe.predicted["int8"]["gamma"]
     k = gamma + 1
-    text = M.machine_text(probe, execution="int8", target="Qwen target")
+    text = W.machine_text(probe, execution="int8", target="Qwen target")
     assert "AMD EPYC 7B13 64-Core Processor" in text and "memory-bound" in text
     for execution in ("bf16", "int8"):  # from the curves, as the probe computes it
         assert f"**{probe.verify_factor(execution, k):.2f}** one-token steps" in text
@@ -350,17 +351,17 @@ def test_the_text_gives_this_machines_verify_factors_and_predicted_rates():
     assert f"**{pred['rate']:.1f} tokens/s** with speculation" in text
     assert f"**{pred['standard']:.1f} tokens/s** standard decoding" in text
     assert "**c = 0.25**" in text
-    forced = M.machine_text(probe, execution="bf16")
+    forced = W.machine_text(probe, execution="bf16")
     assert "runs as **bf16**, as set (the probe would choose int8)" in forced
 
 
 def test_the_text_says_plainly_when_there_is_no_probe():
     recorded = M.load_recorded(HARDWARE)
-    text = M.machine_text(None, why_none="Nothing ran here yet.", recorded=recorded)
+    text = W.machine_text(None, why_none="Nothing ran here yet.", recorded=recorded)
     assert text.startswith("Nothing ran here yet.") and "Verify factor" not in text
     assert "**AVX2 EPYC**" in text and "Test fixture: made-up figures shaped like a 2-core AVX2" in text
     busy = Probe(EPYC.as_dict(), "offline:target", {}, None, 0.8, "int8", measured=False)
-    text = M.machine_text(busy, target="Qwen target")
+    text = W.machine_text(busy, target="Qwen target")
     assert "busy when Qwen target loaded" in text and "nothing was measured" in text and WORDS["int8"] in text
 
 
@@ -384,7 +385,7 @@ def test_recorded_machines_are_read_from_whatever_files_exist(tmp_path, caplog):
     assert (loaded[1].name, loaded[1].probe.choice, loaded[1].probe.curves["bf16"][4]) == ("AMX Xeon", "bf16", 192.5)
     # T(6) between the points at 4 and 9: 192.5 + 15.7 × 2/5 = 198.8 ms, 1.07 × T(1)
     assert "AMX Xeon** (Intel(R) Xeon(R) Processor, AMX, 2 threads): chose bf16; T(6)/T(1): bf16 1.07 — medians" in (
-        M.machine_text(None, recorded=loaded))
+        W.machine_text(None, recorded=loaded))
     warned = {w for r in caplog.records for w in r.getMessage().split()}
     assert {"broken.json", "empty.json"} <= warned and "bench-x.json" not in warned
     assert M.load_recorded(tmp_path / "missing") == []
@@ -400,7 +401,7 @@ def test_a_llamacpp_recording_is_drawn_and_named_as_the_reference(tmp_path):
     (tmp_path / "llamacpp-x.json").write_text(json.dumps(doc))
     (rec,) = M.load_recorded(tmp_path)
     assert rec.reference == "llama.cpp" and rec.name == "llama.cpp"
-    text = M.machine_text(None, recorded=[rec])
+    text = W.machine_text(None, recorded=[rec])
     assert "**Recorded on other machines and by llama.cpp**" in text
     assert ("**llama.cpp** (AMD EPYC, AVX2, 2 threads), the reference a CPU user would pick: T(6)/T(1): "
             "llama.cpp Q4_K_M 3.50 — its verify climbs with k.") in text
@@ -428,7 +429,7 @@ def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
     xeon, epyc = shipped["xeon-amx"].probe, shipped["epyc-avx2"].probe
     assert M.verify_factor(xeon.curves["bf16"], 6) < 1.1 < 4 < M.verify_factor(epyc.curves["bf16"], 6)
     assert xeon.curves["int8"][1] < 0.6 * xeon.curves["bf16"][1]
-    text = M.machine_text(None, recorded=[*shipped.values(), llama])
+    text = W.machine_text(None, recorded=[*shipped.values(), llama])
     assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 3
     assert "**llama.cpp** (AMD EPYC" in text and "the reference a CPU user would pick" in text
 

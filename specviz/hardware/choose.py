@@ -18,6 +18,7 @@ from ..models.pair import report
 from ..models.warm import pack_now
 from . import probe as hw_probe
 from .machine import this_machine
+from .roofline import step_bytes
 
 
 def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
@@ -35,7 +36,8 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
         pack_now(req.draft)  # a deferred load (models.warm) packs before it is timed
         draft_ms = hw_probe.draft_step_ms(req.draft, req.vocab)
         probe, model = hw_probe.probe_target(req.target, req.ref, req.dtype, req.vocab, build=req.build,
-                                             draft_ms=draft_ms, alpha=req.alpha, candidates=req.candidates)
+                                             draft_ms=draft_ms, alpha=req.alpha, candidates=req.candidates,
+                                             draft_bytes=step_bytes(req.draft))
         requested = probe.choice
     if probe is not None and requested == probe.choice:
         # once per machine: a busy race's prices

@@ -21,6 +21,7 @@ import time
 import torch
 
 from .probe import PREFIX as PROBE_PREFIX
+from .roofline import copy_bandwidth, step_bytes
 
 # The published configurations (config.json of Qwen/Qwen2.5-Coder-{0.5B,1.5B,7B}-Instruct).
 CONFIGS = {
@@ -48,30 +49,6 @@ def random_model(size: str, device: torch.device, dtype: torch.dtype = torch.bfl
     return model.eval().requires_grad_(False)
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of weights one step reads (tied embeddings counted once: parameters() dedups them)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-def copy_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 20) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read and written."""
-    n = int(gib * 2**30)
-    src = torch.empty(n, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize(device)
-    start.record()
-    for _ in range(reps):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize(device)
-    seconds = start.elapsed_time(end) / 1000 / reps
-    del src, dst
-    return 2 * n / seconds
-
-
 def step_times(model: torch.nn.Module, reps: int = 15) -> dict[int, float]:
     """ms of a feed of k new tokens for each k in KS (hardware.probe.VerifyTimer: the GPU synchronised
     around each pass; the static cache's compiled steps when the model has them)."""
@@ -88,7 +65,7 @@ def measure(size: str, device: torch.device, modes: list[str], bw: float) -> dic
     from ..models.compiled import attach, detach
 
     model = random_model(size, device)
-    row: dict = {"size": size, "weight_bytes": weight_bytes(model), "params": sum(p.numel() for p in model.parameters())}
+    row: dict = {"size": size, "weight_bytes": step_bytes(model), "params": sum(p.numel() for p in model.parameters())}
     row["bound_ms"] = 1000 * row["weight_bytes"] / bw
     row["eager"] = step_times(model)
     for mode in modes:
@@ -192,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     device = torch.device("cuda")
     modes = ["graph"] + (["reduce-overhead"] if args.compile else [])
-    bw = copy_bandwidth(device)
+    bw = copy_bandwidth(device, nbytes=2**30, reps=20)
     report = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
               "copy_bandwidth_GBps": round(bw / 1e9, 1), "prefix": PROBE_PREFIX, "modes": ["eager"] + modes, "sizes": {}}
     print(json.dumps({k: report[k] for k in ("gpu", "torch", "copy_bandwidth_GBps")}), flush=True)

@@ -63,6 +63,20 @@ class Probe:
     # The chosen execution timed on one thread (where the machine has more): {"curve": {k: ms}, "draft_ms": ms}.
     # A race on a busy machine runs on one thread (hardware.load) and is priced by these.
     one_thread: dict | None = None
+    # The bandwidth bound (hardware.roofline): MB of weights a one-token step reads, per execution timed, and the
+    # draft's; the machine's copy bandwidth (bytes read and written), GB/s.  None / {} in probes made before.
+    step_mb: dict[str, float] = field(default_factory=dict)
+    draft_mb: float | None = None
+    copy_gbps: float | None = None
+
+    def bound_ratio(self, execution: str | None = None) -> float | None:
+        """T(1) of ``execution`` (the chosen one) over the time its weights take to stream at the copy
+        bandwidth: 1.0 would be the bound itself; None where not measured."""
+        e = execution or self.choice
+        t1, mb = (self.curves.get(e) or {}).get(1), self.step_mb.get(e)
+        if not t1 or not mb or not self.copy_gbps:
+            return None
+        return t1 / (mb / self.copy_gbps)  # MB / (GB/s) = ms
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -256,7 +270,7 @@ def best_possible(step_ms: float, draft_ms: float | None, alpha: float) -> float
 def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: int, *,
                  build: Callable[[str], torch.nn.Module], draft_ms: float | None, alpha: float,
                  candidates: tuple[str, ...], ks: tuple[int, ...] = PROBE_KS, full: bool = False,
-                 busy: Callable[[], bool] | None = None) -> tuple[Probe, torch.nn.Module]:
+                 busy: Callable[[], bool] | None = None, draft_bytes: int | None = None) -> tuple[Probe, torch.nn.Module]:
     """Time ``model`` (as loaded: ``candidates[0]``) and ``build(execution)`` for the other candidates,
     choose, remember the result; return it with the chosen model (the others are dropped).
 
@@ -265,10 +279,13 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     (:func:`best_possible`) -- so a cold start on the 2-core EPYC spends ~10-15 s here, not a
     minute.  ``full=True`` times every curve over ``FULL_KS`` (the roofline's curves).
     ``build(e)`` returns the model executing as ``e`` (a copy where the weights change).  ``busy()``:
-    whether other processes compete for the cores (then nothing is measured: :func:`fallback`)."""
+    whether other processes compete for the cores (then nothing is measured: :func:`fallback`).  The
+    bytes each execution's step reads and the machine's copy bandwidth are kept for the bandwidth bound
+    (:mod:`.roofline`; ``draft_bytes``: the draft's step's)."""
     from ..models.int8 import machine_busy
+    from .roofline import copy_bandwidth, step_bytes
 
-    machine = this_machine(next(model.parameters()).device)
+    machine = this_machine(machine_device(model))
     busy = busy or machine_busy
     if machine.kind == "cpu" and busy():
         choice = fallback(machine) if fallback(machine) in candidates else candidates[0]
@@ -286,6 +303,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
         # pages) costs ~17 s on the 2-core EPYC.  `full=True` (the roofline CLI) times it anyway.
         order.remove("fp32")
     curves: dict[str, dict[int, float]] = {}
+    sizes: dict[str, float] = {}
     models: dict[str, torch.nn.Module] = {}
     builds: dict[str, float] = {}
     for execution in order:
@@ -299,6 +317,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
             step = timer.curve(ks, known=None if full else step, reps=3 if full else 1)
         timer.close()
         curves[execution] = step
+        sizes[execution] = round(step_bytes(m) / 1e6, 3)
         log.info("Target %s as %s: %s ms for %s tokens (built in %.1f s)", name, execution,
                  "/".join(f"{v:.0f}" for v in step.values()), "/".join(map(str, step)), t_build)
         models[execution] = m
@@ -310,12 +329,18 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
         gc.collect()
     choice, predicted = choose(curves, draft_ms, alpha)
     probe = Probe(machine.as_dict(), name, curves, draft_ms, alpha, choice, predicted,
-                  seconds=round(time.perf_counter() - t0, 1), build_seconds=round(builds[choice], 1))
+                  seconds=round(time.perf_counter() - t0, 1), build_seconds=round(builds[choice], 1), step_mb=sizes,
+                  draft_mb=None if draft_bytes is None else round(draft_bytes / 1e6, 3),
+                  copy_gbps=round(copy_bandwidth(machine_device(model)) / 1e9, 2))
     log.info("Target %s runs as %s (predicted %s); probing took %.1f s, %.1f s of it building %s (which a start "
              "running %s pays anyway)", name, choice, ", ".join(f"{e} {p['rate']:.2f} tok/s" for e, p in predicted.items()),
              probe.seconds, probe.build_seconds, choice, choice)
     remember(probe, machine, name, dtype)
     return probe, models[choice]
+
+
+def machine_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 def time_one_thread(target: torch.nn.Module, draft: torch.nn.Module | None, vocab: int,
@@ -400,11 +425,13 @@ def main(argv: list[str] | None = None) -> int:
 
     ref = PRESETS[preset].target
     source = Path(source_of(ref, None)[0]) if offline_pack(ref) else None
+    from .roofline import step_bytes
+
     draft_ms = draft_step_ms(pair.draft, pair.vocab_size)
     probe, _ = probe_target(target, PRESETS[preset].target, pair.dtype, pair.vocab_size,
                             build=lambda e: apply(target, e, source_dir=source, copy_model=True), draft_ms=draft_ms,
                             alpha=PRESETS[preset].typical_alpha, candidates=candidates(pair.device, pair.dtype),
-                            full=True, busy=lambda: False)
+                            full=True, busy=lambda: False, draft_bytes=step_bytes(pair.draft))
     doc = probe.as_dict() | {"draft": pair.draft_name, "target": pair.target_name,
                              "draft_exec": pair.draft_quant or "bf16", "note": args.note, "prefix": PREFIX}
     print(json.dumps(doc, indent=1))

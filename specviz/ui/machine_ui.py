@@ -16,6 +16,7 @@ from ..models.executions import WORDS
 from ..models import PRESETS, TINY_PRESET, ModelError, resolve_preset
 from ..serving.service import CUSTOM_PRESET, default_preset, default_target_exec, loaded_execution, offered_executions
 from ..views import machine as M
+from ..views.machine_words import machine_text
 from ..views.execution import exec_words
 from .frames import MachineFrame
 
@@ -105,7 +106,7 @@ def machine_views(preset: Any = None, compare: Any = None, folder: Path | None =
     probe, execution, target, why = _probe_for(preset)
     if probe is not None and not probe.curves and probe.measured:
         probe = None  # an empty probe says nothing
-    note = M.machine_text(probe, execution=execution, target=target, why_none=why, recorded=recorded)
+    note = machine_text(probe, execution=execution, target=target, why_none=why, recorded=recorded)
     # Without curves of its own, the panel shows every recorded machine rather than an empty plot.
     plot = M.verify_cost_figure(probe, shown if (probe is not None and probe.curves) else (shown or recorded),
                                 target=target)

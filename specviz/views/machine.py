@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 from ..hardware.curves import interpolate
 from ..hardware.probe import PREFIX, Probe
 from ._fmt import COLORS
-from .execution import exec_words, short_machine
+from .execution import short_machine
 from .figures import FONT_COLOR, compact_layout, empty_figure
 
 log = logging.getLogger("specviz.views")
@@ -193,11 +193,21 @@ def _curve_trace(execution: str, curve: dict[int, float], *, name: str, chosen: 
     )
 
 
+def bound_line(probe: Probe) -> tuple[float, str] | None:
+    """(ms, words): the time the chosen execution's weights take to stream at the copy bandwidth
+    (:mod:`specviz.hardware.roofline`), or None where the probe did not measure them."""
+    mb = probe.step_mb.get(probe.choice)
+    if not mb or not probe.copy_gbps:
+        return None
+    return mb / probe.copy_gbps, f"its weights ({mb:,.0f} MB a step) at the copy bandwidth ({probe.copy_gbps:.1f} GB/s)"
+
+
 def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] = (), *,
                        target: str = "") -> go.Figure:
     """T(k) in ms against the k tokens fed, for each execution this machine's probe measured (the
     chosen one thick and labelled "chosen"), the chosen one-token step T(1) as a dashed flat line
-    (a memory-bound verify pass would stay on it), the draft's one-token step with c = t_draft / T(1)
+    (a memory-bound verify pass would stay on it), the bandwidth bound of that step dashed (where measured),
+    the draft's one-token step with c = t_draft / T(1)
     beside it, and the ``recorded`` machines' curves, dashed, to compare with."""
     here = probe is not None and bool(probe.curves)
     if not here and not recorded:
@@ -245,6 +255,14 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
             annotations.append(dict(x=1.0, y=t1, xref="paper", yref="y", xanchor="left", yanchor="bottom",
                                     showarrow=False, text=f"T(1), {probe.choice}",
                                     font=dict(size=12, color=FONT_COLOR)))
+        bound = bound_line(probe)
+        if bound is not None:
+            ms, words = bound
+            fig.add_trace(go.Scatter(
+                name=f"bandwidth bound of {probe.choice}: {words}", x=[lo, hi], y=[ms, ms], mode="lines",
+                line=dict(color=FONT_COLOR, width=1, dash="dash"),
+                hovertemplate=f"{ms:.1f} ms: {words}<extra></extra>", meta={"reference": "bound"}))
+            # named in the legend only: a label at the edge would sit on T(1)'s and the draft's
         c = draft_ratio(probe)
         if probe.draft_ms is not None:
             fig.add_trace(go.Scatter(
@@ -289,117 +307,5 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
     return fig
 
 
-# ---- the words ------------------------------------------------------------------------------
-
-
-def _ms(x: float) -> str:
-    return f"{x:.0f} ms" if x >= 20 else f"{x:.1f} ms"
-
-
-def _rate(x: float | None) -> str:
-    return "?" if x is None or not math.isfinite(x) else f"{x:.1f}"
-
-
-WHY = ("Speculative decoding pays only when the target's **verify pass is memory-bound**: reading the "
-       "weights costs the same whether the pass scores 1 token or γ + 1, so a pass over k tokens costs "
-       "about one one-token step, T(k) ≈ T(1){line}. Where the pass is compute-bound, T(k) climbs with k "
-       "and every round's verify pass costs several steps.")
-
-
-def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", why_none: str = "",
-                 recorded: Sequence[RecordedMachine] = ()) -> str:
-    """Markdown for the panel: this machine, why the verify factor T(γ+1)/T(1) decides, each
-    execution's factor and the predicted rates from the probe (or, without one, ``why_none``)."""
-    parts: list[str] = []
-    if probe is None or not probe.curves:
-        if probe is not None and not probe.measured:
-            label = probe.machine.get("label", "this machine")
-            parts.append(
-                f"**This machine:** {label}. It was busy when {target or probe.model} loaded (other processes "
-                "competing for the cores would make any timing meaningless), so **nothing was measured**: the "
-                f"target runs as {exec_words(probe.choice)}, chosen from the CPU's features. It is measured on "
-                "a quieter start.")
-        else:
-            parts.append(why_none or "No execution probe has run on this machine for this pair.")
-        parts.append(WHY.format(line=": a flat curve"))
-    else:
-        parts.extend(_measured(probe, execution=execution, target=target))
-    if recorded:
-        lines = []
-        g = probe_gamma(probe) if probe is not None and probe.curves else DEFAULT_GAMMA  # one k for all machines
-        for rec in recorded:
-            factors = ", ".join(f"{e} {f:.2f}" for e, c in rec.probe.curves.items()
-                                if (f := verify_factor(c, g + 1)) is not None)
-            note = f" — {rec.note}" if rec.note else ""
-            if rec.reference:  # another program on the same GGUF files: what a CPU user would otherwise run
-                lines.append(f"- **{rec.name}** ({rec.label}), the reference a CPU user would pick: T({g + 1})/T(1): "
-                             f"{factors or 'not measured'}{note}.")
-                continue
-            lines.append(f"- **{rec.name}** ({rec.label}): chose {rec.probe.choice}; T({g + 1})/T(1): "
-                         f"{factors or 'not measured'}{note}.")
-        tick = " (tick them under *Compare with*)" if probe is not None and probe.curves else ""
-        by = " and by llama.cpp" if any(rec.reference for rec in recorded) else ""
-        parts.append(f"**Recorded on other machines{by}**{tick}:\n" + "\n".join(lines))
-    return "\n\n".join(parts)
-
-
-def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
-    label = probe.machine.get("label", "this machine")
-    g = probe_gamma(probe)
-    k = g + 1
-    chosen = probe.choice
-    running = execution or chosen
-    pred = probe.predicted.get(chosen) or {}
-    head = (f"**This machine:** {label}. The target ({target or probe.model}) was timed in "
-            f"{len(probe.curves)} execution{'s' if len(probe.curves) != 1 else ''}"
-            + (f" in {probe.seconds:.0f} s" if probe.seconds else "")
-            + (f" ({probe.build_seconds:.0f} s of it preparing {probe.choice}, which any start running it pays)"
-               if probe.build_seconds >= 1 else "")
-            + f"; **{chosen}** was chosen: the highest predicted speculative rate at the pair's typical "
-              f"acceptance α = {probe.alpha:.2f}.")
-    if running != chosen:
-        head += f" The target now runs as **{running}**, as set (the probe would choose {chosen})."
-    if pred.get("standard"):
-        sp = pred["rate"] / pred["standard"] if pred.get("standard") else None
-        head += (f" Predicted on {chosen}: **{_rate(pred.get('rate'))} tokens/s** with speculation "
-                 f"(γ = {pred.get('gamma', g)}) vs **{_rate(pred.get('standard'))} tokens/s** standard decoding"
-                 + (f" ({sp:.2f}×)." if sp else "."))
-    parts = [head, WHY.format(line=" (the flat dotted line)")]
-    rows = []
-    for e, curve in probe.curves.items():
-        p = probe.predicted.get(e) or {}
-        f = verify_factor(curve, k)
-        t1 = curve.get(1)
-        beyond = f" (extrapolated past k = {max(curve)})" if f is not None and k > max(curve) else ""
-        if f is None:
-            cost = f"only its one-token step was timed, T(1) = {_ms(t1)}" if t1 else "not timed"
-        else:
-            cost = (f"T(1) = {_ms(t1)}, T({k}) = {_ms(interpolate(curve, k))}: a {k}-token verify pass costs "
-                    f"**{f:.2f}** one-token steps{beyond}")
-        rate = ""
-        if p.get("standard") and f is None:  # one point: the prediction assumed a flat curve, a bound
-            rate = (f": even with a flat verify pass at most {_rate(p.get('rate'))} tokens/s speculative, "
-                    f"{_rate(p.get('standard'))} standard")
-        elif p.get("standard"):
-            rate = (f"; predicted {_rate(p.get('rate'))} tokens/s speculative (best γ = {p.get('gamma')}), "
-                    f"{_rate(p.get('standard'))} standard")
-        elif p.get("rate"):
-            rate = f"; {_rate(p.get('rate'))} tokens/s one step at a time"
-        words = exec_words(e)
-        words = words[len(e):] if words.startswith(e + " ") else f" ({words})" if words != e else ""
-        rows.append(f"- **{e}**{words}{' — chosen' if e == chosen else ''}: {cost}{rate}.")
-    parts.append(f"**Verify factor T({k})/T(1)** (γ = {g}), measured here:\n" + "\n".join(rows))
-    c = draft_ratio(probe)
-    if c is not None:
-        parts.append(
-            f"The draft's one-token step takes {_ms(probe.draft_ms)}: **c = {c:.2f}** of the chosen target step. "
-            f"A round of γ = {g} costs γ·t_d + T(γ+1) = {g} × {_ms(probe.draft_ms)} + "
-            f"{_ms(interpolate(probe.curves[chosen], k))} and yields (1 − α^(γ+1)) / (1 − α) tokens on average "
-            "(Leviathan et al., Thm 3.8 with the measured verify cost).")
-    elif probe.draft_ms is None:
-        parts.append("The draft's step was not timed, so the execution was chosen by the fastest one-token step.")
-    return parts
-
-
-__all__ = ["RecordedMachine", "load_recorded", "machine_text", "recorded_machine", "short_name",
+__all__ = ["RecordedMachine", "bound_line", "load_recorded", "recorded_machine", "short_name",
            "verify_cost_figure", "verify_factor"]

@@ -1,0 +1,99 @@
+"""The bandwidth bound on one decoding step: the bytes of weights it reads ÷ the machine's copy bandwidth.
+
+A one-token step of a decoder reads every weight once and does two flops with each: on a CPU or a GPU
+alike it is limited by memory, not arithmetic, which is the room speculative decoding uses (a pass over
+several tokens reads the same weights).  How close an execution comes to that bound, and how small a
+draft model can be next to its target (no draft step costs less than its share of the bytes, whatever
+its kernels), are measured here: :func:`step_bytes` counts what a step reads in the form the model
+executes (int8 values and scales, GGUF's Q4_K / Q6_K records as stored, float weights), and
+:func:`copy_bandwidth` times a large copy on the device, counting bytes read and written (the figure a
+stream of weights can reach at best; a pure read is somewhat faster on most machines).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..models import kernels
+from ..models.int8_target import TokenInt8Linear
+from ..models.q4k import Q4KLinear
+from ..models.q6k import Q6KLinear
+
+
+def _product_bytes(module: torch.nn.Module) -> int | None:
+    """Bytes a quantized product's kernel reads per step (its stored weights, scales and bias), or None
+    for a module of another kind."""
+    bias = getattr(module, "bias", None)
+    extra = bias.nbytes if isinstance(bias, torch.Tensor) else 0
+    if isinstance(module, Q4KLinear):
+        return module.weight.nbytes + extra
+    if isinstance(module, Q6KLinear):
+        return module.records.nbytes + extra
+    if isinstance(module, TokenInt8Linear):
+        packed = module._packed
+        if isinstance(packed, kernels.Weights):
+            return packed.blocked.nbytes + packed.wsum.nbytes + packed.wscale.nbytes + extra
+        return module.out_features * (module.in_features + 4) + extra  # int8 values, float32 scale a row
+    return None
+
+
+def step_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights one one-token step of ``model`` reads: every product in the form it executes
+    (a shared product of fused linears once), the norms and biases, the output head; of the input
+    embedding one row (a tied head reads the table as the head)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head_weight = getattr(head, "weight", None)
+    seen: set[int] = set()
+    total = 0
+    for module in model.modules():
+        own = _product_bytes(module)
+        if own is not None:
+            total += own
+            continue
+        for p in module.parameters(recurse=False):
+            if p.data_ptr() in seen:
+                continue
+            seen.add(p.data_ptr())
+            if module is embed and not (isinstance(head_weight, torch.Tensor) and head_weight.data_ptr() == p.data_ptr()):
+                total += p[0].nbytes if p.dim() == 2 else p.nbytes  # a token's row
+            else:
+                total += p.nbytes
+    return total
+
+
+def copy_bandwidth(device: torch.device | str = "cpu", nbytes: int = 256 * 2**20, reps: int = 5) -> float:
+    """Copy bandwidth in bytes/s, counting bytes read and written (the best of ``reps`` copies of
+    ``nbytes``, after a warm-up; on a GPU the copies are timed with CUDA events, on a CPU with the
+    process's threads, as the kernels run)."""
+    device = torch.device(device)
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        for _ in range(reps):
+            dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize(device)
+        seconds = start.elapsed_time(end) / 1000 / reps
+    else:
+        seconds = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            seconds = min(seconds, time.perf_counter() - t0)
+    del src, dst
+    return 2 * nbytes / seconds
+
+
+def bound_ms(nbytes: int | float, bandwidth: float) -> float:
+    """The time reading ``nbytes`` takes at ``bandwidth`` bytes/s, in ms."""
+    return 1000 * nbytes / bandwidth
+
+
+__all__ = ["bound_ms", "copy_bandwidth", "step_bytes"]

@@ -1,0 +1,147 @@
+"""The This machine panel's words: what the probe measured here, why the verify factor decides, the bandwidth
+bound, and the recorded machines beside it (the figure is :mod:`.machine`'s)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..hardware.curves import interpolate
+from ..hardware.probe import Probe
+from .execution import exec_words
+from .machine import DEFAULT_GAMMA, RecordedMachine, draft_ratio, probe_gamma, verify_factor
+
+
+def _ms(x: float) -> str:
+    return f"{x:.0f} ms" if x >= 20 else f"{x:.1f} ms"
+
+
+def _rate(x: float | None) -> str:
+    return "?" if x is None or not math.isfinite(x) else f"{x:.1f}"
+
+
+WHY = ("Speculative decoding pays only when the target's **verify pass is memory-bound**: reading the "
+       "weights costs the same whether the pass scores 1 token or γ + 1, so a pass over k tokens costs "
+       "about one one-token step, T(k) ≈ T(1){line}. Where the pass is compute-bound, T(k) climbs with k "
+       "and every round's verify pass costs several steps.")
+
+
+def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", why_none: str = "",
+                 recorded: Sequence[RecordedMachine] = ()) -> str:
+    """Markdown for the panel: this machine, why the verify factor T(γ+1)/T(1) decides, each
+    execution's factor and the predicted rates from the probe (or, without one, ``why_none``)."""
+    parts: list[str] = []
+    if probe is None or not probe.curves:
+        if probe is not None and not probe.measured:
+            label = probe.machine.get("label", "this machine")
+            parts.append(
+                f"**This machine:** {label}. It was busy when {target or probe.model} loaded (other processes "
+                "competing for the cores would make any timing meaningless), so **nothing was measured**: the "
+                f"target runs as {exec_words(probe.choice)}, chosen from the CPU's features. It is measured on "
+                "a quieter start.")
+        else:
+            parts.append(why_none or "No execution probe has run on this machine for this pair.")
+        parts.append(WHY.format(line=": a flat curve"))
+    else:
+        parts.extend(_measured(probe, execution=execution, target=target))
+    if recorded:
+        lines = []
+        g = probe_gamma(probe) if probe is not None and probe.curves else DEFAULT_GAMMA  # one k for all machines
+        for rec in recorded:
+            factors = ", ".join(f"{e} {f:.2f}" for e, c in rec.probe.curves.items()
+                                if (f := verify_factor(c, g + 1)) is not None)
+            note = f" — {rec.note}" if rec.note else ""
+            if rec.reference:  # another program on the same GGUF files: what a CPU user would otherwise run
+                lines.append(f"- **{rec.name}** ({rec.label}), the reference a CPU user would pick: T({g + 1})/T(1): "
+                             f"{factors or 'not measured'}{note}.")
+                continue
+            lines.append(f"- **{rec.name}** ({rec.label}): chose {rec.probe.choice}; T({g + 1})/T(1): "
+                         f"{factors or 'not measured'}{note}.")
+        tick = " (tick them under *Compare with*)" if probe is not None and probe.curves else ""
+        by = " and by llama.cpp" if any(rec.reference for rec in recorded) else ""
+        parts.append(f"**Recorded on other machines{by}**{tick}:\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
+    label = probe.machine.get("label", "this machine")
+    g = probe_gamma(probe)
+    k = g + 1
+    chosen = probe.choice
+    running = execution or chosen
+    pred = probe.predicted.get(chosen) or {}
+    head = (f"**This machine:** {label}. The target ({target or probe.model}) was timed in "
+            f"{len(probe.curves)} execution{'s' if len(probe.curves) != 1 else ''}"
+            + (f" in {probe.seconds:.0f} s" if probe.seconds else "")
+            + (f" ({probe.build_seconds:.0f} s of it preparing {probe.choice}, which any start running it pays)"
+               if probe.build_seconds >= 1 else "")
+            + f"; **{chosen}** was chosen: the highest predicted speculative rate at the pair's typical "
+              f"acceptance α = {probe.alpha:.2f}.")
+    if running != chosen:
+        head += f" The target now runs as **{running}**, as set (the probe would choose {chosen})."
+    if pred.get("standard"):
+        sp = pred["rate"] / pred["standard"] if pred.get("standard") else None
+        head += (f" Predicted on {chosen}: **{_rate(pred.get('rate'))} tokens/s** with speculation "
+                 f"(γ = {pred.get('gamma', g)}) vs **{_rate(pred.get('standard'))} tokens/s** standard decoding"
+                 + (f" ({sp:.2f}×)." if sp else "."))
+    parts = [head, WHY.format(line=" (the flat dotted line)")]
+    rows = []
+    for e, curve in probe.curves.items():
+        p = probe.predicted.get(e) or {}
+        f = verify_factor(curve, k)
+        t1 = curve.get(1)
+        beyond = f" (extrapolated past k = {max(curve)})" if f is not None and k > max(curve) else ""
+        if f is None:
+            cost = f"only its one-token step was timed, T(1) = {_ms(t1)}" if t1 else "not timed"
+        else:
+            cost = (f"T(1) = {_ms(t1)}, T({k}) = {_ms(interpolate(curve, k))}: a {k}-token verify pass costs "
+                    f"**{f:.2f}** one-token steps{beyond}")
+        rate = ""
+        if p.get("standard") and f is None:  # one point: the prediction assumed a flat curve, a bound
+            rate = (f": even with a flat verify pass at most {_rate(p.get('rate'))} tokens/s speculative, "
+                    f"{_rate(p.get('standard'))} standard")
+        elif p.get("standard"):
+            rate = (f"; predicted {_rate(p.get('rate'))} tokens/s speculative (best γ = {p.get('gamma')}), "
+                    f"{_rate(p.get('standard'))} standard")
+        elif p.get("rate"):
+            rate = f"; {_rate(p.get('rate'))} tokens/s one step at a time"
+        words = exec_words(e)
+        words = words[len(e):] if words.startswith(e + " ") else f" ({words})" if words != e else ""
+        rows.append(f"- **{e}**{words}{' — chosen' if e == chosen else ''}: {cost}{rate}.")
+    parts.append(f"**Verify factor T({k})/T(1)** (γ = {g}), measured here:\n" + "\n".join(rows))
+    c = draft_ratio(probe)
+    if c is not None:
+        parts.append(
+            f"The draft's one-token step takes {_ms(probe.draft_ms)}: **c = {c:.2f}** of the chosen target step. "
+            f"A round of γ = {g} costs γ·t_d + T(γ+1) = {g} × {_ms(probe.draft_ms)} + "
+            f"{_ms(interpolate(probe.curves[chosen], k))} and yields (1 − α^(γ+1)) / (1 − α) tokens on average "
+            "(Leviathan et al., Thm 3.8 with the measured verify cost).")
+    elif probe.draft_ms is None:
+        parts.append("The draft's step was not timed, so the execution was chosen by the fastest one-token step.")
+    bound = _bound_words(probe, c)
+    if bound:
+        parts.append(bound)
+    return parts
+
+
+def _bound_words(probe: Probe, c: float | None) -> str:
+    """The bandwidth bound in words (the dashed line): how far the chosen step is from streaming its weights,
+    and the least a draft of its size could cost."""
+    ratio, t1 = probe.bound_ratio(), (probe.curves.get(probe.choice) or {}).get(1)
+    if ratio is None or not t1:
+        return ""
+    mb, gbps = probe.step_mb[probe.choice], probe.copy_gbps
+    text = (f"**The bandwidth bound** (the dashed line): a one-token step of {probe.choice} reads {mb:,.0f} MB of "
+            f"weights, and streaming them at this machine's copy bandwidth ({gbps:.1f} GB/s, bytes read and written, "
+            f"measured) takes {_ms(mb / gbps)}: T(1) = {_ms(t1)} is **{ratio:.2f}×** that.  One token at a time, "
+            "decoding waits on memory more than on arithmetic; that is the room a verify pass over several tokens uses.")
+    if probe.draft_mb:
+        floor = probe.draft_mb / gbps / t1
+        text += (f" The draft reads {probe.draft_mb:,.0f} MB a step ({probe.draft_mb / mb:.2f} of the target's bytes): "
+                 f"even at the bound its step would cost c = {floor:.2f} of the target's"
+                 + (f" (measured: c = {c:.2f})." if c is not None else "."))
+    return text
+
+
+
+__all__ = ["WHY", "machine_text"]

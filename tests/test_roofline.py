@@ -1,0 +1,114 @@
+"""The bandwidth bound (specviz.hardware.roofline): the bytes a step reads in the form the model executes, the
+copy bandwidth, and what the probe keeps of both, drawn and said on the This machine tab."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from specviz.hardware import roofline
+from specviz.hardware.probe import Probe, choose
+from specviz.models import executions, q4k
+from specviz.models.q6k import Q6KLinear
+from specviz.models.tiny import build_tiny_pair
+from specviz.views import machine as M
+from specviz.views import machine_words as W
+from tests.test_machine import CURVES, EPYC
+
+
+def _float_bytes(model: torch.nn.Module) -> int:
+    return sum(p.nbytes for p in model.parameters())
+
+
+def _qwen(tied: bool, vocab: int = 300, hidden: int = 64) -> torch.nn.Module:
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)
+    return Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+
+
+def test_a_float_step_reads_every_weight_once_and_one_row_of_an_untied_embedding():
+    untied = _qwen(tied=False)
+    table = untied.model.embed_tokens.weight
+    assert roofline.step_bytes(untied) == _float_bytes(untied) - table.nbytes + table[0].nbytes
+    tied = _qwen(tied=True)  # the head is the table: read whole, once
+    assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()
+    assert roofline.step_bytes(tied) == _float_bytes(tied)
+    assert roofline.step_bytes(untied.float()) == 2 * roofline.step_bytes(_qwen(tied=False))
+
+
+def test_quantized_products_count_what_their_kernels_read():
+    w = torch.randn(40, 512)
+    bias = torch.randn(40)
+    lin = q4k.Q4KLinear(q4k.quantize(w), bias)
+    assert roofline._product_bytes(lin) == 40 * 2 * q4k.REC + 40 * 4  # 152 bytes per row and block of 256
+    records = torch.zeros(8, 1, 212, dtype=torch.uint8)
+    assert roofline._product_bytes(Q6KLinear(records, None)) == 8 * 212
+    assert roofline._product_bytes(torch.nn.Linear(4, 4)) is None  # a float linear: its parameters
+    # The int8 execution of a tiny target: its products read ~1 byte a weight where bf16 read 2, each fused
+    # product once; the embedding's one row and the norms stay float.
+    pair = build_tiny_pair(vocab_size=40)
+    bf16 = pair.target.to(torch.bfloat16)
+    int8 = executions.apply(bf16, "int8", copy_model=True)
+    weights = sum(m.weight.numel() for m in bf16.modules() if isinstance(m, torch.nn.Linear))
+    small = roofline.step_bytes(int8)
+    assert weights < small < 1.4 * weights  # int8 values, row scales and sums, blocked layout's padding
+    assert small < 0.75 * roofline.step_bytes(bf16)
+
+
+def test_copy_bandwidth_is_a_rate_and_the_bound_its_quotient():
+    bw = roofline.copy_bandwidth("cpu", nbytes=8 * 2**20, reps=3)
+    assert math.isfinite(bw) and bw > 1e8  # bytes/s read and written
+    assert roofline.bound_ms(2e9, 20e9) == pytest.approx(100.0)
+
+
+def _probe(**kw) -> Probe:
+    choice, predicted = choose(CURVES, 25.0, 0.8)
+    return Probe(EPYC.as_dict(), "offline:target", CURVES, 25.0, 0.8, choice, predicted, seconds=12.0, **kw)
+
+
+def test_the_probe_keeps_the_bound_and_old_probes_read_without_it():
+    probe = _probe(step_mb={"int8": 1500.0, "bf16": 3000.0}, draft_mb=400.0, copy_gbps=20.0)
+    assert probe.choice == "int8"
+    assert probe.bound_ratio() == pytest.approx(100.0 / 75.0)  # T(1) 100 ms over 1500 MB at 20 GB/s = 75 ms
+    assert probe.bound_ratio("bf16") == pytest.approx(80.0 / 150.0)
+    again = Probe.from_dict(probe.as_dict())
+    assert again.step_mb == probe.step_mb and again.copy_gbps == 20.0 and again.draft_mb == 400.0
+    old = probe.as_dict()
+    for key in ("step_mb", "draft_mb", "copy_gbps"):
+        del old[key]
+    before = Probe.from_dict(old)
+    assert before.step_mb == {} and before.copy_gbps is None and before.bound_ratio() is None
+
+
+def test_the_tab_draws_and_says_the_bound():
+    probe = _probe(step_mb={"int8": 1500.0}, draft_mb=400.0, copy_gbps=20.0)
+    text = W.machine_text(probe, execution="int8", target="Qwen target")
+    assert "**The bandwidth bound**" in text and "reads 1,500 MB" in text and "(20.0 GB/s" in text
+    assert "takes 75 ms: T(1) = 100 ms is **1.33×** that" in text
+    # the draft's 400 MB at 20 GB/s: 20 ms, 0.20 of the 100 ms step, against the measured 25 / 100
+    assert "(0.27 of the target's bytes): even at the bound its step would cost c = 0.20" in text
+    assert "(measured: c = 0.25)" in text
+    fig = M.verify_cost_figure(probe)
+    bound = [t for t in fig.data if (t.meta or {}).get("reference") == "bound"]
+    assert len(bound) == 1 and list(bound[0].y) == [75.0, 75.0] and "1,500 MB" in bound[0].name
+    plain = _probe()
+    assert "bandwidth bound" not in W.machine_text(plain, execution="int8")
+    assert not [t for t in M.verify_cost_figure(plain).data if (t.meta or {}).get("reference") == "bound"]
+
+
+def test_the_probe_measures_the_bytes_of_each_execution_and_the_bandwidth(tmp_path, monkeypatch):
+    from specviz.hardware import probe as hw_probe
+
+    monkeypatch.setattr(hw_probe, "_probe_path", lambda: tmp_path / "probe.json")
+    bf16 = build_tiny_pair(vocab_size=40).target.to(torch.bfloat16)
+    result, _ = hw_probe.probe_target(bf16, "tiny", torch.bfloat16, 40, draft_ms=0.1, alpha=0.8, full=True,
+                                      build=lambda e: executions.apply(bf16, e, copy_model=True),
+                                      candidates=("bf16", "fp32", "int8"), busy=lambda: False, draft_bytes=123_456)
+    assert set(result.step_mb) == {"bf16", "fp32", "int8"}
+    assert result.step_mb["bf16"] == pytest.approx(roofline.step_bytes(bf16) / 1e6, abs=1e-3)
+    assert result.step_mb["fp32"] == pytest.approx(2 * result.step_mb["bf16"], abs=2e-3)
+    assert result.step_mb["int8"] < result.step_mb["bf16"]
+    assert result.draft_mb == 0.123 and result.copy_gbps > 0.1
