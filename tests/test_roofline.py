@@ -112,3 +112,16 @@ def test_the_probe_measures_the_bytes_of_each_execution_and_the_bandwidth(tmp_pa
     assert result.step_mb["fp32"] == pytest.approx(2 * result.step_mb["bf16"], abs=2e-3)
     assert result.step_mb["int8"] < result.step_mb["bf16"]
     assert result.draft_mb == 0.123 and result.copy_gbps > 0.1
+    assert result.weights == {}  # a tiny float target has no GGUF records
+
+
+def test_an_int8_execution_on_the_ggufs_matrices_is_named_so():
+    from specviz.models.executions import Q4K_WORDS, WORDS
+
+    gguf = _probe(weights={"int8": "gguf"})
+    text = W.machine_text(gguf, execution="int8")
+    row = next(line for line in text.splitlines() if line.startswith("- **int8**"))
+    assert Q4K_WORDS[len("int8 "):] in row and WORDS["int8"][len("int8 "):] not in row
+    assert Probe.from_dict(gguf.as_dict()).weights == {"int8": "gguf"}
+    own = W.machine_text(_probe(), execution="int8")
+    assert WORDS["int8"][len("int8 "):] in next(line for line in own.splitlines() if line.startswith("- **int8**"))

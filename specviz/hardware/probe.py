@@ -68,6 +68,8 @@ class Probe:
     step_mb: dict[str, float] = field(default_factory=dict)
     draft_mb: float | None = None
     copy_gbps: float | None = None
+    # execution -> "gguf" where it ran on the GGUF's matrices as stored (models.q4k), as ModelPair.target_weights says
+    weights: dict[str, str] = field(default_factory=dict)
 
     def bound_ratio(self, execution: str | None = None) -> float | None:
         """T(1) of ``execution`` (the chosen one) over the time its weights take to stream at the copy
@@ -282,6 +284,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     whether other processes compete for the cores (then nothing is measured: :func:`fallback`).  The
     bytes each execution's step reads and the machine's copy bandwidth are kept for the bandwidth bound
     (:mod:`.roofline`; ``draft_bytes``: the draft's step's)."""
+    from ..models import q4k
     from ..models.int8 import machine_busy
     from .roofline import copy_bandwidth, step_bytes
 
@@ -304,6 +307,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
         order.remove("fp32")
     curves: dict[str, dict[int, float]] = {}
     sizes: dict[str, float] = {}
+    weights: dict[str, str] = {}
     models: dict[str, torch.nn.Module] = {}
     builds: dict[str, float] = {}
     for execution in order:
@@ -318,6 +322,8 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
         timer.close()
         curves[execution] = step
         sizes[execution] = round(step_bytes(m) / 1e6, 3)
+        if q4k.in_use(m):
+            weights[execution] = "gguf"
         log.info("Target %s as %s: %s ms for %s tokens (built in %.1f s)", name, execution,
                  "/".join(f"{v:.0f}" for v in step.values()), "/".join(map(str, step)), t_build)
         models[execution] = m
@@ -331,7 +337,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     probe = Probe(machine.as_dict(), name, curves, draft_ms, alpha, choice, predicted,
                   seconds=round(time.perf_counter() - t0, 1), build_seconds=round(builds[choice], 1), step_mb=sizes,
                   draft_mb=None if draft_bytes is None else round(draft_bytes / 1e6, 3),
-                  copy_gbps=round(copy_bandwidth(machine_device(model)) / 1e9, 2))
+                  copy_gbps=round(copy_bandwidth(machine_device(model)) / 1e9, 2), weights=weights)
     log.info("Target %s runs as %s (predicted %s); probing took %.1f s, %.1f s of it building %s (which a start "
              "running %s pays anyway)", name, choice, ", ".join(f"{e} {p['rate']:.2f} tok/s" for e, p in predicted.items()),
              probe.seconds, probe.build_seconds, choice, choice)

@@ -105,7 +105,7 @@ def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
                     f"{_rate(p.get('standard'))} standard")
         elif p.get("rate"):
             rate = f"; {_rate(p.get('rate'))} tokens/s one step at a time"
-        words = exec_words(e)
+        words = exec_words(e, probe.weights.get(e, ""))
         words = words[len(e):] if words.startswith(e + " ") else f" ({words})" if words != e else ""
         rows.append(f"- **{e}**{words}{' — chosen' if e == chosen else ''}: {cost}{rate}.")
     parts.append(f"**Verify factor T({k})/T(1)** (γ = {g}), measured here:\n" + "\n".join(rows))
