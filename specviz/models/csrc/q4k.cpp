@@ -136,13 +136,13 @@ inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const fl
 
 constexpr int64_t REC6 = 212;
 
-// the int16 scales of a block s (16 lanes) -> lanes 0-7 scale 2k, lanes 8-15 scale 2k+1
-inline __m256i pair_scales(__m256i s, int k) {
-  const __m256i both = _mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(k));  // int16 pair (2k, 2k+1) everywhere
-  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-  return _mm256_shuffle_epi8(both, pick);
-}
+// vpshufb masks: from a register whose two 128-bit halves both hold 8 int16 scales, lanes 0-7 get scale 2i and
+// lanes 8-15 scale 2i + 1 (one shuffle per 32 weights, where a permute and a shuffle ran: the same values)
+alignas(32) const int8_t PAIR[4][32] = {
+#define SPECVIZ_PAIR(i) {4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, \
+                         4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3}
+    SPECVIZ_PAIR(0), SPECVIZ_PAIR(1), SPECVIZ_PAIR(2), SPECVIZ_PAIR(3)};
+#undef SPECVIZ_PAIR
 
 template <int T>
 inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
@@ -160,6 +160,8 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
       const __m256i bsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs + t * ldb + b * 16));
       v[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s16, bsum), 5));
     }
+    // the block's 16 scales, half h's 8 in both 128-bit halves: scales 8h .. 8h + 7
+    const __m256i halves[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
     for (int h = 0; h < 2; ++h) {
       const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
       const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
@@ -170,7 +172,8 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m2)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2))};
       for (int i = 0; i < 4; ++i) {
-        const __m256i sc = pair_scales(s16, 4 * h + i);
+        // lanes 0-7: scale 8h + 2i, lanes 8-15: 8h + 2i + 1 (weights 128h + 32i + 0..15 and 16..31)
+        const __m256i sc = _mm256_shuffle_epi8(halves[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(PAIR[i])));
         for (int t = 0; t < T; ++t) {
           const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * ldx + b * 256 + 128 * h + 32 * i));
           v[t] = _mm256_add_epi32(v[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[i], x), sc));
@@ -193,20 +196,23 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
 
 // Each token's blocks of 256 (n_blocks of them, rows contiguous) quantized to int8 with one float scale a block
 // (llama.cpp's Q8_K idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), and the sums of each G.
+// x's rows are K_in long (the last block's inputs past K_in count as zeros: a K short of a whole block, the
+// draft's 896, needs no padded copy); token i / kb, block i % kb.
 template <int G>
-void quantize_blocks(const float* xp, int64_t n_blocks, int8_t* qp, float* dp, int16_t* sp) {
+void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in, int8_t* qp, float* dp, int16_t* sp) {
   at::parallel_for(0, n_blocks, 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const float* xr = xp + i * 256;  // token i / kb, block i % kb: rows are contiguous, K = kb * 256
+      const float* xr = xp + (i / kb) * K_in + (i % kb) * 256;
+      const int n = int(std::min<int64_t>(256, K_in - (i % kb) * 256));  // the block's real inputs
       int8_t* qr = qp + i * 256;
       float amax = 0.0f;
-      for (int k = 0; k < 256; ++k) amax = std::max(amax, std::fabs(xr[k]));
+      for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(xr[k]));
       const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
       dp[i] = amax / 127.0f;
       for (int j = 0; j < 256 / G; ++j) {
         int32_t s = 0;
         for (int k = G * j; k < G * j + G; ++k) {
-          const float t = xr[k] * id;
+          const float t = k < n ? xr[k] * id : 0.0f;
           const int32_t v = std::max(-127, std::min(127, int32_t(std::nearbyint(t))));
           qr[k] = int8_t(v);
           s += v;
@@ -230,10 +236,10 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
   TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 3 && w.size(2) == rec, "w must be uint8 [N, K/256, ", rec, "]");
   w = w.contiguous();
   const int64_t kb = w.size(1);
-  // a K short of a whole block (the draft's 896): the records' last block zero past K, x zero-padded to it
+  // a K short of a whole block (the draft's 896): the records' last block zero past K, x's missing inputs read as zeros
   TORCH_CHECK(x.size(1) <= kb * 256 && x.size(1) > kb * 256 - 256, "x's K must fill w's blocks of 256 but the last");
-  x = x.size(1) == kb * 256 ? x.contiguous() : at::constant_pad_nd(x, {0, kb * 256 - x.size(1)}, 0.0).contiguous();
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0), S = 256 / G;
+  x = x.contiguous();
+  const int64_t M = x.size(0), K_in = x.size(1), K = kb * 256, N = w.size(0), S = 256 / G;
   const float* bp = nullptr;
   torch::Tensor bt;
   if (bias.has_value() && bias->defined()) {
@@ -247,7 +253,7 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
   int8_t* qp = xq.data_ptr<int8_t>();
   float* dp = dx.data_ptr<float>();
   int16_t* sp = bs.data_ptr<int16_t>();
-  quantize_blocks<G>(x.data_ptr<float>(), M * kb, qp, dp, sp);
+  quantize_blocks<G>(x.data_ptr<float>(), M * kb, kb, K_in, qp, dp, sp);
   auto out = torch::empty({M, N}, x.options());
   float* op = out.data_ptr<float>();
   const uint8_t* wp = w.data_ptr<uint8_t>();
