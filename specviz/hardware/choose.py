@@ -40,8 +40,9 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
                                              draft_bytes=step_bytes(req.draft))
         requested = probe.choice
     if probe is not None and requested == probe.choice:
-        # once per machine: a busy race's prices
+        # once per machine: a busy race's prices, and the bandwidth bound where an older probe lacks it
         probe = hw_probe.add_one_thread(probe, model, req.draft, req.vocab, req.dtype)
+        probe = hw_probe.add_bound(probe, model, req.draft, req.dtype)
     return model, requested, probe
 
 

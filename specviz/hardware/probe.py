@@ -391,6 +391,30 @@ def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module
     return probe
 
 
+def add_bound(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | None, dtype: torch.dtype,
+              busy: Callable[[], bool] | None = None) -> Probe:
+    """``probe`` with the bandwidth bound's figures where it was made before they were kept: the bytes a step
+    of the chosen execution (``target``, as it runs) and of the draft reads, and the copy bandwidth (~0.3 s,
+    once per machine: remembered; not on a busy machine, where a copy's time means nothing)."""
+    from ..models.int8 import machine_busy
+    from .roofline import copy_bandwidth, step_bytes
+
+    device = machine_device(target)
+    if probe.copy_gbps or not probe.measured or not probe.curves or (busy or machine_busy)():
+        return probe
+    probe.step_mb = {**probe.step_mb, probe.choice: round(step_bytes(target) / 1e6, 3)}
+    probe.draft_mb = round(step_bytes(draft) / 1e6, 3) if draft is not None else None
+    probe.copy_gbps = round(copy_bandwidth(device) / 1e9, 2)
+    from ..models import q4k
+
+    if q4k.in_use(target):
+        probe.weights = {**probe.weights, probe.choice: "gguf"}
+    log.info("Bandwidth bound of %s: %.0f MB a step at %.1f GB/s", probe.choice, probe.step_mb[probe.choice],
+             probe.copy_gbps)
+    remember(probe, this_machine(device), probe.model, dtype)
+    return probe
+
+
 def draft_step_ms(model: torch.nn.Module, vocab: int) -> float:
     """The draft's one-token step after the PREFIX-token prefix, ms."""
     timer = VerifyTimer(model, vocab)
