@@ -129,18 +129,19 @@ def test_an_int8_execution_on_the_ggufs_matrices_is_named_so():
 
 def test_an_older_probe_gets_the_bound_once_on_a_quiet_start(tmp_path, monkeypatch):
     from specviz.hardware import probe as hw_probe
+    from specviz.hardware import probe_once
     from specviz.hardware.machine import this_machine
 
     monkeypatch.setattr(hw_probe, "_probe_path", lambda: tmp_path / "probe.json")
     pair = build_tiny_pair(vocab_size=40)
     target = pair.target.to(torch.bfloat16)
     old = Probe(this_machine("cpu").as_dict(), "tiny", {"bf16": {1: 5.0, 2: 6.0}}, 2.0, 0.8, "bf16")
-    busy = hw_probe.add_bound(Probe.from_dict(old.as_dict()), target, pair.draft, torch.bfloat16, busy=lambda: True)
+    busy = probe_once.add_bound(Probe.from_dict(old.as_dict()), target, pair.draft, torch.bfloat16, busy=lambda: True)
     assert busy.copy_gbps is None and busy.step_mb == {}  # a busy machine's copy would mean nothing
-    got = hw_probe.add_bound(old, target, pair.draft, torch.bfloat16, busy=lambda: False)
+    got = probe_once.add_bound(old, target, pair.draft, torch.bfloat16, busy=lambda: False)
     assert got.step_mb == {"bf16": round(roofline.step_bytes(target) / 1e6, 3)}
     assert got.draft_mb == round(roofline.step_bytes(pair.draft) / 1e6, 3) and got.copy_gbps > 0.1
     kept = hw_probe.known(this_machine("cpu"), "tiny", torch.bfloat16)
     assert kept is not None and kept.copy_gbps == got.copy_gbps  # remembered: the next start measures nothing
     monkeypatch.setattr(roofline, "copy_bandwidth", lambda *a, **k: pytest.fail("measured again"))
-    assert hw_probe.add_bound(kept, target, pair.draft, torch.bfloat16, busy=lambda: False).copy_gbps == got.copy_gbps
+    assert probe_once.add_bound(kept, target, pair.draft, torch.bfloat16, busy=lambda: False).copy_gbps == got.copy_gbps

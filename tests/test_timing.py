@@ -471,6 +471,7 @@ def test_a_one_thread_race_is_priced_by_the_one_thread_curve():
 
 def test_the_probe_times_the_chosen_execution_on_one_thread_once(tmp_path, monkeypatch):
     from specviz.hardware import probe as P
+    from specviz.hardware import probe_once
     from specviz.hardware.machine import this_machine
     from specviz.models.tiny import build_tiny_pair
 
@@ -480,13 +481,13 @@ def test_the_probe_times_the_chosen_execution_on_one_thread_once(tmp_path, monke
     machine = this_machine(torch.device("cpu")).as_dict() | {"threads": 2}
     probe = Probe(machine, "tiny", {"fp32": {1: 1.0, 2: 1.1}}, 0.5, 0.8, "fp32")
     before = torch.get_num_threads()
-    out = P.add_one_thread(probe, target, draft, tiny.vocab_size, torch.float32, busy=lambda: False)
+    out = probe_once.add_one_thread(probe, target, draft, tiny.vocab_size, torch.float32, busy=lambda: False)
     assert torch.get_num_threads() == before
     assert set(out.one_thread["curve"]) == set(P.PROBE_KS) and out.one_thread["draft_ms"] > 0
-    again = P.add_one_thread(out, target, None, tiny.vocab_size, torch.float32, busy=lambda: False)
+    again = probe_once.add_one_thread(out, target, None, tiny.vocab_size, torch.float32, busy=lambda: False)
     assert again.one_thread is out.one_thread  # measured once
     stored = P.read_probes()
     assert any(e.get("one_thread") for e in stored.values())  # remembered for the next start
     busy = Probe(machine, "tiny", {"fp32": {1: 1.0}}, 0.5, 0.8, "fp32")
-    assert P.add_one_thread(busy, target, draft, tiny.vocab_size, torch.float32,
+    assert probe_once.add_one_thread(busy, target, draft, tiny.vocab_size, torch.float32,
                             busy=lambda: True).one_thread is None  # a busy machine's timings mean nothing

@@ -17,6 +17,7 @@ from ..models.loading import ExecutionRequest, set_execution_chooser
 from ..models.pair import report
 from ..models.warm import pack_now
 from . import probe as hw_probe
+from . import probe_once
 from .machine import this_machine
 from .roofline import step_bytes
 
@@ -41,8 +42,8 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
         requested = probe.choice
     if probe is not None and requested == probe.choice:
         # once per machine: a busy race's prices, and the bandwidth bound where an older probe lacks it
-        probe = hw_probe.add_one_thread(probe, model, req.draft, req.vocab, req.dtype)
-        probe = hw_probe.add_bound(probe, model, req.draft, req.dtype)
+        probe = probe_once.add_one_thread(probe, model, req.draft, req.vocab, req.dtype)
+        probe = probe_once.add_bound(probe, model, req.draft, req.dtype)
     return model, requested, probe
 
 

@@ -1,0 +1,81 @@
+"""What a warm start adds to a cached probe, once per machine (then remembered): the chosen execution timed on one
+thread (what a race on a busy machine is priced by), and the bandwidth bound's figures where the probe was made
+before they were kept.  Neither runs on a busy machine, where timings mean nothing."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import torch
+
+from . import roofline
+from .machine import this_machine
+from .probe import PROBE_KS, Probe, VerifyTimer, draft_step_ms, machine_device, remember
+
+log = logging.getLogger("specviz.models")
+
+
+def time_one_thread(target: torch.nn.Module, draft: torch.nn.Module | None, vocab: int,
+                    ks: tuple[int, ...] = PROBE_KS) -> dict:
+    """The target's curve over ``ks`` and the draft's step, each on one thread (the count a race on a
+    busy machine uses): {"curve": {k: ms}, "draft_ms": ms or None}.  The process's count is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        timer = VerifyTimer(target, vocab)
+        try:
+            curve = timer.curve(ks)
+        finally:
+            timer.close()
+        draft_ms = draft_step_ms(draft, vocab) if draft is not None else None
+    finally:
+        torch.set_num_threads(before)
+    return {"curve": {k: round(v, 1) for k, v in curve.items()}, "draft_ms": None if draft_ms is None else round(draft_ms, 1)}
+
+
+def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | None, vocab: int, dtype: torch.dtype,
+                   busy: Callable[[], bool] | None = None) -> Probe:
+    """``probe`` with its chosen execution timed on one thread too (once per machine: remembered), where
+    the machine has more than one and is quiet now; the probe unchanged otherwise."""
+    from ..models.int8 import machine_busy
+
+    machine = this_machine(next(target.parameters()).device)
+    if (probe.one_thread or not probe.measured or machine.kind != "cpu" or (probe.machine or {}).get("threads", 1) <= 1
+            or (busy or machine_busy)()):
+        return probe
+    from ..models.warm import pack_now
+
+    t0 = time.perf_counter()
+    for model in (target, draft):  # a deferred load (models.warm) packs before it is timed
+        if model is not None:
+            pack_now(model)
+    probe.one_thread = time_one_thread(target, draft, vocab)
+    log.info("Target %s as %s on one thread: %s ms for %s tokens, draft step %s ms (%.1f s)", probe.model, probe.choice,
+             "/".join(f"{v:.0f}" for v in probe.one_thread["curve"].values()), "/".join(map(str, probe.one_thread["curve"])),
+             probe.one_thread["draft_ms"], time.perf_counter() - t0)
+    remember(probe, machine, probe.model, dtype)
+    return probe
+
+
+def add_bound(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | None, dtype: torch.dtype,
+              busy: Callable[[], bool] | None = None) -> Probe:
+    """``probe`` with the bandwidth bound's figures where it was made before they were kept: the bytes a step
+    of the chosen execution (``target``, as it runs) and of the draft reads, and the copy bandwidth (~0.3 s,
+    once per machine: remembered; not on a busy machine, where a copy's time means nothing)."""
+    from ..models import q4k
+    from ..models.int8 import machine_busy
+
+    device = machine_device(target)
+    if probe.copy_gbps or not probe.measured or not probe.curves or (busy or machine_busy)():
+        return probe
+    probe.step_mb = {**probe.step_mb, probe.choice: round(roofline.step_bytes(target) / 1e6, 3)}
+    probe.draft_mb = round(roofline.step_bytes(draft) / 1e6, 3) if draft is not None else None
+    probe.copy_gbps = round(roofline.copy_bandwidth(device) / 1e9, 2)
+    if q4k.in_use(target):
+        probe.weights = {**probe.weights, probe.choice: "gguf"}
+    log.info("Bandwidth bound of %s: %.0f MB a step at %.1f GB/s", probe.choice, probe.step_mb[probe.choice],
+             probe.copy_gbps)
+    remember(probe, this_machine(device), probe.model, dtype)
+    return probe
