@@ -21,7 +21,7 @@ import time
 import torch
 
 from .probe import PREFIX as PROBE_PREFIX
-from .roofline import copy_bandwidth, step_bytes
+from .roofline import bound_ms, copy_bandwidth, step_bytes
 
 # The published configurations (config.json of Qwen/Qwen2.5-Coder-{0.5B,1.5B,7B}-Instruct).
 CONFIGS = {
@@ -66,7 +66,7 @@ def measure(size: str, device: torch.device, modes: list[str], bw: float) -> dic
 
     model = random_model(size, device)
     row: dict = {"size": size, "weight_bytes": step_bytes(model), "params": sum(p.numel() for p in model.parameters())}
-    row["bound_ms"] = 1000 * row["weight_bytes"] / bw
+    row["bound_ms"] = bound_ms(row["weight_bytes"], bw)
     row["eager"] = step_times(model)
     for mode in modes:
         t = time.perf_counter()

@@ -71,14 +71,16 @@ class Probe:
     # execution -> "gguf" where it ran on the GGUF's matrices as stored (models.q4k), as ModelPair.target_weights says
     weights: dict[str, str] = field(default_factory=dict)
 
+    def bound_ms(self, mb: float | None) -> float | None:
+        """The ms ``mb`` MB of weights take to stream at the copy bandwidth (MB / (GB/s) = ms); None unmeasured."""
+        return mb / self.copy_gbps if mb and self.copy_gbps else None
+
     def bound_ratio(self, execution: str | None = None) -> float | None:
         """T(1) of ``execution`` (the chosen one) over the time its weights take to stream at the copy
         bandwidth: 1.0 would be the bound itself; None where not measured."""
         e = execution or self.choice
-        t1, mb = (self.curves.get(e) or {}).get(1), self.step_mb.get(e)
-        if not t1 or not mb or not self.copy_gbps:
-            return None
-        return t1 / (mb / self.copy_gbps)  # MB / (GB/s) = ms
+        t1, bound = (self.curves.get(e) or {}).get(1), self.bound_ms(self.step_mb.get(e))
+        return t1 / bound if t1 and bound else None
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -41,7 +41,7 @@ def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module
     the machine has more than one and is quiet now; the probe unchanged otherwise."""
     from ..models.int8 import machine_busy
 
-    machine = this_machine(next(target.parameters()).device)
+    machine = this_machine(machine_device(target))
     if (probe.one_thread or not probe.measured or machine.kind != "cpu" or (probe.machine or {}).get("threads", 1) <= 1
             or (busy or machine_busy)()):
         return probe

@@ -197,9 +197,10 @@ def bound_line(probe: Probe) -> tuple[float, str] | None:
     """(ms, words): the time the chosen execution's weights take to stream at the copy bandwidth
     (:mod:`specviz.hardware.roofline`), or None where the probe did not measure them."""
     mb = probe.step_mb.get(probe.choice)
-    if not mb or not probe.copy_gbps:
+    ms = probe.bound_ms(mb)
+    if ms is None:
         return None
-    return mb / probe.copy_gbps, f"its weights ({mb:,.0f} MB a step) at the copy bandwidth ({probe.copy_gbps:.1f} GB/s)"
+    return ms, f"its weights ({mb:,.0f} MB a step) at the copy bandwidth ({probe.copy_gbps:.1f} GB/s)"
 
 
 def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] = (), *,

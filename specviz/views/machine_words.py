@@ -133,10 +133,10 @@ def _bound_words(probe: Probe, c: float | None) -> str:
     mb, gbps = probe.step_mb[probe.choice], probe.copy_gbps
     text = (f"**The bandwidth bound** (the dashed line): a one-token step of {probe.choice} reads {mb:,.0f} MB of "
             f"weights, and streaming them at this machine's copy bandwidth ({gbps:.1f} GB/s, bytes read and written, "
-            f"measured) takes {_ms(mb / gbps)}: T(1) = {_ms(t1)} is **{ratio:.2f}×** that.  One token at a time, "
+            f"measured) takes {_ms(probe.bound_ms(mb))}: T(1) = {_ms(t1)} is **{ratio:.2f}×** that.  One token at a time, "
             "decoding waits on memory more than on arithmetic; that is the room a verify pass over several tokens uses.")
     if probe.draft_mb:
-        floor = probe.draft_mb / gbps / t1
+        floor = probe.bound_ms(probe.draft_mb) / t1
         text += (f" The draft reads {probe.draft_mb:,.0f} MB a step ({probe.draft_mb / mb:.2f} of the target's bytes): "
                  f"even at the bound its step would cost c = {floor:.2f} of the target's"
                  + (f" (measured: c = {c:.2f})." if c is not None else "."))
