@@ -667,6 +667,22 @@ WALK_JS = """() => {
             discarded: n('discarded'), walk: walk ? walk.innerText : null};
 }"""
 
+# Every state the tree panel takes, recorded by the page itself as it changes (a MutationObserver),
+# so a walk step up for 0.3 s is seen even when the test's own polling or a screenshot is slow
+# (a loaded CI machine missed them when the test polled).
+RECORD_WALK_JS = """(snapJs) => {
+    const snap = eval(snapJs);
+    window.svxTreeStates = [];
+    let last = '';
+    const record = () => {
+        const s = snap();
+        const key = JSON.stringify(s);
+        if (s && key !== last) { window.svxTreeStates.push(s); last = key; }
+    };
+    new MutationObserver(record).observe(document.querySelector('#sv-tree'),
+        {subtree: true, childList: true, attributes: true, characterData: true});
+}"""
+
 
 def test_tree_walk_plays_step_by_step_mid_run(browser, slow_server, shots):
     """A live tree run (tiny pair, slowed drafting): a tree grows with its nodes pending, then the target's
@@ -688,36 +704,39 @@ def test_tree_walk_plays_step_by_step_mid_run(browser, slow_server, shots):
         open_accordion(page, "sv-sampling", "#sv-max-new input[type=number]")
         set_number(page, "sv-temperature", 1)
         set_number(page, "sv-max-new", 16)
+        page.evaluate(RECORD_WALK_JS, WALK_JS)
         page.click("#sv-run")
-        drafting = mid = None
-        walks = []  # (round, step) of every walk state seen
+        shot_drafting = shot_mid = False
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # screenshots of the two states, when the polling catches them
             snap = page.evaluate(WALK_JS)
-            if snap and snap["walk"] is None and snap["pending"] and drafting is None:
-                drafting = snap
+            if snap and snap["walk"] is None and snap["pending"] and not shot_drafting:
                 page.locator("#sv-tree").screenshot(path=str(shots / "tree-walk-0-drafting.png"))
-            if snap and snap["walk"] is not None:
-                walks.append((snap["round"], snap["step"]))
-                if mid is None and snap["pending"] and (snap["accepted"] or snap["rejected"]):
-                    mid = snap
-                    page.locator("#sv-tree").screenshot(path=str(shots / "tree-walk-1-mid.png"))
+                shot_drafting = True
+            if snap and snap["walk"] is not None and snap["pending"] and not shot_mid:
+                page.locator("#sv-tree").screenshot(path=str(shots / "tree-walk-1-mid.png"))
+                shot_mid = True
             if page.evaluate("() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')"):
                 break
             page.wait_for_timeout(40)
-        assert drafting, "no tree was seen being drafted (pending nodes, no walk yet)"
-        assert mid, f"no walk state showed some nodes verdicted and others pending; walk states seen: {walks[:40]}"
-        assert re.search(r"child \d+ of \d+ \(.*\) (accepted|rejected)", mid["walk"]), mid["walk"]
-        assert mid["step"] < mid["steps"], mid
-        # Within a round the walk only moves forward, one step at a time or more.
-        by_round = {}
-        for rnd, step in walks:
-            by_round.setdefault(rnd, []).append(step)
-        assert all(steps == sorted(steps) for steps in by_round.values()), by_round
-        assert any(len(set(steps)) >= 2 for steps in by_round.values()), by_round
         wait_until(page, slow_server,
                    "() => document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Done:')",
                    "the tree run to finish", 300)
+        states = page.evaluate("() => window.svxTreeStates")
+        drafting = [s for s in states if s["walk"] is None and s["pending"]]
+        assert drafting, "no tree was seen being drafted (pending nodes, no walk yet)"
+        walks = [s for s in states if s["walk"] is not None]
+        mid = next((s for s in walks if s["pending"] and (s["accepted"] or s["rejected"])), None)
+        assert mid, f"no walk state showed some nodes verdicted and others pending; walk states seen: {walks[:40]}"
+        assert re.search(r"child \d+ of \d+ \(.*\) (accepted|rejected)", mid["walk"]), mid["walk"]
+        assert mid["step"] < mid["steps"], mid
+        # Within a round the walk only moves forward, one step at a time or more, and some round
+        # showed more than one step of its walk.
+        by_round = {}
+        for s in walks:
+            by_round.setdefault(s["round"], []).append(s["step"])
+        assert all(steps == sorted(steps) for steps in by_round.values()), by_round
+        assert any(len(set(steps)) >= 2 for steps in by_round.values()), by_round
         done = page.evaluate(WALK_JS)
         assert done["walk"] is None and done["pending"] == 0 and done["step"] == done["steps"], done
         assert "distinct draws" in page.inner_text("#sv-tree")
