@@ -217,7 +217,7 @@ def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
         from ..models import q4k
 
         if q4k.enabled():  # asked for: an int8 target from a GGUF takes its Q4_K matrices as stored, other curves
-            parts.append("q4k")
+            parts.append(f"q4k-v{q4k.FORMAT}")  # and records in another order are other kernels: measured again
     return "|".join(parts)
 
 

@@ -26,6 +26,13 @@ QK = 256  # weights per Q4_K block
 GGUF_BLOCK = 144  # bytes of a GGUF Q4_K block: d, dmin (fp16), 12 bytes of packed scales and mins, 128 of nibbles
 REC = 152  # bytes of the kernel's record: the 128 nibbles, 8 scales, 8 mins, d and dmin as float32
 
+# The record's 256 values in the kernel's order: its 32-value group k (the low, then the high nibbles of each
+# 32 bytes) holds, at byte p, sub-block p // 4's values 4k + p % 4.  One 32-byte product then spans all eight
+# sub-blocks, so a block's eight products add up in int16 and take their scales in one vpmaddwd
+# (``csrc/q4k.cpp``).  STORED[i]: the value (in weight order) at position i; the activations go the same way.
+STORED = np.array([32 * (p // 4) + 4 * k + p % 4 for k in range(8) for p in range(32)])
+PLACE = np.argsort(STORED)  # PLACE[v]: where value v is stored
+
 
 def records(raw: np.ndarray) -> torch.Tensor:
     """GGUF Q4_K rows (uint8 [N, K/256 * 144], as ``gguf.GGUFReader`` maps them) in the kernel's form, uint8
@@ -45,12 +52,24 @@ def records(raw: np.ndarray) -> torch.Tensor:
     sc[..., 4:] = (q[..., 8:12] & 0x0F) | ((q[..., 0:4] >> 6) << 4)
     mn[..., 4:] = (q[..., 8:12] >> 4) | ((q[..., 4:8] >> 6) << 4)
     out = np.empty((n, kb, REC), dtype=np.uint8)
-    out[..., :128] = blocks[..., 16:]
+    out[..., :128] = _pack(_unpack(blocks[..., 16:])[..., STORED])
     out[..., 128:136] = sc
     out[..., 136:144] = mn
     out[..., 144:148] = d.view(np.uint8).reshape(n, kb, 4)
     out[..., 148:152] = dmin.view(np.uint8).reshape(n, kb, 4)
     return torch.from_numpy(out)
+
+
+def _unpack(nibbles: np.ndarray) -> np.ndarray:
+    """GGUF's 128 bytes of a block as its 256 values in order: 32 bytes a chunk of 64, low nibbles first."""
+    nib = nibbles.reshape(*nibbles.shape[:-1], 4, 1, 32)
+    return np.concatenate([nib & 0x0F, nib >> 4], axis=-2).reshape(*nibbles.shape[:-1], QK)
+
+
+def _pack(values: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_unpack`: 256 values (0..15) a block as 128 bytes."""
+    v = values.reshape(*values.shape[:-1], 4, 2, 32)
+    return (v[..., 0, :] | (v[..., 1, :] << 4)).reshape(*values.shape[:-1], 128)
 
 
 def quantize(weight: torch.Tensor) -> torch.Tensor:
@@ -74,9 +93,9 @@ def quantize(weight: torch.Tensor) -> torch.Tensor:
     sc, mn = six_bits(step_f, d), six_bits(min_f, dmin)
     step, offset = (d[..., None] * sc)[..., None], (dmin[..., None] * mn)[..., None]
     q = torch.where(step > 0, torch.round((w + offset) / step.clamp(min=1e-30)), torch.zeros_like(w))
-    q = q.clamp_(0, 15).to(torch.uint8).reshape(n, kb, 4, 2, 32)  # chunk c: weights 0..31 low nibbles, 32..63 high
+    q = q.clamp_(0, 15).to(torch.uint8).reshape(n, kb, QK)[..., torch.from_numpy(STORED)]
     out = torch.empty(n, kb, REC, dtype=torch.uint8)
-    out[..., :128] = (q[:, :, :, 0] | (q[:, :, :, 1] << 4)).reshape(n, kb, 128)
+    out[..., :128] = torch.from_numpy(_pack(q.numpy()))
     out[..., 128:136], out[..., 136:144] = sc.to(torch.uint8), mn.to(torch.uint8)
     out[..., 144:148] = d.contiguous().view(torch.uint8).reshape(n, kb, 4)
     out[..., 148:152] = dmin.contiguous().view(torch.uint8).reshape(n, kb, 4)
@@ -86,8 +105,7 @@ def quantize(weight: torch.Tensor) -> torch.Tensor:
 def _fields(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A record tensor's parts: q uint8 [N, KB, 256] (0..15, in weight order), sc, mn int32 [N, KB, 8], d, dmin
     float32 [N, KB]."""
-    nib = w[..., :128].reshape(*w.shape[:2], 4, 32)
-    q = torch.stack([nib & 0x0F, nib >> 4], dim=3).reshape(*w.shape[:2], QK)  # chunk c: its low nibbles, then high
+    q = torch.from_numpy(_unpack(w[..., :128].numpy())[..., PLACE])  # back in weight order
     sc, mn = w[..., 128:136].to(torch.int32), w[..., 136:144].to(torch.int32)
     d = w[..., 144:148].contiguous().view(torch.float32).squeeze(-1)
     dmin = w[..., 148:152].contiguous().view(torch.float32).squeeze(-1)
@@ -122,15 +140,15 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
     m, n, kb = x.shape[0], w.shape[0], w.shape[1]
     x = torch.nn.functional.pad(x, (0, kb * QK - x.shape[1]))  # a K short of the last block: zeros
     xq, dx, bs = quantize_activations(x)
-    xq = xq.reshape(m, kb, 8, 8, 4).to(torch.int64)  # block, sub-block j, lane l, 4 values
-    q = q.reshape(n, kb, 8, 8, 4).to(torch.int64)
+    xq = xq.reshape(m, kb, 8, 32).to(torch.int64)  # block, sub-block j, its 32 values
+    q = q.reshape(n, kb, 8, 32).to(torch.int64)
     bs = bs.reshape(m, kb, 4, 2).to(torch.int64)
     mn = mn.reshape(n, kb, 4, 2).to(torch.int64)
     a = torch.zeros(m, n, 8, dtype=torch.float32)
     am = torch.zeros(m, n, 4, dtype=torch.float32)
     for b in range(kb):
-        per = torch.einsum("mjlk,njlk->mnjl", xq[:, b], q[:, b])  # exact
-        lanes = (per * sc[None, :, b, :, None].to(torch.int64)).sum(2).to(torch.float32)  # [m, n, 8]
+        per = torch.einsum("mjk,njk->mnj", xq[:, b], q[:, b])  # exact: lane j, sub-block j's sum
+        lanes = (per * sc[None, :, b].to(torch.int64)).to(torch.float32)  # [m, n, 8]
         mins = (bs[:, None, b] * mn[None, :, b]).sum(-1).to(torch.float32)  # [m, n, 4]
         a = a + (dx[:, None, b] * d[None, :, b])[..., None] * lanes
         am = am + (dx[:, None, b] * dmin[None, :, b])[..., None] * mins
@@ -182,7 +200,8 @@ class Q4KLinear(torch.nn.Module):
 
 # --- the target's Q4_K matrices, read from its GGUF once and kept beside its converted weights -------------------
 
-FORMAT = 2  # of the records file: bump when records() changes (2: with the Q6_K matrices, <name>.q6k)
+FORMAT = 3  # of the records file: bump when records() changes (2: with the Q6_K matrices, <name>.q6k; 3: values in
+# the kernel's order, STORED)
 GGUF_TO_HF = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
               "ffn_down": "mlp.down_proj"}

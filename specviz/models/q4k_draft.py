@@ -23,7 +23,7 @@ from .int8_target import TokenInt8Linear, parts_of, shared_of
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # of the kept records: bump when q4k.quantize changes
+FORMAT = 2  # of the kept records: bump when q4k.quantize changes (2: values in the kernel's order, q4k.STORED)
 LABEL = "int8+q4k"  # the pair's draft_quant for such a draft
 INT8_DRAFTS = ("int8", LABEL)  # the draft_quant of an int8 draft, its matrices int8 or Q4_K
 
@@ -83,6 +83,9 @@ def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
             tmp = kept.with_name(kept.name + ".partial")
             save_file(made, str(tmp), metadata={"format": str(FORMAT)})
             tmp.replace(kept)
+            for old in kept.parent.glob(f"draft-{Path(int8_cache).stem}-v*.safetensors"):  # an earlier format's
+                if old != kept:
+                    old.unlink(missing_ok=True)
         except OSError as exc:  # a read-only cache: made again at the next load
             log.warning("Could not keep the draft's Q4_K records at %s: %s", kept, exc)
     return len(made)

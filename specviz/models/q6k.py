@@ -14,7 +14,40 @@ import torch
 
 QK = 256
 GGUF_BLOCK = 210  # ql[128], qh[64], scales[16] (int8), d (fp16)
-REC = 212  # the kernel's record: the same with d as float32
+REC = 212  # the kernel's record: the same with d as float32, its values in the kernel's order (STORED)
+
+# The record's 256 values in the kernel's order: its 32-value group k holds, at byte p, sub-block p // 2's values
+# 2k + p % 2 (sub-blocks of 16, one scale each), packed into ql and qh as GGUF packs its own.  One 32-byte product
+# then spans all sixteen sub-blocks and takes the block's scales as they are, in one vpmaddwd (``csrc/q4k.cpp``).
+# STORED[i]: the value (in weight order) at position i; the activations go the same way.
+STORED = np.array([16 * (p // 2) + 2 * k + p % 2 for k in range(8) for p in range(32)])
+PLACE = np.argsort(STORED)  # PLACE[v]: where value v is stored
+
+
+def _unpack(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
+    """GGUF's ql [.., 128] and qh [.., 64] as 256 values (0..63) in their order (llama.cpp's dequantize_row_q6_K)."""
+    ql, qh = ql.astype(np.uint8), qh.astype(np.uint8)
+    out = np.empty((*ql.shape[:-1], QK), dtype=np.uint8)
+    for h in range(2):
+        a, b, hi = ql[..., 64 * h:64 * h + 32], ql[..., 64 * h + 32:64 * h + 64], qh[..., 32 * h:32 * h + 32]
+        base = 128 * h
+        out[..., base:base + 32] = (a & 15) | ((hi & 3) << 4)
+        out[..., base + 32:base + 64] = (b & 15) | (((hi >> 2) & 3) << 4)
+        out[..., base + 64:base + 96] = (a >> 4) | (((hi >> 4) & 3) << 4)
+        out[..., base + 96:base + 128] = (b >> 4) | (((hi >> 6) & 3) << 4)
+    return out
+
+
+def _pack(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of :func:`_unpack`: 256 values a block as ql [.., 128] and qh [.., 64]."""
+    ql = np.empty((*q.shape[:-1], 128), dtype=np.uint8)
+    qh = np.empty((*q.shape[:-1], 64), dtype=np.uint8)
+    for h in range(2):
+        v = [q[..., 128 * h + 32 * i:128 * h + 32 * i + 32] for i in range(4)]
+        ql[..., 64 * h:64 * h + 32] = (v[0] & 15) | ((v[2] & 15) << 4)
+        ql[..., 64 * h + 32:64 * h + 64] = (v[1] & 15) | ((v[3] & 15) << 4)
+        qh[..., 32 * h:32 * h + 32] = (v[0] >> 4) | ((v[1] >> 4) << 2) | ((v[2] >> 4) << 4) | ((v[3] >> 4) << 6)
+    return ql, qh
 
 
 def records(raw: np.ndarray) -> torch.Tensor:
@@ -24,7 +57,8 @@ def records(raw: np.ndarray) -> torch.Tensor:
     blocks = raw.reshape(n, -1, GGUF_BLOCK)
     kb = blocks.shape[1]
     out = np.empty((n, kb, REC), dtype=np.uint8)
-    out[..., :208] = blocks[..., :208]
+    out[..., :128], out[..., 128:192] = _pack(_unpack(blocks[..., :128], blocks[..., 128:192])[..., STORED])
+    out[..., 192:208] = blocks[..., 192:208]
     d = blocks[..., 208:210].copy().view(np.float16).astype(np.float32)
     out[..., 208:212] = d.view(np.uint8).reshape(n, kb, 4)
     return torch.from_numpy(out)
@@ -32,16 +66,8 @@ def records(raw: np.ndarray) -> torch.Tensor:
 
 def _fields(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q int64 [N, KB, 256] (0..63, in weight order), sc int64 [N, KB, 16], d float32 [N, KB]."""
-    n, kb = w.shape[:2]
-    ql, qh = w[..., :128].to(torch.int64), w[..., 128:192].to(torch.int64)
-    q = torch.empty(n, kb, QK, dtype=torch.int64)
-    for h in range(2):
-        a, b, hi = ql[..., 64 * h:64 * h + 32], ql[..., 64 * h + 32:64 * h + 64], qh[..., 32 * h:32 * h + 32]
-        base = 128 * h
-        q[..., base:base + 32] = (a & 15) | ((hi & 3) << 4)
-        q[..., base + 32:base + 64] = (b & 15) | (((hi >> 2) & 3) << 4)
-        q[..., base + 64:base + 96] = (a >> 4) | (((hi >> 4) & 3) << 4)
-        q[..., base + 96:base + 128] = (b >> 4) | (((hi >> 6) & 3) << 4)
+    raw = w.numpy()
+    q = torch.from_numpy(_unpack(raw[..., :128], raw[..., 128:192])[..., PLACE].astype(np.int64))  # weight order
     sc = w[..., 192:208].contiguous().view(torch.int8).to(torch.int64)
     d = w[..., 208:212].contiguous().view(torch.float32).squeeze(-1)
     return q, sc, d
@@ -74,16 +100,15 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
     q, sc, d = _fields(w)
     xq, dx, bs = quantize_activations(x)
     m, n, kb = x.shape[0], w.shape[0], w.shape[1]
-    xq = xq.reshape(m, kb, 8, 2, 4, 4)  # block, chunk of 32, half of it (a scale), lane in that half, 4 values
-    qq = q.reshape(n, kb, 8, 2, 4, 4)
-    sc2 = sc.reshape(n, kb, 8, 2)  # chunk c's two scales: 2c, 2c + 1
-    bs = bs.reshape(m, kb, 8, 2)  # lane j: sums 2j, 2j + 1
-    scp = sc.reshape(n, kb, 8, 2)
+    xq = xq.reshape(m, kb, 8, 2, 16)  # block, lane l, its two sub-blocks 2l and 2l + 1 (a scale each), 16 values
+    qq = q.reshape(n, kb, 8, 2, 16)
+    sc2 = sc.reshape(n, kb, 8, 2)
+    bs = bs.reshape(m, kb, 8, 2)  # lane l: sums 2l, 2l + 1
     a = torch.zeros(m, n, 8, dtype=torch.float32)
     for b in range(kb):
-        per = torch.einsum("mcjlr,ncjlr->mncjl", xq[:, b], qq[:, b])  # [m, n, chunk, half, lane]: exact
-        lanes = (per * sc2[None, :, b, :, :, None]).sum(2).reshape(m, n, 8)  # lane 4 half + l
-        j = (scp[None, :, b] * bs[:, None, b]).sum(-1)  # [m, n, 8]
+        per = torch.einsum("mlsk,nlsk->mnls", xq[:, b], qq[:, b])  # [m, n, lane, sub-block]: exact
+        lanes = (per * sc2[None, :, b]).sum(-1)  # lane l: sc[2l] . (its q . xq) + sc[2l + 1] . (...)
+        j = (sc2[None, :, b] * bs[:, None, b]).sum(-1)  # [m, n, 8]
         total = (lanes - 32 * j).to(torch.float32)
         a = a + (dx[:, None, b] * d[None, :, b])[..., None] * total
     out = a[..., 0]

@@ -2,25 +2,31 @@
 // (and its Q6_K ones: the second part below)
 // where int8 reads 1.0, batch-invariant.
 //
-// Weights (specviz.models.q4k.Q4KWeights): one 152-byte record per row and block of 256 weights,
-//   qs[128]   GGUF's nibbles unchanged: chunk c (64 weights) = 32 bytes, low nibbles its weights 0..31,
-//             high nibbles 32..63
+// Weights (specviz.models.q4k): one 152-byte record per row and block of 256 weights,
+//   qs[128]   the block's 4-bit values in the kernel's order (q4k.STORED): 32 bytes a chunk c, its low nibbles
+//             group k = 2c, its high nibbles group k = 2c + 1, where group k's byte p is sub-block p / 4's value
+//             4k + p % 4 (so each 32-byte product spans all eight sub-blocks)
 //   sc[8]     the 6-bit scales of the block's eight sub-blocks of 32, unpacked from GGUF's 12 bytes
 //   mn[8]     the 6-bit mins, likewise
 //   d, dmin   float32 (GGUF's fp16, widened)
 // so that w = d * sc[j] * q - dmin * mn[j] for a weight q (0..15) of sub-block j: llama.cpp's dequantization.
 //
 // Activations: each token's 256-value blocks quantized to int8 with one float scale a block (llama.cpp's Q8_K
-// idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), and the eight sub-block sums of xq.
+// idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), stored in the weights' order, and the
+// eight sub-block sums of xq.
 //
 // out[m, n] = A - B (+ bias[n]), in float32, each operation rounded on its own (-ffp-contract=off), where over the
 // blocks b in order, per lane:
-//   A: 8 lanes, lane l += (dx[m,b] * d[n,b]) * I_l,  I_l = sum_j sc[j] * sum of q_i xq_i over i = 32 j + 4 l .. + 3
+//   A: 8 lanes, lane l += (dx[m,b] * d[n,b]) * I_l,  I_l = sc[l] * (sum of q_i xq_i over sub-block l)
 //   B: 4 lanes, lane l += (dx[m,b] * dmin[n,b]) * (mn[2l] bsum[2l] + mn[2l+1] bsum[2l+1])   (bsum: xq's sums of 32)
 // (the lanes vpmaddwd and _mm_madd_epi16 leave; integer sums exact), then A = ((a_0 + a_1) + a_2) + ... + a_7 and
-// B likewise over its 4 lanes.  No horizontal sum per block: ~1.6x the throughput of one.  Every output is computed alone from its own row and
-// token in that order, so a token's output is the same bits whatever else is in the pass (a verify pass, a step).
-// vpmaddubsw multiplies q (u8, 0..15) by xq (s8): its pair sums (<= 2 x 15 x 127) cannot saturate.
+// B likewise over its 4 lanes.  No horizontal sum per block: ~1.6x the throughput of one.  Every output is computed
+// alone from its own row and token in that order, so a token's output is the same bits whatever else is in the
+// pass (a verify pass, a step).
+// vpmaddubsw multiplies q (u8, 0..15) by xq (s8): its pair sums (<= 2 x 15 x 127) cannot saturate, and a block's
+// eight of them add up in int16 (<= 8 x 3810 < 32767) before one vpmaddwd applies the scales: in the stored order
+// int16 lane m is sub-block m / 2's, so the scales go in as [sc0 sc0 sc1 sc1 .. sc7 sc7], the same for the whole
+// block (GGUF's own order needs a scale broadcast and a vpmaddwd per 32 weights: 1.4x the instructions).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -36,84 +42,62 @@ constexpr int64_t REC = 152;  // bytes of one row's block of 256 weights
 // No software prefetch: on the Zen 3 EPYC the hardware's did best (one token, 16 MB from memory: 1.02-1.17 ms
 // without, 1.18-1.51 ms prefetching 1.2-8 KB ahead, T0 or NTA, interleaved runs).
 
-// vpshufb masks broadcasting int16 lane j (of each 128-bit half) to every lane
-alignas(32) const int8_t PICK[8][32] = {
-#define SPECVIZ_PICK(j) {2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, \
-                          2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1, 2*j, 2*j+1}
-    SPECVIZ_PICK(0), SPECVIZ_PICK(1), SPECVIZ_PICK(2), SPECVIZ_PICK(3),
-    SPECVIZ_PICK(4), SPECVIZ_PICK(5), SPECVIZ_PICK(6), SPECVIZ_PICK(7)};
-#undef SPECVIZ_PICK
+// vpshufb mask: int16 lane m <- scale byte m / 2, zero-extended (in each 128-bit half, both holding the 8 scales)
+alignas(32) const int8_t DUP[32] = {0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128,
+                                    4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128};
 
-inline __m256i pick(int j) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(PICK[j])); }
-
-// R rows (each kb * REC bytes after the last) against T tokens (xq [T][K], dx [T][KB], bs int16 [T][KB*8], each
-// token ld* apart), all K blocks; acc[r * T + t].  Each (row, token) goes through the same operations whatever R
-// and T are: R and T only decide what is loaded once and shared.
-template <int R, int T>
+// One row (kb * REC bytes) against T tokens (xq [T][K], dx [T][KB], bs int16 [T][KB*8], each token ld* apart), all
+// K blocks; acc[t].  Each (row, token) goes through the same operations whatever T is: T only decides what is
+// loaded once and shared.
+template <int T>
 inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
                         int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
   const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256 a[R][T];   // per-lane sums of dx * d * (the lane's integer sum), lanes as vpmaddwd leaves them
-  __m128 am[R][T];  // per-lane sums of dx * dmin * (mn . bsum), lanes as _mm_madd_epi16 leaves them
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      a[r][t] = _mm256_setzero_ps();
-      am[r][t] = _mm_setzero_ps();
-    }
-  const int64_t row_bytes = kb * REC;
+  const __m256i dup = _mm256_load_si256(reinterpret_cast<const __m256i*>(DUP));
+  __m256 a[T];   // per-lane sums of dx * d * (the lane's integer sum), lane l sub-block l's
+  __m128 am[T];  // per-lane sums of dx * dmin * (mn . bsum), lanes as _mm_madd_epi16 leaves them
+  for (int t = 0; t < T; ++t) {
+    a[t] = _mm256_setzero_ps();
+    am[t] = _mm_setzero_ps();
+  }
   for (int64_t b = 0; b < kb; ++b) {
-    __m256i v[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) v[r][t] = _mm256_setzero_si256();
-    __m256i sc[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* rec = w + r * row_bytes + b * REC;
-      sc[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128))));
-    }
+    const uint8_t* rec = w + b * REC;
+    __m256i p[T];  // int16 lane m: sub-block m / 2's products so far (exact: <= 8 x 3810)
+    for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
-      __m256i xl[T], xh[T];
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 * c));
+      const __m256i lo = _mm256_and_si256(q, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
       for (int t = 0; t < T; ++t) {
         const int8_t* x = xq + t * ldx + b * 256 + 64 * c;
-        xl[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-        xh[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * row_bytes + b * REC + 32 * c));
-        const __m256i lo = _mm256_and_si256(q, low);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-        const __m256i s0 = _mm256_shuffle_epi8(sc[r], pick(2 * c));
-        const __m256i s1 = _mm256_shuffle_epi8(sc[r], pick(2 * c + 1));
-        for (int t = 0; t < T; ++t) {
-          v[r][t] = _mm256_add_epi32(v[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl[t]), s0));
-          v[r][t] = _mm256_add_epi32(v[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh[t]), s1));
-        }
+        p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))));
+        p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32))));
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* rec = w + r * row_bytes + b * REC;
-      const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 136)));
-      float d, dmin;
-      std::memcpy(&d, rec + 144, 4);
-      std::memcpy(&dmin, rec + 148, 4);
-      for (int t = 0; t < T; ++t) {
-        const float xd = dx[t * ldd + b];
-        const __m128i bsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + t * ldb + b * 8));
-        const __m128i m4 = _mm_madd_epi16(mn, bsum);  // lane i: mn[2i] bsum[2i] + mn[2i+1] bsum[2i+1] (exact)
-        a[r][t] = _mm256_add_ps(a[r][t], _mm256_mul_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(v[r][t])));
-        am[r][t] = _mm_add_ps(am[r][t], _mm_mul_ps(_mm_set1_ps(xd * dmin), _mm_cvtepi32_ps(m4)));
-      }
+    const __m256i sc = _mm256_shuffle_epi8(  // [sc0 sc0 sc1 sc1 .. sc7 sc7] as int16
+        _mm256_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128))), dup);
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 136)));
+    float d, dmin;
+    std::memcpy(&d, rec + 144, 4);
+    std::memcpy(&dmin, rec + 148, 4);
+    for (int t = 0; t < T; ++t) {
+      const float xd = dx[t * ldd + b];
+      const __m128i bsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + t * ldb + b * 8));
+      const __m128i m4 = _mm_madd_epi16(mn, bsum);  // lane i: mn[2i] bsum[2i] + mn[2i+1] bsum[2i+1] (exact)
+      const __m256i v = _mm256_madd_epi16(p[t], sc);  // lane l: sc[l] x sub-block l's sum (exact)
+      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(v)));
+      am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_set1_ps(xd * dmin), _mm_cvtepi32_ps(m4)));
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {  // the lanes summed in order: ((l0 + l1) + l2) + ...
-      float la[8], lm[4];
-      _mm256_storeu_ps(la, a[r][t]);
-      _mm_storeu_ps(lm, am[r][t]);
-      float sa = la[0], sm = lm[0];
-      for (int l = 1; l < 8; ++l) sa = sa + la[l];
-      for (int l = 1; l < 4; ++l) sm = sm + lm[l];
-      acc[r * T + t] = sa - sm;
-    }
+  for (int t = 0; t < T; ++t) {  // the lanes summed in order: ((l0 + l1) + l2) + ...
+    float la[8], lm[4];
+    _mm256_storeu_ps(la, a[t]);
+    _mm_storeu_ps(lm, am[t]);
+    float sa = la[0], sm = lm[0];
+    for (int l = 1; l < 8; ++l) sa = sa + la[l];
+    for (int l = 1; l < 4; ++l) sm = sm + lm[l];
+    acc[t] = sa - sm;
+  }
 }
 
 // ---- Q6_K (specviz.models.q6k) ----
@@ -122,27 +106,23 @@ inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const fl
 //
 // Weights (specviz.models.q6k): one 212-byte record per row and block of 256 weights, GGUF's block_q6_K with d
 // widened: ql[128] (low 4 bits), qh[64] (high 2 bits), sc[16] (int8 scales, one per 16 weights), d (float32).
-// In each half h (128 weights) and lane l (0..31), with A = ql[64h + l], B = ql[64h + 32 + l], H = qh[32h + l]:
-//   q(128h + l)      = (A & 15) | (H & 3) << 4        q(128h + 32 + l) = (B & 15) | (H >> 2 & 3) << 4
-//   q(128h + 64 + l) = (A >> 4) | (H >> 4 & 3) << 4   q(128h + 96 + l) = (B >> 4) | (H >> 6 & 3) << 4
-// and w = d * sc[i / 16] * (q - 32) (llama.cpp's dequantize_row_q6_K).
+// In each half h (128 values) and lane l (0..31), with A = ql[64h + l], B = ql[64h + 32 + l], H = qh[32h + l]:
+//   v(128h + l)      = (A & 15) | (H & 3) << 4        v(128h + 32 + l) = (B & 15) | (H >> 2 & 3) << 4
+//   v(128h + 64 + l) = (A >> 4) | (H >> 4 & 3) << 4   v(128h + 96 + l) = (B >> 4) | (H >> 6 & 3) << 4
+// as llama.cpp's dequantize_row_q6_K unpacks them, but the values are in the kernel's order (q6k.STORED): group k
+// (v(32k) .. v(32k + 31)) holds at byte p sub-block p / 2's weight 2k + p % 2, and w = d * sc[sub-block] * (q - 32).
 //
-// Activations: each token's blocks of 256 quantized to int8 with one float scale a block (quantize_blocks, below), and
-// the sums of each 16 of them.  out[m, n] = sum over blocks b, in order, of 8 float lanes
+// Activations: each token's blocks of 256 quantized to int8 with one float scale a block (quantize_blocks, below), in
+// the weights' order, and the sums of each 16 of them.  out[m, n] = sum over blocks b, in order, of 8 float lanes
 //   lane l += (dx[m,b] * d[n,b]) * (I_l - 32 J_l)
-// where I_l is vpmaddwd's lane l of sc * (q . xq) and J_l of sc . bsum16 (integer, exact), then the lanes summed
-// in order: each output computed alone from its own row and token, whatever else is in the pass.
-// vpmaddubsw multiplies q (u8, 0..63) by xq (s8): its pair sums (<= 2 x 63 x 127) cannot saturate.
+// where I_l = sc[2l] (q . xq over sub-block 2l) + sc[2l+1] (q . xq over 2l + 1) and J_l = sc[2l] bsum[2l] +
+// sc[2l+1] bsum[2l+1] (integer, exact), then the lanes summed in order: each output computed alone from its own
+// row and token, whatever else is in the pass.
+// vpmaddubsw multiplies q (u8, 0..63) by xq (s8): its pair sums (<= 2 x 63 x 127) cannot saturate, and two groups'
+// add up in int16 (<= 32004) before vpmaddwd applies the block's sixteen scales as they are (int16 lane m is
+// sub-block m's).
 
 constexpr int64_t REC6 = 212;
-
-// vpshufb masks: from a register whose two 128-bit halves both hold 8 int16 scales, lanes 0-7 get scale 2i and
-// lanes 8-15 scale 2i + 1 (one shuffle per 32 weights, where a permute and a shuffle ran: the same values)
-alignas(32) const int8_t PAIR[4][32] = {
-#define SPECVIZ_PAIR(i) {4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, 4*i, 4*i+1, \
-                         4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3, 4*i+2, 4*i+3}
-    SPECVIZ_PAIR(0), SPECVIZ_PAIR(1), SPECVIZ_PAIR(2), SPECVIZ_PAIR(3)};
-#undef SPECVIZ_PAIR
 
 template <int T>
 inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
@@ -160,8 +140,6 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
       const __m256i bsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs + t * ldb + b * 16));
       v[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s16, bsum), 5));
     }
-    // the block's 16 scales, half h's 8 in both 128-bit halves: scales 8h .. 8h + 7
-    const __m256i halves[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
     for (int h = 0; h < 2; ++h) {
       const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
       const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
@@ -171,12 +149,13 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
           _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m2)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m2)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2))};
-      for (int i = 0; i < 4; ++i) {
-        // lanes 0-7: scale 8h + 2i, lanes 8-15: 8h + 2i + 1 (weights 128h + 32i + 0..15 and 16..31)
-        const __m256i sc = _mm256_shuffle_epi8(halves[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(PAIR[i])));
-        for (int t = 0; t < T; ++t) {
-          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * ldx + b * 256 + 128 * h + 32 * i));
-          v[t] = _mm256_add_epi32(v[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[i], x), sc));
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xq + t * ldx + b * 256 + 128 * h;
+        for (int i = 0; i < 4; i += 2) {  // groups 4h + i and 4h + i + 1: int16 lane m sub-block m's (exact)
+          const __m256i p = _mm256_add_epi16(
+              _mm256_maddubs_epi16(q[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i))),
+              _mm256_maddubs_epi16(q[i + 1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i + 32))));
+          v[t] = _mm256_add_epi32(v[t], _mm256_madd_epi16(p, s16));
         }
       }
     }
@@ -195,7 +174,9 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
 // ---- shared by both: the activations and the driver ----
 
 // Each token's blocks of 256 (n_blocks of them, rows contiguous) quantized to int8 with one float scale a block
-// (llama.cpp's Q8_K idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), and the sums of each G.
+// (llama.cpp's Q8_K idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), and the sums of each G
+// (the weights' sub-blocks), each value stored where the weights keep theirs: value 32 s + j of a Q4_K block
+// (G = 32) at 32 (j / 4) + 4 s + j % 4, value 16 s + j of a Q6_K one (G = 16) at 32 (j / 2) + 2 s + j % 2.
 // x's rows are K_in long (the last block's inputs past K_in count as zeros: a K short of a whole block, the
 // draft's 896, needs no padded copy); token i / kb, block i % kb.
 template <int G>
@@ -214,7 +195,9 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in
         for (int k = G * j; k < G * j + G; ++k) {
           const float t = k < n ? xr[k] * id : 0.0f;
           const int32_t v = std::max(-127, std::min(127, int32_t(std::nearbyint(t))));
-          qr[k] = int8_t(v);
+          constexpr int P = G / 8;  // values of a sub-block side by side in a group: 4 (Q4_K), 2 (Q6_K)
+          const int i = k - G * j;
+          qr[32 * (i / P) + P * j + i % P] = int8_t(v);
           s += v;
         }
         sp[i * (256 / G) + j] = int16_t(s);
@@ -227,8 +210,7 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in
 // quantized once (sums of G), then each row against three tokens at a time (measured on the Zen 3 EPYC: ~1.3x the
 // per-token rate of one at a time; four spill registers), then two, then one: kernel(std::integral_constant<int,
 // T>, row, kb, xq, dx, sums, ldx, ldd, ldb, acc) gives a row's T outputs.  (Four rows at a time for one token,
-// sharing its loads, ran 2-3x slower with the weights coming from memory there: rows_tokens keeps R for such
-// trials.)
+// sharing its loads, ran 2-3x slower with the weights coming from memory there.)
 template <int G, class Kernel>
 torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec,
                              Kernel kernel) {
@@ -278,7 +260,7 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
 
 // Q4_K records [N, K/256, 152] (above)
 torch::Tensor q4k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
-  return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<1, decltype(t)::value>(args...); });
+  return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<decltype(t)::value>(args...); });
 }
 
 // Q6_K records [N, K/256, 212] (above)
