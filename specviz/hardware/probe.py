@@ -208,16 +208,17 @@ def _probe_path():
 
 def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
     """Where a probe is remembered: the machine, the model, the dtype, and on a CPU whether the int8 linears
-    run on specviz's own kernel (specviz.models.kernels) -- other products, other curves: measured again."""
+    run on specviz's own kernels (specviz.models.kernels), which source -- other products, other curves:
+    measured again."""
     from ..models import kernels
 
     parts = [f"v{PROBE_FORMAT}", machine.key, model, str(dtype).removeprefix("torch.")]
     if machine.kind == "cpu" and kernels.ready():
-        parts.append("kernel")
+        parts.append(f"kernel-{kernels.source_digest()}")
         from ..models import q4k
 
         if q4k.enabled():  # asked for: an int8 target from a GGUF takes its Q4_K matrices as stored, other curves
-            parts.append(f"q4k-v{q4k.FORMAT}")  # and records in another order are other kernels: measured again
+            parts.append(f"q4k-v{q4k.FORMAT}")
     return "|".join(parts)
 
 

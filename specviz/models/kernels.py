@@ -63,15 +63,19 @@ def _why_not(flags: set[str]) -> str:
     return ""
 
 
+def source_digest() -> str:
+    """The kernels' source text, hashed: another text is another build (and other measured curves: the probe)."""
+    import hashlib
+
+    return hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
+
+
 def _build_dir() -> Path:
     """One build per torch version and source text: checkouts with the same source share it (the source is
     copied in, so the build never depends on where a checkout lies or when git touched its file)."""
-    import hashlib
-
     from .convert import cache_dir  # the specviz cache ($SPECVIZ_CACHE or platformdirs)
 
-    digest = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
-    return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}-{digest}"
+    return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}-{source_digest()}"
 
 
 def ready() -> bool:
