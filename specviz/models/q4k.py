@@ -36,8 +36,8 @@ PLACE = np.argsort(STORED)  # PLACE[v]: where value v is stored
 
 def records(raw: np.ndarray) -> torch.Tensor:
     """GGUF Q4_K rows (uint8 [N, K/256 * 144], as ``gguf.GGUFReader`` maps them) in the kernel's form, uint8
-    [N, K/256, 152]: the nibbles unchanged, the 6-bit scales and mins unpacked (llama.cpp's
-    ``get_scale_min_k4``), d and dmin widened to float32."""
+    [N, K/256, 152]: the 4-bit values as stored, each block's in the kernel's order (:data:`STORED`), the 6-bit
+    scales and mins unpacked (llama.cpp's ``get_scale_min_k4``), d and dmin widened to float32."""
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     n = raw.shape[0]
     blocks = raw.reshape(n, -1, GGUF_BLOCK)

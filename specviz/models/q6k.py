@@ -51,7 +51,8 @@ def _pack(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def records(raw: np.ndarray) -> torch.Tensor:
-    """GGUF Q6_K rows (uint8 [N, K/256 * 210]) in the kernel's form, uint8 [N, K/256, 212]."""
+    """GGUF Q6_K rows (uint8 [N, K/256 * 210]) in the kernel's form, uint8 [N, K/256, 212]: each block's values in
+    the kernel's order (:data:`STORED`), packed as GGUF packs them, d widened to float32."""
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     n = raw.shape[0]
     blocks = raw.reshape(n, -1, GGUF_BLOCK)
