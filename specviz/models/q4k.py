@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .q6k import Q6KLinear
+from .q6k import Q6KLinear, kernel_order
 
 QK = 256  # weights per Q4_K block
 GGUF_BLOCK = 144  # bytes of a GGUF Q4_K block: d, dmin (fp16), 12 bytes of packed scales and mins, 128 of nibbles
@@ -30,7 +30,7 @@ REC = 152  # bytes of the kernel's record: the 128 nibbles, 8 scales, 8 mins, d 
 # 32 bytes) holds, at byte p, sub-block p // 4's values 4k + p % 4.  One 32-byte product then spans all eight
 # sub-blocks, so a block's eight products add up in int16 and take their scales in one vpmaddwd
 # (``csrc/q4k.cpp``).  STORED[i]: the value (in weight order) at position i; the activations go the same way.
-STORED = np.array([32 * (p // 4) + 4 * k + p % 4 for k in range(8) for p in range(32)])
+STORED = kernel_order(32)
 PLACE = np.argsort(STORED)  # PLACE[v]: where value v is stored
 
 
@@ -265,10 +265,16 @@ def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
         tmp = dest.with_name(dest.name + ".partial")
         save_file(out, str(tmp), metadata={"format": str(FORMAT), "source": source})
         tmp.replace(dest)
-        for old in dest.parent.glob("q4k-v*.safetensors"):  # an earlier format's records: not read again
-            if old != dest:
-                old.unlink(missing_ok=True)
+        drop_other_formats(dest, "q4k-v*.safetensors")
     return found
+
+
+def drop_other_formats(kept: Path, pattern: str) -> None:
+    """Delete the files beside ``kept`` matching ``pattern`` but ``kept``: an earlier format's records, never read
+    again."""
+    for old in kept.parent.glob(pattern):
+        if old != kept:
+            old.unlink(missing_ok=True)
 
 
 def prepare(source_dir: Path, progress=None) -> Path | None:

@@ -83,9 +83,7 @@ def use(model: torch.nn.Module, int8_cache: Path | None = None) -> int:
             tmp = kept.with_name(kept.name + ".partial")
             save_file(made, str(tmp), metadata={"format": str(FORMAT)})
             tmp.replace(kept)
-            for old in kept.parent.glob(f"draft-{Path(int8_cache).stem}-v*.safetensors"):  # an earlier format's
-                if old != kept:
-                    old.unlink(missing_ok=True)
+            q4k.drop_other_formats(kept, f"draft-{Path(int8_cache).stem}-v*.safetensors")
         except OSError as exc:  # a read-only cache: made again at the next load
             log.warning("Could not keep the draft's Q4_K records at %s: %s", kept, exc)
     return len(made)

@@ -16,11 +16,20 @@ QK = 256
 GGUF_BLOCK = 210  # ql[128], qh[64], scales[16] (int8), d (fp16)
 REC = 212  # the kernel's record: the same with d as float32, its values in the kernel's order (STORED)
 
-# The record's 256 values in the kernel's order: its 32-value group k holds, at byte p, sub-block p // 2's values
-# 2k + p % 2 (sub-blocks of 16, one scale each), packed into ql and qh as GGUF packs its own.  One 32-byte product
-# then spans all sixteen sub-blocks and takes the block's scales as they are, in one vpmaddwd (``csrc/q4k.cpp``).
-# STORED[i]: the value (in weight order) at position i; the activations go the same way.
-STORED = np.array([16 * (p // 2) + 2 * k + p % 2 for k in range(8) for p in range(32)])
+
+def kernel_order(sub: int) -> np.ndarray:
+    """A block's 256 values in the kernel's order, for sub-blocks of ``sub`` values (32: Q4_K, 16: Q6_K): the
+    value at each position, in weight order.  Group k (positions 32k .. 32k + 31) holds, side by side, the values
+    ``sub / 8`` k .. of every sub-block, so one 32-byte product spans all of them (``csrc/q4k.cpp``'s
+    ``quantize_blocks`` stores the activations the same way)."""
+    side = sub // 8
+    return np.array([sub * (p // side) + side * k + p % side for k in range(8) for p in range(32)])
+
+
+# The record's values in the kernel's order: sub-blocks of 16 (one scale each), two values of each in a 32-byte
+# group, packed into ql and qh as GGUF packs its own.  One product then takes the block's scales as they are, in one
+# vpmaddwd.  STORED[i]: the value (in weight order) at position i.
+STORED = kernel_order(16)
 PLACE = np.argsort(STORED)  # PLACE[v]: where value v is stored
 
 
