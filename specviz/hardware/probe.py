@@ -219,6 +219,10 @@ def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
 
         if q4k.enabled():  # asked for: an int8 target from a GGUF takes its Q4_K matrices as stored, other curves
             parts.append(f"q4k-v{q4k.FORMAT}")
+            from ..models import hugepages
+
+            if hugepages.enabled():  # and streams them from huge pages: faster steps, a higher copy bandwidth
+                parts.append("thp")
     return "|".join(parts)
 
 

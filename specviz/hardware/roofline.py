@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from ..models import kernels
+from ..models import hugepages, kernels
 from ..models.int8_target import TokenInt8Linear
 from ..models.q4k import Q4KLinear
 from ..models.q6k import Q6KLinear
@@ -67,10 +67,13 @@ def step_bytes(model: torch.nn.Module) -> int:
 def copy_bandwidth(device: torch.device | str = "cpu", nbytes: int = 256 * 2**20, reps: int = 5) -> float:
     """Copy bandwidth in bytes/s, counting bytes read and written (the best of ``reps`` copies of
     ``nbytes``, after a warm-up; on a GPU the copies are timed with CUDA events, on a CPU with the
-    process's threads, as the kernels run)."""
+    process's threads, as the kernels run, in huge pages where the target's records are put in them)."""
     device = torch.device(device)
-    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
+    if device.type == "cpu" and hugepages.enabled():  # the memory a target's records stream from (models.hugepages)
+        src, dst = hugepages.empty(nbytes).fill_(1), hugepages.empty(nbytes)
+    else:
+        src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
     dst.copy_(src)
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from . import compiled, int8, invariant, lean, q4k
+from . import compiled, hugepages, int8, invariant, lean, q4k
 from .pair import ModelError
 
 log = logging.getLogger("specviz.models")
@@ -140,6 +140,7 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         swapped = q4k.use_gguf(model, source_dir)
         if swapped:
             log.info("%d of the target's matrices run on their GGUF Q4_K weights as stored", swapped)
+            hugepages.rehome(model)  # streamed from memory each step: in 2 MiB pages, ~8-14 % faster (Zen 3)
         model._specviz_head_fingerprint = fingerprint
         model = invariant.make_invariant(model)
         # Runs (chains and trees) take the lean, traced forward with the same batch-invariant attention

@@ -1,0 +1,128 @@
+"""The target's records in huge pages (specviz.models.hugepages): moved once at load, the same bits after, the
+switch and the machine's THP mode obeyed, the probe and the roofline told."""
+
+from __future__ import annotations
+
+import gc
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specviz.hardware import probe, roofline
+from specviz.models import executions, hugepages, int8, kernels, q4k, q6k
+from specviz.models.compiled import steps_of
+from specviz.models.tiny import build_tiny_pair
+from test_executions import _verify_and_steps
+from test_q4k import _gguf_of
+
+needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
+                                  reason="specviz's kernel needs an x86 CPU with AVX2 and a C++ compiler")
+
+
+@pytest.fixture
+def thp(tmp_path, monkeypatch):
+    """The machine's THP mode as a file this test writes (``madvise`` unless it says otherwise)."""
+    mode = tmp_path / "enabled"
+    mode.write_text("always [madvise] never\n")
+    monkeypatch.setattr(hugepages, "THP_MODE", mode)
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
+    return mode
+
+
+def test_enabled_follows_the_machines_thp_mode_and_the_switch(thp, monkeypatch):
+    assert hugepages.enabled()
+    thp.write_text("[always] madvise never\n")
+    assert hugepages.enabled()
+    thp.write_text("always madvise [never]\n")
+    assert not hugepages.enabled()
+    thp.unlink()  # no THP in this kernel (or not Linux)
+    assert not hugepages.enabled()
+    thp.write_text("always [madvise] never\n")
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
+    assert not hugepages.enabled()
+
+
+def test_empty_starts_on_a_huge_page_and_outlives_its_mapping_name():
+    t = hugepages.empty(3 * hugepages.HUGE + 5)
+    assert t.dtype == torch.uint8 and t.numel() == 3 * hugepages.HUGE + 5
+    assert t.data_ptr() % hugepages.HUGE == 0
+    t.fill_(7)
+    gc.collect()  # the mapping lives as long as the tensor
+    assert int(t[-1]) == 7 and int(t.sum()) == 7 * t.numel()
+
+
+def _gguf_target(tmp_path):
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
+    _gguf_of(pair.target, tmp_path / "src.gguf", kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"),
+             q6=("attn_v", "ffn_down"), head=True)
+    q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path))
+    return pair
+
+
+def _records(model) -> list[torch.Tensor]:
+    return [m.weight if isinstance(m, q4k.Q4KLinear) else m.records
+            for m in model.modules() if isinstance(m, (q4k.Q4KLinear, q6k.Q6KLinear))]
+
+
+@needs_kernel
+def test_a_gguf_targets_records_move_to_one_huge_page_region_and_score_the_same_bits(tmp_path, thp, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")
+    kernels.set_enabled(True)
+    try:
+        pair = _gguf_target(tmp_path)
+        monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
+        plain = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+        monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
+        moved = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    finally:
+        kernels.set_enabled(None)
+    a, b = _records(plain), _records(moved)
+    assert len(a) == len(b) == 2 * 5 + 1  # per layer q/k, v, o, gate/up, down; the head
+    # one region, starting on a huge page, each record on a cache line of it; the plain ones elsewhere
+    lo = min(t.data_ptr() for t in b)
+    assert lo % hugepages.HUGE == 0 and all(t.data_ptr() % 64 == 0 for t in b)
+    assert max(t.data_ptr() + t.nbytes for t in b) - lo < sum(t.nbytes + 64 for t in b)
+    assert not any(lo <= t.data_ptr() < lo + hugepages.HUGE for t in a)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    # the traced graphs hold the moved records (traced after the move), and every logit is the same bits
+    assert steps_of(moved).traced
+    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+    for start, k in ((10, 6), (1, 8)):
+        va, sa = _verify_and_steps(plain, ids, start, k)
+        vb, sb = _verify_and_steps(moved, ids, start, k)
+        assert torch.equal(va, vb) and torch.equal(sa, sb) and torch.equal(vb, sb), (start, k)
+
+
+def test_rehome_leaves_a_model_without_records_or_with_the_switch_off(thp, monkeypatch):
+    pair = build_tiny_pair(vocab_size=40, hidden=64)
+    assert hugepages.rehome(pair.target) == 0  # no Q4_K / Q6_K products
+    w = torch.randint(0, 256, (4, 1, q6k.REC), dtype=torch.uint8)
+    model = torch.nn.Sequential(q6k.Q6KLinear(w, None))
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
+    assert hugepages.rehome(model) == 0 and model[0].records is w
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
+    assert hugepages.rehome(model) == w.nbytes
+    assert model[0].records is not w and torch.equal(model[0].records, w)
+    assert model[0].records.data_ptr() % hugepages.HUGE == 0
+
+
+@needs_kernel
+def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(thp, monkeypatch):
+    machine = SimpleNamespace(kind="cpu", key="cpu|test")
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")
+    kernels.set_enabled(True)
+    try:
+        assert kernels.ready()
+        on = probe.probe_key(machine, "m", torch.float32)
+        monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
+        off = probe.probe_key(machine, "m", torch.float32)
+    finally:
+        kernels.set_enabled(None)
+    assert on == off + "|thp"
+    made = []
+    real = hugepages.empty
+    monkeypatch.setattr(hugepages, "empty", lambda n: made.append(n) or real(n))
+    assert roofline.copy_bandwidth("cpu", nbytes=4 * 2**20, reps=2) > 0 and made == []  # switched off above
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
+    assert roofline.copy_bandwidth("cpu", nbytes=4 * 2**20, reps=2) > 0 and made == [4 * 2**20] * 2
