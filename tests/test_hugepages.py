@@ -126,3 +126,49 @@ def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(t
     assert roofline.copy_bandwidth("cpu", nbytes=4 * 2**20, reps=2) > 0 and made == []  # switched off above
     monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
     assert roofline.copy_bandwidth("cpu", nbytes=4 * 2**20, reps=2) > 0 and made == [4 * 2**20] * 2
+
+
+@needs_kernel
+def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_traces(tmp_path, thp, monkeypatch):
+    import threading
+
+    from specviz.models import warm
+
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")
+    kernels.set_enabled(True)
+    try:
+        pair = _gguf_target(tmp_path)
+        ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+        pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
+        before = _records(pair.target)
+        assert hugepages.pending(pair.target) and warm.pending(pair)  # left for later: not on the start's path
+        verify, steps = _verify_and_steps(pair.target, ids, 10, 6)
+        thread = warm.finish(pair, lock=threading.Lock())
+        assert thread is not None
+        thread.join(60)
+    finally:
+        kernels.set_enabled(None)
+    after = _records(pair.target)
+    assert not hugepages.pending(pair.target) and not warm.pending(pair)
+    assert min(t.data_ptr() for t in after) % hugepages.HUGE == 0
+    assert all(x.data_ptr() != y.data_ptr() and torch.equal(x, y) for x, y in zip(before, after))
+    assert steps_of(pair.target).traced and hugepages.rehome(pair.target) == 0  # once
+    v2, s2 = _verify_and_steps(pair.target, ids, 10, 6)
+    assert torch.equal(v2, verify) and torch.equal(s2, steps) and torch.equal(v2, s2)
+
+
+@needs_kernel
+def test_pack_now_moves_the_records_before_the_probe_times_the_model(tmp_path, thp, monkeypatch):
+    from specviz.models import warm
+
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")
+    kernels.set_enabled(True)
+    try:
+        pair = _gguf_target(tmp_path)
+        model = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
+        assert hugepages.pending(model)
+        warm.pack_now(model)
+    finally:
+        kernels.set_enabled(None)
+    assert not hugepages.pending(model) and min(t.data_ptr() for t in _records(model)) % hugepages.HUGE == 0
+    assert steps_of(model).traced

@@ -13,7 +13,8 @@ only its speed does (2-3x slower products until packed), and a race that ran whi
 (:func:`preparing`).
 
 Then the chat template's head is fed to both models and its keys and values kept
-(:meth:`.lean.LeanSteps.keep_prefix`: every chat prompt begins with it).  Last, the models' short feeds
+(:meth:`.lean.LeanSteps.keep_prefix`: every chat prompt begins with it), and the target's GGUF records are
+moved to huge pages (:mod:`.hugepages`).  Last, the models' short feeds
 are traced (:meth:`.lean.LeanSteps.trace`: the target's step and verify passes, the draft's one- and
 two-token steps): that writes into their KV caches, so it runs holding the server's model lock, between
 runs.
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from . import hugepages
 from .compiled import steps_of
 from .int8_target import unpacked
 from .lean import LeanSteps
@@ -134,15 +136,17 @@ def _untraced(model: torch.nn.Module) -> Any:
 
 
 def pending(pair: Any) -> bool:
-    """Whether anything of ``pair`` was left for :func:`finish` (unpacked linears, an untraced draft)."""
+    """Whether anything of ``pair`` was left for :func:`finish` (unpacked linears, an untraced draft, records
+    not yet in huge pages)."""
     models = [m for m in (getattr(pair, "target", None), getattr(pair, "draft", None)) if m is not None]
-    return any(unpacked(m) for m in models) or any(_untraced(m) is not None for m in models)
+    return any(unpacked(m) or _untraced(m) is not None or hugepages.pending(m) for m in models)
 
 
 def pack_now(model: torch.nn.Module) -> None:
     """Finish ``model`` in this thread (before timing it: the probe): pack what is left, trace its steps."""
     for linear in unpacked(model):
         linear.pack()
+    hugepages.rehome(model)  # before the trace, which holds the records it sees
     steps = _untraced(model)
     if steps is not None and not steps.in_use:
         steps.trace()
@@ -221,6 +225,10 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             _keep_heads(models, lock)  # on the packed products (specviz's kernel: packed at load)
             _wait_for_serving()
+            for model in models:  # the records into huge pages (same bits; a run meanwhile reads either copy),
+                _until_free(lock)  # before the traces, which hold the records they see
+                _step()
+                hugepages.rehome(model)
             for model in models[::-1]:  # the draft's two feeds first: a round takes several draft steps
                 steps = _untraced(model)
                 # One feed length at a time, each holding the lock (~1 s for the target's): a run that
