@@ -140,6 +140,9 @@ def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_trac
         pair = _gguf_target(tmp_path)
         ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
         pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
+        pair.draft = int8.int8_draft(pair.draft, defer_packing=True)  # Q4_K records made here: they stay
+        drafts = [t.data_ptr() for t in _records(pair.draft)]
+        assert drafts and not hugepages.pending(pair.draft)
         before = _records(pair.target)
         assert hugepages.pending(pair.target) and warm.pending(pair)  # left for later: not on the start's path
         verify, steps = _verify_and_steps(pair.target, ids, 10, 6)
@@ -150,6 +153,7 @@ def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_trac
         kernels.set_enabled(None)
     after = _records(pair.target)
     assert not hugepages.pending(pair.target) and not warm.pending(pair)
+    assert [t.data_ptr() for t in _records(pair.draft)] == drafts  # the draft gained nothing measured: left
     assert min(t.data_ptr() for t in after) % hugepages.HUGE == 0
     assert all(x.data_ptr() != y.data_ptr() and torch.equal(x, y) for x, y in zip(before, after))
     assert steps_of(pair.target).traced and hugepages.rehome(pair.target) == 0  # once

@@ -140,8 +140,12 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         swapped = q4k.use_gguf(model, source_dir)
         if swapped:
             log.info("%d of the target's matrices run on their GGUF Q4_K weights as stored", swapped)
-            if not defer_packing:  # streamed from memory each step: in 2 MiB pages, ~5-8 % faster (Zen 3)
-                hugepages.rehome(model)  # (a server's load leaves it to models.warm, off its start's path)
+            # streamed from memory each step: in 2 MiB pages, ~5-8 % faster (Zen 3); a server's load leaves the
+            # move to models.warm, off its start's path
+            if defer_packing:
+                hugepages.defer(model)
+            else:
+                hugepages.rehome(model)
         model._specviz_head_fingerprint = fingerprint
         model = invariant.make_invariant(model)
         # Runs (chains and trees) take the lean, traced forward with the same batch-invariant attention

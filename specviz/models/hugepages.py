@@ -73,10 +73,16 @@ def _owners(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
             for m in model.modules() if isinstance(m, (Q4KLinear, Q6KLinear))]
 
 
+def defer(model: torch.nn.Module) -> None:
+    """Leave ``model``'s move for later (a server's load: ~1.5 s of huge page faults and copying on two cores,
+    off its start's path): :func:`pending` says so until :func:`rehome` runs (:func:`.warm.finish` calls it)."""
+    if enabled() and _owners(model):
+        model._specviz_hugepages = False
+
+
 def pending(model: torch.nn.Module) -> bool:
-    """Whether ``model`` has records :func:`rehome` would move and has not moved yet (a server's load leaves
-    it to :func:`.warm.finish`: ~1.5 s of page faults and copying on two cores, off the start's path)."""
-    return enabled() and not getattr(model, "_specviz_hugepages", False) and bool(_owners(model))
+    """Whether ``model``'s records were left to move (:func:`defer`) and have not moved yet."""
+    return getattr(model, "_specviz_hugepages", None) is False and enabled()
 
 
 def rehome(model: torch.nn.Module) -> int:
@@ -84,7 +90,7 @@ def rehome(model: torch.nn.Module) -> int:
     copy: the same values, so a run in progress may read either); returns the bytes moved (0 where
     :func:`enabled` says no, there are none, or they were moved already).  Before any trace of the model: a
     traced graph holds the tensors it was traced with."""
-    if not pending(model):
+    if not enabled() or getattr(model, "_specviz_hugepages", None) is True:
         return 0
     owners = _owners(model)
     distinct: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
@@ -109,4 +115,4 @@ def rehome(model: torch.nn.Module) -> int:
     return sum(t.nbytes for t in distinct.values())
 
 
-__all__ = ["empty", "enabled", "pending", "rehome"]
+__all__ = ["defer", "empty", "enabled", "pending", "rehome"]

@@ -146,7 +146,8 @@ def pack_now(model: torch.nn.Module) -> None:
     """Finish ``model`` in this thread (before timing it: the probe): pack what is left, trace its steps."""
     for linear in unpacked(model):
         linear.pack()
-    hugepages.rehome(model)  # before the trace, which holds the records it sees
+    if hugepages.pending(model):  # before the trace, which holds the records it sees
+        hugepages.rehome(model)
     steps = _untraced(model)
     if steps is not None and not steps.in_use:
         steps.trace()
@@ -225,8 +226,8 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             _keep_heads(models, lock)  # on the packed products (specviz's kernel: packed at load)
             _wait_for_serving()
-            for model in models:  # the records into huge pages (same bits; a run meanwhile reads either copy),
-                _until_free(lock)  # before the traces, which hold the records they see
+            for model in filter(hugepages.pending, models):  # the target's records into huge pages (same bits:
+                _until_free(lock)  # a run meanwhile reads either copy), before the traces, which hold what they see
                 _step()
                 hugepages.rehome(model)
             for model in models[::-1]:  # the draft's two feeds first: a round takes several draft steps
