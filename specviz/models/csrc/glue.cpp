@@ -63,11 +63,17 @@ torch::Tensor glue_silu_mul(torch::Tensor gu) {
   auto out = torch::empty({t, n}, gu.options());
   const float* gp = gu.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  for (int64_t r = 0; r < t; ++r) {
-    const float *g = gp + r * i2, *u = g + n;
-    float* o = op + r * n;
-    for (int64_t i = 0; i < n; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
-  }
+  // each output alone from its own gate and up (so split across threads, the same bits): the target's 8,960-wide
+  // rows took ~50 us each on one core of the Zen 3 EPYC, a verify pass's four rows ~0.2 ms a layer
+  at::parallel_for(0, t * n, 2048, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1;) {  // a row's stretch at a time
+      const int64_t r = j / n, i0 = j % n, i1 = std::min(n, i0 + (j1 - j));
+      const float *g = gp + r * i2, *u = g + n;
+      float* o = op + r * n;
+      for (int64_t i = i0; i < i1; ++i) o[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+      j += i1 - i0;
+    }
+  });
   return out;
 }
 
