@@ -21,6 +21,16 @@ needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.match
 
 
 @pytest.fixture
+def kernel_on(monkeypatch):
+    """specviz's kernel and the GGUF's matrices as stored (the default where the kernel runs), whatever the caller's
+    environment."""
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")
+    kernels.set_enabled(True)
+    yield
+    kernels.set_enabled(None)
+
+
+@pytest.fixture
 def thp(tmp_path, monkeypatch):
     """The machine's THP mode as a file this test writes (``madvise`` unless it says otherwise)."""
     mode = tmp_path / "enabled"
@@ -66,17 +76,13 @@ def _records(model) -> list[torch.Tensor]:
 
 
 @needs_kernel
-def test_a_gguf_targets_records_move_to_one_huge_page_region_and_score_the_same_bits(tmp_path, thp, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")
-    kernels.set_enabled(True)
-    try:
-        pair = _gguf_target(tmp_path)
-        monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
-        plain = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
-        monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
-        moved = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
-    finally:
-        kernels.set_enabled(None)
+def test_a_gguf_targets_records_move_to_one_huge_page_region_and_score_the_same_bits(tmp_path, thp, kernel_on,
+                                                                                      monkeypatch):
+    pair = _gguf_target(tmp_path)
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
+    plain = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
+    moved = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
     a, b = _records(plain), _records(moved)
     assert len(a) == len(b) == 2 * 5 + 1  # per layer q/k, v, o, gate/up, down; the head
     # one region, starting on a huge page, each record on a cache line of it; the plain ones elsewhere
@@ -108,17 +114,12 @@ def test_rehome_leaves_a_model_without_records_or_with_the_switch_off(thp, monke
 
 
 @needs_kernel
-def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(thp, monkeypatch):
+def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(thp, kernel_on, monkeypatch):
     machine = SimpleNamespace(kind="cpu", key="cpu|test")
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")
-    kernels.set_enabled(True)
-    try:
-        assert kernels.ready()
-        on = probe.probe_key(machine, "m", torch.float32)
-        monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
-        off = probe.probe_key(machine, "m", torch.float32)
-    finally:
-        kernels.set_enabled(None)
+    assert kernels.ready()
+    on = probe.probe_key(machine, "m", torch.float32)
+    monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
+    off = probe.probe_key(machine, "m", torch.float32)
     assert on == off + "|thp"
     made = []
     real = hugepages.empty
@@ -129,28 +130,23 @@ def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(t
 
 
 @needs_kernel
-def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_traces(tmp_path, thp, monkeypatch):
+def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_traces(tmp_path, thp, kernel_on):
     import threading
 
     from specviz.models import warm
 
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")
-    kernels.set_enabled(True)
-    try:
-        pair = _gguf_target(tmp_path)
-        ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
-        pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
-        pair.draft = int8.int8_draft(pair.draft, defer_packing=True)  # Q4_K records made here: they stay
-        drafts = [t.data_ptr() for t in _records(pair.draft)]
-        assert drafts and not hugepages.pending(pair.draft)
-        before = _records(pair.target)
-        assert hugepages.pending(pair.target) and warm.pending(pair)  # left for later: not on the start's path
-        verify, steps = _verify_and_steps(pair.target, ids, 10, 6)
-        thread = warm.finish(pair, lock=threading.Lock())
-        assert thread is not None
-        thread.join(60)
-    finally:
-        kernels.set_enabled(None)
+    pair = _gguf_target(tmp_path)
+    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+    pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
+    pair.draft = int8.int8_draft(pair.draft, defer_packing=True)  # Q4_K records made here: they stay
+    drafts = [t.data_ptr() for t in _records(pair.draft)]
+    assert drafts and not hugepages.pending(pair.draft)
+    before = _records(pair.target)
+    assert hugepages.pending(pair.target) and warm.pending(pair)  # left for later: not on the start's path
+    verify, steps = _verify_and_steps(pair.target, ids, 10, 6)
+    thread = warm.finish(pair, lock=threading.Lock())
+    assert thread is not None
+    thread.join(60)
     after = _records(pair.target)
     assert not hugepages.pending(pair.target) and not warm.pending(pair)
     assert [t.data_ptr() for t in _records(pair.draft)] == drafts  # the draft gained nothing measured: left
@@ -162,17 +158,11 @@ def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_trac
 
 
 @needs_kernel
-def test_pack_now_moves_the_records_before_the_probe_times_the_model(tmp_path, thp, monkeypatch):
+def test_pack_now_moves_the_records_before_the_probe_times_the_model(tmp_path, thp, kernel_on):
     from specviz.models import warm
 
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")
-    kernels.set_enabled(True)
-    try:
-        pair = _gguf_target(tmp_path)
-        model = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
-        assert hugepages.pending(model)
-        warm.pack_now(model)
-    finally:
-        kernels.set_enabled(None)
+    model = executions.apply(_gguf_target(tmp_path).target, "int8", source_dir=tmp_path, defer_packing=True)
+    assert hugepages.pending(model)
+    warm.pack_now(model)
     assert not hugepages.pending(model) and min(t.data_ptr() for t in _records(model)) % hugepages.HUGE == 0
     assert steps_of(model).traced
