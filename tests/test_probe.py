@@ -19,3 +19,24 @@ def test_the_probes_timer_passes_every_length_in_turn_and_keeps_each_ones_fastes
     # the step is timed at least twice; a known point is not timed again
     assert timer.curve((1, 4, 8), known={8: 300.0}) == {1: 80.0, 4: 200.0, 8: 300.0}
     assert order == [1, 4, 1, 4, 1]
+
+
+def test_a_curve_never_dips_a_pass_over_more_tokens_costs_at_least_one_over_fewer(monkeypatch):
+    """A point under an earlier one is noise (a 2-token pass that costs a step within it): raised to that one, in
+    the timer's curve and in any probe read back (a cached one from before), so no page says a verify pass costs
+    0.91 one-token steps and no policy plans with it."""
+    from specviz.hardware.curves import monotone
+    from specviz.hardware.probe import Probe, VerifyTimer
+
+    assert monotone({4: 94.9, 1: 77.3, 2: 70.6, 6: 161.7}) == {1: 77.3, 2: 77.3, 4: 94.9, 6: 161.7}
+    timer = object.__new__(VerifyTimer)
+    seconds = iter([0.5, 0.5, 0.0773, 0.0706, 0.080])
+    monkeypatch.setattr(VerifyTimer, "_pass", lambda self, k: next(seconds))
+    assert timer.curve((1, 2)) == {1: 77.3, 2: 77.3}
+    cached = {"machine": {"threads": 2}, "model": "m", "draft_ms": 23.4, "alpha": 0.8, "choice": "int8",
+              "curves": {"int8": {"1": 77.3, "2": 70.6, "4": 94.9}},
+              "one_thread": {"curve": {"1": 120.0, "2": 110.0}, "draft_ms": 40.0}}
+    probe = Probe.from_dict(cached)
+    assert probe.curves["int8"] == {1: 77.3, 2: 77.3, 4: 94.9} and probe.verify_factor("int8", 2) == 1.0
+    assert probe.costs("int8", threads=1)[0] == {1: 120.0, 2: 120.0}
+    assert Probe.from_dict(probe.as_dict()).curves == probe.curves

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from .curves import interpolate
+from .curves import interpolate, monotone
 from .machine import Machine, this_machine
 
 log = logging.getLogger("specviz.models")
@@ -70,6 +70,12 @@ class Probe:
     copy_gbps: float | None = None
     # execution -> "gguf" where it ran on the GGUF's matrices as stored (models.q4k), as ModelPair.target_weights says
     weights: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # never a curve that dips (curves.monotone): a cached probe from before, or one written by hand
+        self.curves = {e: monotone(c) for e, c in self.curves.items()}
+        if isinstance(self.one_thread, dict) and isinstance(self.one_thread.get("curve"), dict):
+            self.one_thread = {**self.one_thread, "curve": monotone(self.one_thread["curve"])}
 
     def bound_ms(self, mb: float | None) -> float | None:
         """The ms ``mb`` MB of weights take to stream at the copy bandwidth (MB / (GB/s) = ms); None unmeasured."""
@@ -179,7 +185,8 @@ class VerifyTimer:
         """ms for each k of ``ks`` not ``known``: one warm-up pass of each, then ``reps`` timed rounds (the step's
         at least 2), each round passing every length in turn, so that a machine whose speed drifts while it is
         probed (a shared VM: 20 % within minutes) moves every point alike, not the late ones alone (measured on
-        the Zen 3 EPYC, one length after another: T(2) = 67.6 ms under T(1) = 89.9)."""
+        the Zen 3 EPYC, one length after another: T(2) = 67.6 ms under T(1) = 89.9); a point still under an earlier
+        one (a 2-token pass costs a step within noise there) is raised to it (:func:`.curves.monotone`)."""
         out = dict(known or {})
         todo = [k for k in ks if k not in out]
         want = {k: max(reps, 2) if k == 1 else reps for k in todo}
@@ -192,7 +199,7 @@ class VerifyTimer:
                     if r < want[k]:
                         times[k].append(self._pass(k))
         out.update({k: 1000 * min(ts) for k, ts in times.items()})
-        return dict(sorted(out.items()))
+        return monotone(out)
 
     def close(self) -> None:
         self.lm.free()
