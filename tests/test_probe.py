@@ -35,8 +35,10 @@ def test_a_curve_never_dips_a_pass_over_more_tokens_costs_at_least_one_over_fewe
     assert timer.curve((1, 2)) == {1: 77.3, 2: 77.3}
     cached = {"machine": {"threads": 2}, "model": "m", "draft_ms": 23.4, "alpha": 0.8, "choice": "int8",
               "curves": {"int8": {"1": 77.3, "2": 70.6, "4": 94.9}},
+              "predicted": {"int8": {"gamma": 1, "rate": 19.2, "standard": 12.9}},  # priced on the dip
               "one_thread": {"curve": {"1": 120.0, "2": 110.0}, "draft_ms": 40.0}}
     probe = Probe.from_dict(cached)
     assert probe.curves["int8"] == {1: 77.3, 2: 77.3, 4: 94.9} and probe.verify_factor("int8", 2) == 1.0
+    assert probe.predicted["int8"]["rate"] < 19.0 and probe.choice == "int8"  # priced again on the raised curve
     assert probe.costs("int8", threads=1)[0] == {1: 120.0, 2: 120.0}
     assert Probe.from_dict(probe.as_dict()).curves == probe.curves

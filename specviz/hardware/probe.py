@@ -72,8 +72,12 @@ class Probe:
     weights: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # never a curve that dips (curves.monotone): a cached probe from before, or one written by hand
-        self.curves = {e: monotone(c) for e, c in self.curves.items()}
+        # never a curve that dips (curves.monotone): a cached probe from before, or one written by hand; its
+        # predicted rates then follow the raised curve (the choice made stays: the model was built as chosen)
+        raised = {e: monotone(c) for e, c in self.curves.items()}
+        if raised != self.curves and self.predicted and self.draft_ms:
+            self.predicted = choose(raised, self.draft_ms, self.alpha)[1]
+        self.curves = raised
         if isinstance(self.one_thread, dict) and isinstance(self.one_thread.get("curve"), dict):
             self.one_thread = {**self.one_thread, "curve": monotone(self.one_thread["curve"])}
 
