@@ -128,6 +128,26 @@ def test_the_kernel_is_its_torch_oracle_to_the_bit(k):
         assert torch.equal(q4k.linear(rows, w), q4k.reference(rows, w))
 
 
+@pytest.mark.parametrize("k", [896, 1003])
+def test_activations_rounded_at_ties_and_short_blocks_are_the_oracles_bits(k):
+    """The activations are quantized eight at a time (AVX2), or one by one when a block's real inputs are not a
+    multiple of eight (1003: 235 in the last block; 896: 128, vectorised): the same bits either way, halves
+    rounding to even as torch.round does (Q4_K's sums of 32 and Q6_K's of 16 alike)."""
+    w = q4k.quantize(torch.randn(19, k) * 0.05)
+    x = torch.randn(5, k)
+    x[0, :] = torch.arange(k) % 11 - 5.5  # with the block's max at 127 (below), every value a tie: x * 127 / 127
+    x[0, ::256] = 127.0
+    x[1, -3:] = 1e30  # a block whose max dwarfs the rest: they round to 0
+    for rows in (x[:1], x[1:2], x[:4], x):
+        assert torch.equal(q4k.linear(rows, w), q4k.reference(rows, w))
+    rec6 = q6k.records(q6k_encode(np.random.default_rng(k).standard_normal((7, 768)).astype(np.float32) * 0.05))
+    x6 = torch.randn(3, 768)
+    x6[0] = torch.arange(768) % 7 - 3.5
+    x6[0, ::256] = 127.0
+    for rows in (x6[:1], x6):
+        assert torch.equal(q6k.linear(rows, rec6), q6k.reference(rows, rec6))
+
+
 def test_a_token_is_the_same_bits_in_any_pass():
     w, _ = _records(64, 768, seed=1)
     x = torch.randn(9, 768)

@@ -182,35 +182,105 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
 
 // ---- shared by both: the activations and the driver ----
 
+// One block: the scalar definition above, for a block whose real inputs are not a whole number of eights (and the
+// oracle the vector one below is tested against: the same bits).
+template <int G>
+inline void quantize_block_scalar(const float* xr, int n, int8_t* qr, float* dp, int16_t* sp) {
+  float amax = 0.0f;
+  for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(xr[k]));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *dp = amax / 127.0f;
+  for (int j = 0; j < 256 / G; ++j) {
+    int32_t s = 0;
+    for (int k = G * j; k < G * j + G; ++k) {
+      const float t = k < n ? xr[k] * id : 0.0f;
+      const int32_t v = std::max(-127, std::min(127, int32_t(std::nearbyint(t))));
+      constexpr int P = G / 8;  // values of a sub-block side by side in a group: 4 (Q4_K), 2 (Q6_K)
+      const int i = k - G * j;
+      qr[32 * (i / P) + P * j + i % P] = int8_t(v);
+      s += v;
+    }
+    sp[j] = int16_t(s);
+  }
+}
+
+// The same in AVX2, eight values at a time (~15x faster: a product's activations were ~1.5 ms of the target's step).
+// The same bits: |x| and the max as above (a NaN ignored alike), x * id rounded to nearest even by vcvtps2dq (as
+// nearbyint in the default rounding mode), the same clamp; then the values go to their places word by word (a
+// sub-block's four or two side by side: an 8 x 8 transpose of 32-bit words, or 16 x 8 of 16-bit ones).
+template <int G>
+inline void quantize_block(const float* xr, int n, int8_t* qr, float* dp, int16_t* sp) {
+  if (n % 8 != 0) return quantize_block_scalar<G>(xr, n, qr, dp, sp);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 mx = _mm256_setzero_ps();
+  for (int k = 0; k < n; k += 8) mx = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + k), magnitude), mx);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mx);
+  float amax = 0.0f;
+  for (int l = 0; l < 8; ++l) amax = std::max(amax, lanes[l]);
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *dp = amax / 127.0f;
+  const __m256 idv = _mm256_set1_ps(id);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  alignas(32) int8_t nat[256];  // the values in weight order
+  alignas(32) int32_t sums[8];
+  for (int c = 0; c < 256; c += 32) {
+    __m256i v[4];
+    for (int u = 0; u < 4; ++u) {
+      const int k = c + 8 * u;
+      const __m256 t = k < n ? _mm256_mul_ps(_mm256_loadu_ps(xr + k), idv) : _mm256_setzero_ps();
+      v[u] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(t)));
+    }
+    if (G == 32) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums),
+                         _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])));
+      int32_t s = 0;
+      for (int l = 0; l < 8; ++l) s += sums[l];
+      sp[c / 32] = int16_t(s);
+    } else {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_add_epi32(v[0], v[1]));
+      int32_t s = 0;
+      for (int l = 0; l < 8; ++l) s += sums[l];
+      sp[c / 16] = int16_t(s);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_add_epi32(v[2], v[3]));
+      s = 0;
+      for (int l = 0; l < 8; ++l) s += sums[l];
+      sp[c / 16 + 1] = int16_t(s);
+    }
+    // packs work within 128-bit lanes: 32-bit words v0[0..3] v1[0..3] v2[0..3] v3[0..3] | v0[4..7] ..; reordered
+    const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nat + c), _mm256_permutevar8x32_epi32(p8, order));
+  }
+  if (G == 32) {  // sub-block j's word w (values 4w .. 4w + 3) to word 8 w + j
+    uint32_t in[64], out[64];
+    std::memcpy(in, nat, 256);
+    for (int j = 0; j < 8; ++j)
+      for (int w = 0; w < 8; ++w) out[8 * w + j] = in[8 * j + w];
+    std::memcpy(qr, out, 256);
+  } else {  // sub-block j's word w (values 2w, 2w + 1) to word 16 w + j
+    uint16_t in[128], out[128];
+    std::memcpy(in, nat, 256);
+    for (int j = 0; j < 16; ++j)
+      for (int w = 0; w < 8; ++w) out[16 * w + j] = in[8 * j + w];
+    std::memcpy(qr, out, 256);
+  }
+}
+
 // Each token's blocks of 256 (n_blocks of them, rows contiguous) quantized to int8 with one float scale a block
 // (llama.cpp's Q8_K idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), and the sums of each G
 // (the weights' sub-blocks), each value stored where the weights keep theirs: value 32 s + j of a Q4_K block
 // (G = 32) at 32 (j / 4) + 4 s + j % 4, value 16 s + j of a Q6_K one (G = 16) at 32 (j / 2) + 2 s + j % 2.
 // x's rows are K_in long (the last block's inputs past K_in count as zeros: a K short of a whole block, the
-// draft's 896, needs no padded copy); token i / kb, block i % kb.
+// draft's 896, needs no padded copy); token i / kb, block i % kb.  A one-token step's (up to 64 blocks, ~5 us)
+// in this thread: splitting it cost more than it saved.
 template <int G>
 void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in, int8_t* qp, float* dp, int16_t* sp) {
-  at::parallel_for(0, n_blocks, 16, [&](int64_t i0, int64_t i1) {
+  at::parallel_for(0, n_blocks, 64, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float* xr = xp + (i / kb) * K_in + (i % kb) * 256;
       const int n = int(std::min<int64_t>(256, K_in - (i % kb) * 256));  // the block's real inputs
-      int8_t* qr = qp + i * 256;
-      float amax = 0.0f;
-      for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(xr[k]));
-      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      dp[i] = amax / 127.0f;
-      for (int j = 0; j < 256 / G; ++j) {
-        int32_t s = 0;
-        for (int k = G * j; k < G * j + G; ++k) {
-          const float t = k < n ? xr[k] * id : 0.0f;
-          const int32_t v = std::max(-127, std::min(127, int32_t(std::nearbyint(t))));
-          constexpr int P = G / 8;  // values of a sub-block side by side in a group: 4 (Q4_K), 2 (Q6_K)
-          const int i = k - G * j;
-          qr[32 * (i / P) + P * j + i % P] = int8_t(v);
-          s += v;
-        }
-        sp[i * (256 / G) + j] = int16_t(s);
-      }
+      quantize_block<G>(xr, n, qp + i * 256, dp + i, sp + i * (256 / G));
     }
   });
 }
