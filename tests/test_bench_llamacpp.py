@@ -65,6 +65,14 @@ def test_llamacpp_runs_interleaved_with_the_same_prompt_ids(prompts_file, tmp_pa
     assert doc["aggregate"][LLAMACPP]["greedy_equal_prompts"] == "2/2"
     text = capsys.readouterr().out
     assert "llamacpp (plain decoding of the same GGUF)" in text and "2/2 prompts" in text
+    # the rate after the first token, each run's prompt pass left out (the stand-in: 10 ms a token, the first alike)
+    agg = doc["aggregate"]
+    assert agg[LLAMACPP]["decode_tok_s"]["median"] == pytest.approx(100.0)
+    assert agg[LLAMACPP]["first_token_share"] == pytest.approx(1 / 6)
+    assert 0 < agg["standard"]["first_token_share"] < 1 and agg["standard"]["decode_tok_s"]["median"] > 0
+    assert all("decode_tok_s" in r for r in doc["prompts"][0]["runs"][LLAMACPP])
+    line = next(t for t in text.splitlines() if t.startswith("after the first token"))
+    assert "17% of llama.cpp's time" in line and "llamacpp 100.00 [100.00-100.00] tok/s" in line
 
 
 def test_compare_llamacpp_is_refused_clearly(prompts_file, monkeypatch, capsys):  # noqa: F811

@@ -96,6 +96,9 @@ def metrics(runs: list[Run], std: list[Run], hf_plain: list[Run] | None, greedy:
         "tok_s": Spread.of([_rate(r.tokens, r.seconds) for r in runs]),
         "speedup": Spread.of([_rate(r.tokens, r.seconds) / _rate(s.tokens, s.seconds) for r, s in zip(runs, std)]),
     }
+    if all(r.decode_seconds < r.seconds for r in runs):  # the first token (the prompt's pass) timed apart
+        out["decode_tok_s"] = Spread.of([_rate(r.decode_tokens, r.decode_seconds) for r in runs])
+        out["first_token_share"] = 1 - sum(r.decode_seconds for r in runs) / sum(r.seconds for r in runs)
     if hf_plain is not None:  # transformers' assisted generate against its own plain generate
         out["speedup_vs_hf_plain"] = Spread.of([_rate(r.tokens, r.seconds) / _rate(h.tokens, h.seconds)
                                                 for r, h in zip(runs, hf_plain)])
@@ -153,7 +156,7 @@ BF16_BASELINE = "standard_bf16"
 
 def run_json(r: Run) -> dict[str, Any]:
     d: dict[str, Any] = {"tokens": r.tokens, "seconds": r.seconds, "tok_s": _rate(r.tokens, r.seconds)}
-    if r.steps or r.rounds:  # specviz's runs time the prefill apart
+    if r.decode_seconds < r.seconds:  # specviz's and llama.cpp's runs time the prompt's pass apart
         d["decode_tok_s"] = _rate(r.decode_tokens, r.decode_seconds)
     if r.rounds:
         d["draft_stops"] = r.stops
@@ -270,6 +273,14 @@ def baseline_lines(agg: dict[str, Any]) -> list[str]:
                       if best else "")
                    + (f"; greedy text equal to specviz's standard on {agg[LLAMACPP]['greedy_equal_prompts']} prompts"
                       if "greedy_equal_prompts" in agg[LLAMACPP] else ""))
+        if best and all("decode_tok_s" in agg[c] for c in (LLAMACPP, "standard", best)):
+            lc_dec = agg[LLAMACPP]["decode_tok_s"].median
+            out.append(f"after the first token (each run's prompt pass left out: {agg[LLAMACPP]['first_token_share']:.0%} of "
+                       f"llama.cpp's time, {agg['standard']['first_token_share']:.0%} of standard's, "
+                       f"{agg[best]['first_token_share']:.0%} of {_label(best)}'s): {LLAMACPP} "
+                       f"{_num(agg[LLAMACPP]['decode_tok_s'])} tok/s; specviz's standard "
+                       f"{agg['standard']['decode_tok_s'].median / lc_dec:.2f}x it, {_label(best)} "
+                       f"{agg[best]['decode_tok_s'].median / lc_dec:.2f}x")
     for h in HF_CONFIGS:
         if h in agg:
             vs = f", {_num(agg[h]['speedup_vs_hf_plain'], suffix='x')} vs hf_plain" if h != "hf_plain" else ""
