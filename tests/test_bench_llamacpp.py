@@ -71,7 +71,7 @@ def test_llamacpp_runs_interleaved_with_the_same_prompt_ids(prompts_file, tmp_pa
     assert agg[LLAMACPP]["first_token_share"] == pytest.approx(1 / 6)
     assert 0 < agg["standard"]["first_token_share"] < 1 and agg["standard"]["decode_tok_s"]["median"] > 0
     assert all("decode_tok_s" in r for r in doc["prompts"][0]["runs"][LLAMACPP])
-    line = next(t for t in text.splitlines() if t.startswith("after the first token"))
+    line = next(t for t in text.splitlines() if t.startswith("after the prompt's pass"))
     assert "17% of llama.cpp's time" in line and "llamacpp 100.00 [100.00-100.00] tok/s" in line
 
 

@@ -275,8 +275,9 @@ def baseline_lines(agg: dict[str, Any]) -> list[str]:
                       if "greedy_equal_prompts" in agg[LLAMACPP] else ""))
         if best and all("decode_tok_s" in agg[c] for c in (LLAMACPP, "standard", best)):
             lc_dec = agg[LLAMACPP]["decode_tok_s"].median
-            out.append(f"after the first token (each run's prompt pass left out: {agg[LLAMACPP]['first_token_share']:.0%} of "
-                       f"llama.cpp's time, {agg['standard']['first_token_share']:.0%} of standard's, "
+            out.append(f"after the prompt's pass (the first token; a speculative run's first round, which also drafts and "
+                       f"verifies: {agg[LLAMACPP]['first_token_share']:.0%} of llama.cpp's time, "
+                       f"{agg['standard']['first_token_share']:.0%} of standard's, "
                        f"{agg[best]['first_token_share']:.0%} of {_label(best)}'s): {LLAMACPP} "
                        f"{_num(agg[LLAMACPP]['decode_tok_s'])} tok/s; specviz's standard "
                        f"{agg['standard']['decode_tok_s'].median / lc_dec:.2f}x it, {_label(best)} "
