@@ -75,6 +75,18 @@ def _records(model) -> list[torch.Tensor]:
             for m in model.modules() if isinstance(m, (q4k.Q4KLinear, q6k.Q6KLinear))]
 
 
+def _step_logits(model, ids: list[int]) -> torch.Tensor:
+    """A chain's draft steps over ``ids`` on the model's lean steps (traced once warm): the last logits of a
+    4-token feed, then of each one-token step."""
+    steps = steps_of(model)
+    with torch.inference_mode():
+        steps.set_length(0)
+        out = [steps.forward(ids[:4], 1)[0][-1]]
+        out += [steps.forward([token], 1)[0][-1] for token in ids[4:]]
+        steps.set_length(0)
+    return torch.stack(out).float()
+
+
 @needs_kernel
 def test_a_gguf_targets_records_move_to_one_huge_page_region_and_score_the_same_bits(tmp_path, thp, kernel_on,
                                                                                       monkeypatch):
@@ -138,9 +150,11 @@ def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_trac
     pair = _gguf_target(tmp_path)
     ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
     pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
-    pair.draft = int8.int8_draft(pair.draft, defer_packing=True)  # Q4_K records made here: they stay
-    drafts = [t.data_ptr() for t in _records(pair.draft)]
-    assert drafts and not hugepages.pending(pair.draft)
+    pair.draft = int8.int8_draft(pair.draft, defer_packing=True)  # Q4_K records made here: they move too
+    drafts = _records(pair.draft)
+    assert drafts and hugepages.pending(pair.draft)
+    draft_ids = torch.randint(5, 40, (12,), generator=torch.Generator().manual_seed(4)).tolist()
+    draft_logits = _step_logits(pair.draft, draft_ids)
     before = _records(pair.target)
     assert hugepages.pending(pair.target) and warm.pending(pair)  # left for later: not on the start's path
     verify, steps = _verify_and_steps(pair.target, ids, 10, 6)
@@ -149,7 +163,10 @@ def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_trac
     thread.join(60)
     after = _records(pair.target)
     assert not hugepages.pending(pair.target) and not warm.pending(pair)
-    assert [t.data_ptr() for t in _records(pair.draft)] == drafts  # the draft gained nothing measured: left
+    moved = _records(pair.draft)
+    assert min(t.data_ptr() for t in moved) % hugepages.HUGE == 0 and not hugepages.pending(pair.draft)
+    assert all(x.data_ptr() != y.data_ptr() and torch.equal(x, y) for x, y in zip(drafts, moved))
+    assert torch.equal(_step_logits(pair.draft, draft_ids), draft_logits)  # its traced steps: the same bits
     assert min(t.data_ptr() for t in after) % hugepages.HUGE == 0
     assert all(x.data_ptr() != y.data_ptr() and torch.equal(x, y) for x, y in zip(before, after))
     assert steps_of(pair.target).traced and hugepages.rehome(pair.target) == 0  # once

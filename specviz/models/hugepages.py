@@ -1,28 +1,30 @@
-"""The target's GGUF records in transparent huge pages (Linux), where each step streams them from memory.
+"""The models' Q4_K / Q6_K records in transparent huge pages (Linux), where each step streams them from memory.
 
-A one-token step of the Q4_K_M target reads ~1 GB of records, product after product.  In 4 KiB pages the
-CPU's stream prefetchers stop at every page boundary (and each page costs a TLB walk), so a core's stream
-restarts 250,000 times a step; in 2 MiB pages it runs on.  :func:`rehome` copies a model's Q4_K / Q6_K
-records, once at load, into one anonymous region advised ``MADV_HUGEPAGE`` (the same bits, so every output
-is the same), and :func:`empty` gives the roofline's copy benchmark the same kind of memory, so the bound a
-step is held to is measured on it too.
+A one-token step of the Q4_K_M target reads ~1 GB of records, product after product, and the draft's ~330 MB.
+In 4 KiB pages the CPU's stream prefetchers stop at every page boundary (and each page costs a TLB walk), so a
+core's stream restarts 250,000 times a target step; in 2 MiB pages it runs on.  :func:`rehome` copies a model's
+Q4_K / Q6_K records, once at load, into one anonymous region advised ``MADV_HUGEPAGE`` (the same bits, so every
+output is the same), and :func:`empty` gives the roofline's copy benchmark the same kind of memory, so the bound
+a step is held to is measured on it too.
 
-Measured on the 2-core AMD EPYC (Zen 3, AVX2, a KVM guest; THP mode ``madvise``), the target's eager step,
-the two placements interleaved in one process, medians of 8, ms:
+Measured on the 2-core AMD EPYC (Zen 3, AVX2, a KVM guest; THP mode ``madvise``), eager steps, the two
+placements interleaved in one process, medians, ms:
 
-    =================  ==========  ==========
-                       4 KiB       huge pages
-    =================  ==========  ==========
-    step, 1 token      93.2, 91.8  85.6, 78.8
-    pass, 4 tokens     170, 136    162, 129
-    draft step         32.0        31.8
-    =================  ==========  ==========
+    ==========================================  ==========  ==========
+                                                4 KiB       huge pages
+    ==========================================  ==========  ==========
+    target step, 1 token (8 reps)               93.2, 91.8  85.6, 78.8
+    target pass, 4 tokens (8 reps)              170, 136    162, 129
+    draft step, reduced head (16 reps; stop 51)  29.7, 25.7  27.9, 23.7
+    the draft's 97 products alone (16 reps)     21.4        20.0
+    ==========================================  ==========  ==========
 
-The draft (its 326 MB of records, 97 small products whose step is mostly per-call work) gained nothing,
-so only the target's records move.  Hand-written, not torch's ``THP_MEM_ALLOC_ENABLE``: that is read once,
-at torch's first allocation (before specviz is imported, in any process that imported torch first), and it
-covers only memory torch allocates, where the head's records are mapped from their safetensors file.
-``SPECVIZ_HUGEPAGES=0`` leaves the records where they were loaded.
+Small products gain the most: one 2.2 MB Q4_K product streamed alone ran 183 -> 130 us on two threads, a 0.54 MB
+one 60 -> 48 (stop 50 had timed the draft's step at 32.0 / 31.8 ms, within that hour's noise, and left it).
+Hand-written, not torch's ``THP_MEM_ALLOC_ENABLE``: that is read once, at torch's first allocation (before
+specviz is imported, in any process that imported torch first), and it covers only memory torch allocates,
+where the head's records are mapped from their safetensors file.  ``SPECVIZ_HUGEPAGES=0`` leaves the records
+where they were loaded.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ only its speed does (2-3x slower products until packed), and a race that ran whi
 (:func:`preparing`).
 
 Then the chat template's head is fed to both models and its keys and values kept
-(:meth:`.lean.LeanSteps.keep_prefix`: every chat prompt begins with it), and the target's GGUF records are
+(:meth:`.lean.LeanSteps.keep_prefix`: every chat prompt begins with it), and both models' Q4_K / Q6_K records are
 moved to huge pages (:mod:`.hugepages`).  Last, the models' short feeds
 are traced (:meth:`.lean.LeanSteps.trace`: the target's step and verify passes, the draft's one- and
 two-token steps): that writes into their KV caches, so it runs holding the server's model lock, between
@@ -226,7 +226,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             _keep_heads(models, lock)  # on the packed products (specviz's kernel: packed at load)
             _wait_for_serving()
-            for model in filter(hugepages.pending, models):  # the target's records into huge pages (same bits:
+            for model in filter(hugepages.pending, models):  # the models' records into huge pages (same bits:
                 _until_free(lock)  # a run meanwhile reads either copy), before the traces, which hold what they see
                 _step()
                 hugepages.rehome(model)
