@@ -132,7 +132,7 @@ def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(t
     on = probe.probe_key(machine, "m", torch.float32)
     monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
     off = probe.probe_key(machine, "m", torch.float32)
-    assert on == off + "|thp"
+    assert on == off + "|thp2"
     made = []
     real = hugepages.empty
     monkeypatch.setattr(hugepages, "empty", lambda n: made.append(n) or real(n))

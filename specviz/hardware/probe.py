@@ -245,7 +245,7 @@ def probe_key(machine: Machine, model: str, dtype: torch.dtype) -> str:
             from ..models import hugepages
 
             if hugepages.enabled():  # and streams them from huge pages: faster steps, a higher copy bandwidth
-                parts.append("thp")
+                parts.append("thp2")  # 2: the draft's records too (its step, draft_ms, is faster: measured again)
     return "|".join(parts)
 
 

@@ -67,7 +67,7 @@ def step_bytes(model: torch.nn.Module) -> int:
 def copy_bandwidth(device: torch.device | str = "cpu", nbytes: int = 256 * 2**20, reps: int = 5) -> float:
     """Copy bandwidth in bytes/s, counting bytes read and written (the best of ``reps`` copies of
     ``nbytes``, after a warm-up; on a GPU the copies are timed with CUDA events, on a CPU with the
-    process's threads, as the kernels run, in huge pages where the target's records are put in them)."""
+    process's threads, as the kernels run, in huge pages where the models' records are put in them)."""
     device = torch.device(device)
     if device.type == "cpu" and hugepages.enabled():  # the memory a target's records stream from (models.hugepages)
         src, dst = hugepages.empty(nbytes).fill_(1), hugepages.empty(nbytes)
