@@ -142,10 +142,7 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
             log.info("%d of the target's matrices run on their GGUF Q4_K weights as stored", swapped)
             # streamed from memory each step: in 2 MiB pages, ~5-8 % faster (Zen 3); a server's load leaves the
             # move to models.warm, off its start's path
-            if defer_packing:
-                hugepages.defer(model)
-            else:
-                hugepages.rehome(model)
+            hugepages.place(model, later=defer_packing)
         model._specviz_head_fingerprint = fingerprint
         model = invariant.make_invariant(model)
         # Runs (chains and trees) take the lean, traced forward with the same batch-invariant attention

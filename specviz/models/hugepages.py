@@ -82,6 +82,15 @@ def defer(model: torch.nn.Module) -> None:
         model._specviz_hugepages = False
 
 
+def place(model: torch.nn.Module, *, later: bool) -> None:
+    """At load: move ``model``'s records now (:func:`rehome`), or, ``later`` (a server's load), mark them for
+    :func:`.warm.finish` (:func:`defer`)."""
+    if later:
+        defer(model)
+    else:
+        rehome(model)
+
+
 def pending(model: torch.nn.Module) -> bool:
     """Whether ``model``'s records were left to move (:func:`defer`) and have not moved yet."""
     return getattr(model, "_specviz_hugepages", None) is False and enabled()
@@ -117,4 +126,4 @@ def rehome(model: torch.nn.Module) -> int:
     return sum(t.nbytes for t in distinct.values())
 
 
-__all__ = ["defer", "empty", "enabled", "pending", "rehome"]
+__all__ = ["defer", "empty", "enabled", "pending", "place", "rehome"]

@@ -215,10 +215,7 @@ def int8_draft(model: torch.nn.Module, cache: Path | None = None,
         log.info("%d of the draft's products run on Q4_K records made from its int8 rows", swapped)
         # streamed from memory each step, as the target's: in 2 MiB pages its products ran ~7 % faster (Zen 3);
         # a server's load leaves the move to models.warm, before the traces (which hold what they see)
-        if defer_packing:
-            hugepages.defer(model)
-        else:
-            hugepages.rehome(model)
+        hugepages.place(model, later=defer_packing)
     # A trace holds fbgemm's packed weights: after packing.  A server (defer_packing) traces after it began
     # serving (models.warm.finish): ~1-2 s of Python less before its first run, which takes the eager lean
     # steps meanwhile (the same bits).
