@@ -42,6 +42,12 @@ class Run:
     expected_rounds: int = 0
     ids: list[int] = field(default_factory=list)
 
+    @property
+    def first_apart(self) -> bool:
+        """Whether the run timed its first token (its prompt's pass; a speculative run's first round) apart:
+        specviz's and llama.cpp's runs do, transformers' do not (decode_seconds is the whole call)."""
+        return self.decode_seconds < self.seconds
+
 
 def merge(runs: list[Run]) -> Run:
     """Sum runs (one per prompt): total tokens / total time is then the aggregate rate."""
@@ -96,7 +102,7 @@ def metrics(runs: list[Run], std: list[Run], hf_plain: list[Run] | None, greedy:
         "tok_s": Spread.of([_rate(r.tokens, r.seconds) for r in runs]),
         "speedup": Spread.of([_rate(r.tokens, r.seconds) / _rate(s.tokens, s.seconds) for r, s in zip(runs, std)]),
     }
-    if all(r.decode_seconds < r.seconds for r in runs):  # the first token (the prompt's pass) timed apart
+    if all(r.first_apart for r in runs):
         out["decode_tok_s"] = Spread.of([_rate(r.decode_tokens, r.decode_seconds) for r in runs])
         out["first_token_share"] = 1 - sum(r.decode_seconds for r in runs) / sum(r.seconds for r in runs)
     if hf_plain is not None:  # transformers' assisted generate against its own plain generate
@@ -121,7 +127,6 @@ def metrics(runs: list[Run], std: list[Run], hf_plain: list[Run] | None, greedy:
         verify.append(r.verify_seconds / max(r.verify_rounds, 1) / step - 1)
     c_med, v_med = statistics.median(c), statistics.median(verify)
     out.update(
-        decode_tok_s=Spread.of([_rate(r.decode_tokens, r.decode_seconds) for r in runs]),
         decode_speedup=Spread.of([_rate(r.decode_tokens, r.decode_seconds) / _rate(s.decode_tokens, s.decode_seconds)
                                   for r, s in zip(runs, std)]),
         alpha=alpha,
@@ -156,7 +161,7 @@ BF16_BASELINE = "standard_bf16"
 
 def run_json(r: Run) -> dict[str, Any]:
     d: dict[str, Any] = {"tokens": r.tokens, "seconds": r.seconds, "tok_s": _rate(r.tokens, r.seconds)}
-    if r.decode_seconds < r.seconds:  # specviz's and llama.cpp's runs time the prompt's pass apart
+    if r.first_apart:
         d["decode_tok_s"] = _rate(r.decode_tokens, r.decode_seconds)
     if r.rounds:
         d["draft_stops"] = r.stops
