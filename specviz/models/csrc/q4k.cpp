@@ -182,8 +182,8 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
 
 // ---- shared by both: the activations and the driver ----
 
-// One block: the scalar definition above, for a block whose real inputs are not a whole number of eights (and the
-// oracle the vector one below is tested against: the same bits).
+// One block as defined above, value by value: a block whose real inputs are not a whole number of eights takes it.
+// (Both paths give q4k.reference's / q6k.reference's bits: the tests' torch oracles.)
 template <int G>
 inline void quantize_block_scalar(const float* xr, int n, int8_t* qr, float* dp, int16_t* sp) {
   float amax = 0.0f;
@@ -224,7 +224,13 @@ inline void quantize_block(const float* xr, int n, int8_t* qr, float* dp, int16_
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   alignas(32) int8_t nat[256];  // the values in weight order
-  alignas(32) int32_t sums[8];
+  auto sum = [](__m256i v) {  // the eight lanes' integer sum (exact)
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+    int32_t s = 0;
+    for (int l = 0; l < 8; ++l) s += lanes[l];
+    return int16_t(s);
+  };
   for (int c = 0; c < 256; c += 32) {
     __m256i v[4];
     for (int u = 0; u < 4; ++u) {
@@ -232,21 +238,11 @@ inline void quantize_block(const float* xr, int n, int8_t* qr, float* dp, int16_
       const __m256 t = k < n ? _mm256_mul_ps(_mm256_loadu_ps(xr + k), idv) : _mm256_setzero_ps();
       v[u] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(t)));
     }
-    if (G == 32) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums),
-                         _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])));
-      int32_t s = 0;
-      for (int l = 0; l < 8; ++l) s += sums[l];
-      sp[c / 32] = int16_t(s);
-    } else {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_add_epi32(v[0], v[1]));
-      int32_t s = 0;
-      for (int l = 0; l < 8; ++l) s += sums[l];
-      sp[c / 16] = int16_t(s);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_add_epi32(v[2], v[3]));
-      s = 0;
-      for (int l = 0; l < 8; ++l) s += sums[l];
-      sp[c / 16 + 1] = int16_t(s);
+    if (G == 32) {  // one sub-block of 32
+      sp[c / 32] = sum(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])));
+    } else {  // two of 16
+      sp[c / 16] = sum(_mm256_add_epi32(v[0], v[1]));
+      sp[c / 16 + 1] = sum(_mm256_add_epi32(v[2], v[3]));
     }
     // packs work within 128-bit lanes: 32-bit words v0[0..3] v1[0..3] v2[0..3] v3[0..3] | v0[4..7] ..; reordered
     const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
