@@ -217,11 +217,20 @@ def test_the_lean_draft_traces_through_the_kernel(monkeypatch):
                                        rtol=1e-5, atol=1e-5)
 
 
-def test_the_kernel_is_for_avx2_cpus_without_avx512():
-    """Measured against fbgemm's AVX2 path; on AVX-512 (VNNI: one instruction where it needs three) fbgemm stays."""
+def test_the_kernel_is_for_avx2_cpus_and_avx512_ones_with_vnni_where_int8_rows_stay_on_fbgemm(monkeypatch):
+    """Measured against fbgemm's AVX2 path on AVX2 CPUs; on AVX-512 with VNNI the GGUF products run their VNNI
+    form and int8 rows fbgemm's (faster there); AVX-512 without VNNI keeps fbgemm for everything."""
     assert kernels._why_not({"avx2", "fma"}) == ""
-    assert "AVX-512" in kernels._why_not({"avx2", "avx512f", "avx512_vnni"})
+    assert kernels._why_not({"avx2", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"}) == ""
+    assert "without VNNI" in kernels._why_not({"avx2", "avx512f", "avx512vl", "avx512bw"})
     assert "no AVX2" in kernels._why_not({"sse4_2"})
+    kernels.set_enabled(None)  # this machine's policy, on a CPU said to be each
+    monkeypatch.setattr(kernels, "matches", lambda **_: True)
+    monkeypatch.setattr(kernels, "ready", lambda: True)
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"})
+    assert not kernels.int8_rows() and not kernels.int8_rows(built=True)
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2", "fma"})
+    assert kernels.int8_rows() and kernels.int8_rows(built=True)
 
 
 def test_without_a_compiler_the_linears_run_on_fbgemm(monkeypatch, caplog):

@@ -28,6 +28,18 @@ def _kernel_on(monkeypatch):
     kernels.set_enabled(None)
 
 
+@pytest.fixture(params=["avx2", "vnni"])
+def isa(request, monkeypatch):
+    """Each kernel test on each instruction set the library was built for: AVX2, and AVX-512 VNNI where the CPU
+    has it (the library picks VNNI there: the same bits, tests on both)."""
+    if request.param == "vnni" and not {"avx512_vnni", "avx512vl", "avx512bw"} <= kernels._cpu_flags():
+        pytest.skip("this CPU has no AVX-512 VNNI: its kernels cannot run here")
+    ops = torch.ops.specviz
+    monkeypatch.setattr(q4k, "linear", lambda x, w, bias=None: ops.q4k_linear_isa(x, w, bias, request.param))
+    monkeypatch.setattr(q6k, "linear", lambda x, w, bias=None: ops.q6k_linear_isa(x, w, bias, request.param))
+    return request.param
+
+
 def q4k_encode(w: np.ndarray) -> np.ndarray:
     """A float matrix [N, K] (K a multiple of 256) as GGUF Q4_K rows, uint8 [N, K/256 * 144]: per 32 values a
     6-bit scale and min, per 256 an fp16 d and dmin, as llama.cpp lays them out (a plain encoder, not its
@@ -73,7 +85,7 @@ def q6k_encode(w: np.ndarray) -> np.ndarray:
     return out.reshape(n, -1)
 
 
-def test_q6k_records_are_llama_cpps_values_and_the_kernel_is_its_oracle_to_the_bit():
+def test_q6k_records_are_llama_cpps_values_and_the_kernel_is_its_oracle_to_the_bit(isa):
     import gguf
 
     gen = np.random.default_rng(1)
@@ -117,7 +129,7 @@ def test_records_are_llama_cpps_q4k_values():
 
 
 @pytest.mark.parametrize("k", [256, 1280])
-def test_the_kernel_is_its_torch_oracle_to_the_bit(k):
+def test_the_kernel_is_its_torch_oracle_to_the_bit(k, isa):
     w, _ = _records(29, k, seed=k)
     bias = torch.randn(29)
     x = torch.randn(7, k) * torch.logspace(-3, 3, 7)[:, None]  # rows of very different magnitudes
@@ -129,7 +141,7 @@ def test_the_kernel_is_its_torch_oracle_to_the_bit(k):
 
 
 @pytest.mark.parametrize("k", [896, 1003])
-def test_activations_rounded_at_ties_and_short_blocks_are_the_oracles_bits(k):
+def test_activations_rounded_at_ties_and_short_blocks_are_the_oracles_bits(k, isa):
     """The activations are quantized eight at a time (AVX2), or one by one when a block's real inputs are not a
     multiple of eight (1003: 235 in the last block; 896: 128, vectorised): the same bits either way, halves
     rounding to even as torch.round does (Q4_K's sums of 32 and Q6_K's of 16 alike)."""
@@ -148,7 +160,7 @@ def test_activations_rounded_at_ties_and_short_blocks_are_the_oracles_bits(k):
         assert torch.equal(q6k.linear(rows, rec6), q6k.reference(rows, rec6))
 
 
-def test_a_token_is_the_same_bits_in_any_pass():
+def test_a_token_is_the_same_bits_in_any_pass(isa):
     w, _ = _records(64, 768, seed=1)
     x = torch.randn(9, 768)
     batch = q4k.linear(x, w)

@@ -84,7 +84,7 @@ class TokenInt8Linear(torch.nn.Module):
         held = self._int8
         if self._packed is not None or held is None:  # packed already (or by another thread meanwhile)
             return
-        if kernels.matches():  # specviz's own kernel: the int8 values as they are (no packing), fbgemm's bits
+        if kernels.int8_rows():  # specviz's own kernel: the int8 values as they are (no packing), fbgemm's bits
             packed = kernels.Weights.of(*held)
         else:
             packed = torch.ops.quantized.linear_prepack(self.qweight(), None)
@@ -289,7 +289,7 @@ def plain_all(modules: list[torch.nn.Module]) -> None:
         linears = {id(m): m for m in (x.fused if isinstance(x, FusedPart) and x.index == 0 else x for x in modules)
                    if isinstance(m, TokenInt8Linear) and m._packed is None}
         # Where specviz's kernel is built already, its form needs no packing: the linears take it at once.
-        in_threads((lambda m: m.pack()) if kernels.ready() else (lambda m: m.plain()), list(linears.values()))
+        in_threads((lambda m: m.pack()) if kernels.int8_rows(built=True) else (lambda m: m.plain()), list(linears.values()))
 
 
 def unpacked(model: torch.nn.Module) -> list[TokenInt8Linear]:

@@ -33,7 +33,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 namespace {
@@ -106,6 +108,63 @@ inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const fl
   }
 }
 
+// The same outputs with AVX-512 VNNI (256-bit vpdpbusd, where the CPU has avx512_vnni and avx512vl: Ice Lake and
+// later Xeons, Zen 4 and later): in the stored order a 32-bit lane's four bytes are one sub-block's, so vpdpbusd
+// sums sub-block l's q . xq in int32 lane l directly (exact: <= 32 x 15 x 127), one instruction where AVX2 needs
+// vpmaddubsw and vpaddw; the scale then by vpmulld (sc[l] x that sum: the integer vpmaddwd gave).  The float
+// operations are the AVX2 kernel's, in the same order: the same bits (tests/test_q4k.py runs both against the oracle).
+#define SPECVIZ_VNNI __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma")))
+template <int T>
+SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
+                                   int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 a[T];
+  __m128 am[T];
+  for (int t = 0; t < T; ++t) {
+    a[t] = _mm256_setzero_ps();
+    am[t] = _mm_setzero_ps();
+  }
+  for (int64_t b = 0; b < kb; ++b) {
+    const uint8_t* rec = w + b * REC;
+    prefetch(rec + PF);
+    prefetch(rec + PF + 128);
+    __m256i p[T], p2[T];  // int32 lane l: sub-block l's sums (two chains, added at the end: exact)
+    for (int t = 0; t < T; ++t) p[t] = p2[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 * c));
+      const __m256i lo = _mm256_and_si256(q, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xq + t * ldx + b * 256 + 64 * c;
+        p[t] = _mm256_dpbusd_epi32(p[t], lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+        p2[t] = _mm256_dpbusd_epi32(p2[t], hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32)));
+      }
+    }
+    const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128)));
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 136)));
+    float d, dmin;
+    std::memcpy(&d, rec + 144, 4);
+    std::memcpy(&dmin, rec + 148, 4);
+    for (int t = 0; t < T; ++t) {
+      const float xd = dx[t * ldd + b];
+      const __m128i bsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + t * ldb + b * 8));
+      const __m128i m4 = _mm_madd_epi16(mn, bsum);
+      const __m256i v = _mm256_mullo_epi32(_mm256_add_epi32(p[t], p2[t]), sc);
+      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(v)));
+      am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_set1_ps(xd * dmin), _mm_cvtepi32_ps(m4)));
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    float la[8], lm[4];
+    _mm256_storeu_ps(la, a[t]);
+    _mm_storeu_ps(lm, am[t]);
+    float sa = la[0], sm = lm[0];
+    for (int l = 1; l < 8; ++l) sa = sa + la[l];
+    for (int l = 1; l < 4; ++l) sm = sm + lm[l];
+    acc[t] = sa - sm;
+  }
+}
+
 // ---- Q6_K (specviz.models.q6k) ----
 // GGUF's Q6_K weights as they are, times float32 activations (AVX2): the Q4_K_M target's other matrices (v and
 // down in half its layers, and its head) at 0.83 bytes a weight where int8 reads 1.0, batch-invariant.
@@ -165,6 +224,58 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
               _mm256_maddubs_epi16(q[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i))),
               _mm256_maddubs_epi16(q[i + 1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i + 32))));
           v[t] = _mm256_add_epi32(v[t], _mm256_madd_epi16(p, s16));
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_set1_ps(dx[t * ldd + b] * d), _mm256_cvtepi32_ps(v[t])));
+  }
+  for (int t = 0; t < T; ++t) {
+    float la[8];
+    _mm256_storeu_ps(la, a[t]);
+    float s = la[0];
+    for (int l = 1; l < 8; ++l) s = s + la[l];
+    acc[t] = s;
+  }
+}
+
+// The same with AVX-512 VNNI: vpdpwssd applies the sixteen scales and adds in one instruction (v + p . s16, exact,
+// non-saturating), where AVX2 needs vpmaddwd and vpaddd: the same integers, the same float operations, the same bits.
+template <int T>
+SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
+                                      int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  __m256 a[T];
+  for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < kb; ++b) {
+    const uint8_t* rec = w + b * REC6;
+    prefetch(rec + PF);
+    prefetch(rec + PF + 96);
+    prefetch(rec + PF + 192);
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 192)));
+    float d;
+    std::memcpy(&d, rec + 208, 4);
+    __m256i v[T];
+    for (int t = 0; t < T; ++t) {
+      const __m256i bsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs + t * ldb + b * 16));
+      v[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s16, bsum), 5));
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
+      const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
+      const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 128 + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m2)),
+          _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2))};
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xq + t * ldx + b * 256 + 128 * h;
+        for (int i = 0; i < 4; i += 2) {
+          const __m256i p = _mm256_add_epi16(
+              _mm256_maddubs_epi16(q[i], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i))),
+              _mm256_maddubs_epi16(q[i + 1], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * i + 32))));
+          v[t] = _mm256_dpwssd_epi32(v[t], p, s16);
         }
       }
     }
@@ -335,21 +446,54 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
 
 }  // namespace
 
-// Q4_K records [N, K/256, 152] (above)
-torch::Tensor q4k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+// Whether this CPU runs the VNNI kernels (checked once); SPECVIZ_VNNI=0 keeps the AVX2 ones (the same bits).
+bool use_vnni() {
+  static const bool yes = [] {
+    const char* env = std::getenv("SPECVIZ_VNNI");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw");
+  }();
+  return yes;
+}
+
+// Q4_K records [N, K/256, 152] (above); isa: "" the best this CPU has, "avx2" or "vnni" one of them (the tests)
+torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
+  const bool vnni = isa.empty() ? use_vnni() : isa == "vnni";
+  TORCH_CHECK(isa.empty() || isa == "vnni" || isa == "avx2", "isa must be '', 'avx2' or 'vnni'");
+  if (vnni)
+    return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<decltype(t)::value>(args...); });
 }
 
 // Q6_K records [N, K/256, 212] (above)
-torch::Tensor q6k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+torch::Tensor q6k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
+  const bool vnni = isa.empty() ? use_vnni() : isa == "vnni";
+  TORCH_CHECK(isa.empty() || isa == "vnni" || isa == "avx2", "isa must be '', 'avx2' or 'vnni'");
+  if (vnni)
+    return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
 }
+
+torch::Tensor q4k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  return q4k_linear_isa(x, w, bias, "");
+}
+torch::Tensor q6k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  return q6k_linear_isa(x, w, bias, "");
+}
+bool q4k_vnni() { return use_vnni(); }
 
 TORCH_LIBRARY_FRAGMENT(specviz, m) {
   m.def("q4k_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
   m.def("q6k_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
+  m.def("q4k_linear_isa(Tensor x, Tensor w, Tensor? bias, str isa) -> Tensor");
+  m.def("q6k_linear_isa(Tensor x, Tensor w, Tensor? bias, str isa) -> Tensor");
+  m.def("q4k_vnni() -> bool", &q4k_vnni);
 }
 TORCH_LIBRARY_IMPL(specviz, CPU, m) {
   m.impl("q4k_linear", &q4k_linear);
   m.impl("q6k_linear", &q6k_linear);
+  m.impl("q4k_linear_isa", &q4k_linear_isa);
+  m.impl("q6k_linear_isa", &q6k_linear_isa);
 }
