@@ -33,7 +33,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -446,11 +445,9 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
 
 }  // namespace
 
-// Whether this CPU runs the VNNI kernels (checked once); SPECVIZ_VNNI=0 keeps the AVX2 ones (the same bits).
+// Whether this CPU runs the VNNI kernels (checked once; the AVX2 ones give the same bits: q4k_linear_isa).
 bool use_vnni() {
   static const bool yes = [] {
-    const char* env = std::getenv("SPECVIZ_VNNI");
-    if (env && std::strcmp(env, "0") == 0) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bw");
