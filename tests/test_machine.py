@@ -420,18 +420,25 @@ def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
     with caplog.at_level(logging.WARNING, logger="specviz.views"):
         shipped = {r.key: r for r in M.load_recorded()}
     assert not caplog.records, [r.getMessage() for r in caplog.records]
-    assert set(shipped) == {"epyc-avx2", "epyc-avx2-2026-11-26", "xeon-amx", "llamacpp-epyc-avx2"}
-    llama = shipped.pop("llamacpp-epyc-avx2")  # llama.cpp on the same GGUF files (scripts/llamacpp_curves.py)
-    assert llama.reference == "llama.cpp" and M.verify_factor(llama.probe.curves[llama.probe.choice], 6) > 2
-    assert "its own greedy speculation" in llama.note and llama.probe.draft_ms
+    assert set(shipped) == {"epyc-avx2", "epyc-avx2-2026-11-26", "xeon-amx", "xeon-amx-2026-11-28",
+                            "llamacpp-epyc-avx2", "llamacpp-xeon-amx"}
+    llamas = [shipped.pop("llamacpp-epyc-avx2"), shipped.pop("llamacpp-xeon-amx")]  # on the same GGUF files
+    for llama in llamas:  # (scripts/llamacpp_curves.py): its verify climbs, on the AVX2 EPYC and the AMX Xeon
+        assert llama.reference == "llama.cpp" and M.verify_factor(llama.probe.curves[llama.probe.choice], 6) > 2
+        assert "its own greedy speculation" in llama.note and llama.probe.draft_ms
+    assert "AMX off" in llamas[1].note  # its native build faulted in ggml's AMX path there
     for rec in shipped.values():
         assert set(rec.probe.curves) == {"bf16", "fp32", "int8"} and rec.probe.choice == "int8"
     xeon, epyc = shipped["xeon-amx"].probe, shipped["epyc-avx2"].probe
     assert M.verify_factor(xeon.curves["bf16"], 6) < 1.1 < 4 < M.verify_factor(epyc.curves["bf16"], 6)
     assert xeon.curves["int8"][1] < 0.6 * xeon.curves["bf16"][1]
-    text = W.machine_text(None, recorded=[*shipped.values(), llama])
-    assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 3
+    vnni = shipped["xeon-amx-2026-11-28"].probe  # the same kind of machine with the Q4_K kernels' VNNI form: a
+    assert vnni.curves["int8"][1] < 0.6 * xeon.curves["int8"][1]  # step well under fbgemm's int8 rows' there
+    assert vnni.curves["int8"][1] < 0.8 * llamas[1].probe.curves[llamas[1].probe.choice][1]  # and llama.cpp's
+    text = W.machine_text(None, recorded=[*shipped.values(), *llamas])
+    assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 4
     assert "**llama.cpp** (AMD EPYC" in text and "the reference a CPU user would pick" in text
+    assert "**llama.cpp** (Intel" in text
 
 
 def test_the_tab_for_the_tiny_pair_says_so_and_still_compares():

@@ -638,7 +638,10 @@ def test_draft_lengths_plot_numbers():
     assert meta["mean_accepted"] == pytest.approx(sum(accepted.y) / len(STOP_PLAN))
     assert meta["stops"] == {s["stop"]: 1 for s in STOP_PLAN}
     sub = fig.layout.title.subtitle.text
-    assert f"mean drafted {meta['mean_drafted']:.2f}" in sub and sub.count(" · ") == 4  # the 3 most frequent + "…"
+    assert f"mean drafted {meta['mean_drafted']:.2f}" in sub
+    lines = sub.split("<br>")  # the 3 most frequent reasons + "…", two a line (a third of a narrow row)
+    assert lines[1].startswith("stopped: ") and [ln.count(" · ") for ln in lines[1:]] == [1, 1]
+    assert lines[-1].endswith(" · …") and all(len(ln) <= 40 for ln in lines)
     assert plots.draft_lengths(make_trace()).data[-1].name == "γ = 4"  # constant: γ is the length
     for empty in (None, make_std_trace(), empty_trace()):
         assert plots.draft_lengths(empty).layout.meta == {"empty": True}

@@ -224,10 +224,10 @@ def draft_lengths(trace: Trace | None) -> go.Figure:
     mean_a = sum(accepted) / len(rounds)
     # Two short lines: the chart shares a row with two others.
     sub = f"mean drafted {mean_d:.2f} · mean accepted {mean_a:.2f}"
-    if stops:
+    if stops:  # two reasons a line: three on one overflowed a 400-px screen's chart (Chromium 150's fonts)
         top = sorted(stops.items(), key=lambda kv: -kv[1])
-        sub += "<br>stopped: " + " · ".join(f"{stop_short(k, k)} {n}" for k, n in top[:3])
-        sub += " · …" if len(top) > 3 else ""
+        parts = [f"{stop_short(k, k)} {n}" for k, n in top[:3]] + (["…"] if len(top) > 3 else [])
+        sub += "<br>stopped: " + "<br>".join(" · ".join(parts[i:i + 2]) for i in range(0, len(parts), 2))
     compact_layout(fig, title, "round", "tokens", subtitle=sub)
     fig.update_layout(barmode="overlay", bargap=0.15 if len(rounds) < 60 else 0.0,
                       meta={"mean_drafted": mean_d, "mean_accepted": mean_a, "stops": stops})
