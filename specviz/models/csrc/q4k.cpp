@@ -110,7 +110,7 @@ inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const fl
 // The same outputs with AVX-512 VNNI (256-bit vpdpbusd, where the CPU has avx512_vnni and avx512vl: Ice Lake and
 // later Xeons, Zen 4 and later): in the stored order a 32-bit lane's four bytes are one sub-block's, so vpdpbusd
 // sums sub-block l's q . xq in int32 lane l directly (exact: <= 32 x 15 x 127), one instruction where AVX2 needs
-// vpmaddubsw and vpaddw; the scale then by vpmulld (sc[l] x that sum: the integer vpmaddwd gave).  The float
+// vpmaddubsw and vpaddw; the scale then as an exact float product (below: the integer vpmaddwd gave).  The float
 // operations are the AVX2 kernel's, in the same order: the same bits (tests/test_q4k.py runs both against the oracle).
 #define SPECVIZ_VNNI __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma")))
 template <int T>
@@ -139,18 +139,20 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
         p2[t] = _mm256_dpbusd_epi32(p2[t], hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32)));
       }
     }
-    const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128)));
+    // sc[l] x S as a float product: both exact in float and |S sc| <= 60960 x 63 < 2^24, so the product is
+    // exact, the integer vpmaddwd / vpmulld would give, in two uops where vpmulld and its conversion take three
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128))));
     const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 136)));
-    float d, dmin;
-    std::memcpy(&d, rec + 144, 4);
-    std::memcpy(&dmin, rec + 148, 4);
+    const __m256 d = _mm256_broadcast_ss(reinterpret_cast<const float*>(rec + 144));
+    const __m128 dmin = _mm_broadcast_ss(reinterpret_cast<const float*>(rec + 148));
     for (int t = 0; t < T; ++t) {
-      const float xd = dx[t * ldd + b];
+      // dx * d in every lane: the same rounding as the scalar product, without moving it to a vector
+      const __m256 xd = _mm256_broadcast_ss(dx + t * ldd + b);
       const __m128i bsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + t * ldb + b * 8));
       const __m128i m4 = _mm_madd_epi16(mn, bsum);
-      const __m256i v = _mm256_mullo_epi32(_mm256_add_epi32(p[t], p2[t]), sc);
-      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_set1_ps(xd * d), _mm256_cvtepi32_ps(v)));
-      am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_set1_ps(xd * dmin), _mm_cvtepi32_ps(m4)));
+      const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p[t], p2[t])), sc);
+      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_mul_ps(xd, d), v));
+      am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_mul_ps(_mm256_castps256_ps128(xd), dmin), _mm_cvtepi32_ps(m4)));
     }
   }
   for (int t = 0; t < T; ++t) {
@@ -278,8 +280,10 @@ SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t
         }
       }
     }
-    for (int t = 0; t < T; ++t)
-      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_set1_ps(dx[t * ldd + b] * d), _mm256_cvtepi32_ps(v[t])));
+    const __m256 dv = _mm256_set1_ps(d);
+    for (int t = 0; t < T; ++t)  // dx * d as a vector product: the scalar one's rounding
+      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_broadcast_ss(dx + t * ldd + b), dv),
+                                               _mm256_cvtepi32_ps(v[t])));
   }
   for (int t = 0; t < T; ++t) {
     float la[8];
