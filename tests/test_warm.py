@@ -20,7 +20,9 @@ from specviz.models.tiny import build_tiny_pair
 from specviz.theory.timing import assess_race
 
 pytestmark = pytest.mark.skipif(not int8.int8_available() or not plain_matches(),
-                                reason="this torch has no fbgemm/onednn int8 kernels (not an x86 build)")
+                                reason="deferred packing needs onednn's int8 product to be fbgemm's to the bit, which "
+                                       "it is not on this CPU (AVX-512 / AMX: other kernels), or this torch has no "
+                                       "int8 kernels (not an x86 build)")
 
 
 @pytest.fixture(autouse=True)

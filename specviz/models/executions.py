@@ -135,9 +135,11 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         fingerprint = head_fingerprint(model)  # a learned head trained on the loaded target still finds it
         cache = int8.cache_file(source_dir, loaded_dtype, "token") if source_dir else None
         cached = cached.result() if cached is not None else (int8.load_int8_cache(cache, kind="token") if cache else None)
-        model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing)
-        # GGUF's Q4_K matrices as stored where the target ships as a GGUF (0.59 bytes a weight, not 1.0)
+        model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing, pack=False)
+        # GGUF's Q4_K matrices as stored where the target ships as a GGUF (0.59 bytes a weight, not 1.0); then the
+        # int8 rows left packed (none of them packed first only to be dropped)
         swapped = q4k.use_gguf(model, source_dir)
+        int8.pack_all(model, defer=defer_packing)
         if swapped:
             log.info("%d of the target's matrices run on their GGUF Q4_K weights as stored", swapped)
             # streamed from memory each step: in 2 MiB pages, ~5-8 % faster (Zen 3); a server's load leaves the

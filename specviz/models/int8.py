@@ -132,7 +132,7 @@ def _quantizer(kind: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Calla
 
 def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
                   cached: Int8Weights | None = None, kind: str = "dynamic", *,
-                  defer_packing: bool = False) -> torch.nn.Module:
+                  defer_packing: bool = False, pack: bool = True) -> torch.nn.Module:
     """Replace every nn.Linear of ``model`` (in place) by an int8 one; the rest becomes float32,
     since the quantized kernels take and return float32 activations.
 
@@ -143,7 +143,9 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
     model's linears (names, shapes, biases).  Otherwise the weights are quantized here (two
     threads; 0.5B draft: 3.7 s -> 2.1 s on 2 cores) and, if ``cache`` is given, written there for
     the next start.  ``defer_packing`` ("token" only): leave fbgemm's packing to :mod:`.warm` (the
-    linears run on onednn's bit-identical product meanwhile).
+    linears run on onednn's bit-identical product meanwhile).  ``pack=False``: not packed at all here, for a
+    caller that first swaps most of them for GGUF products (:func:`.int8_target.pack_all` then packs what is left: on
+    an AVX-512 CPU, whose int8 rows are fbgemm's, packing the 1.5B target's rows only to drop them took 5.3 s).
     """
     to_weight, to_module = _quantizer(kind)
     linears = _linears(model)
@@ -167,7 +169,8 @@ def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
         model.set_submodule(name, module)
     if kind == "token":
         fuse_token_linears(model)
-        pack_all(model, defer=defer_packing)
+        if pack:
+            pack_all(model, defer=defer_packing)
     halves = {name: m.weight.detach() for name, m in model.named_modules()
               if type(m) is torch.nn.Embedding and m.weight.dtype in (torch.bfloat16, torch.float16)}
     # The rest in float32, but not the half-precision embeddings (a 151,936-row table: ~0.9 GB and ~1.5 s
@@ -209,8 +212,9 @@ def int8_draft(model: torch.nn.Module, cache: Path | None = None,
     where the architecture allows it (:func:`.lean.attach`)."""
     from . import hugepages, lean, q4k_draft
 
-    model = quantize_int8(model, cache, cached, kind=DRAFT_KIND, defer_packing=defer_packing)
+    model = quantize_int8(model, cache, cached, kind=DRAFT_KIND, defer_packing=defer_packing, pack=False)
     swapped = q4k_draft.use(model, cache)  # unless SPECVIZ_Q4K=0: its matrices as Q4_K, made here (0.6 bytes a weight)
+    pack_all(model, defer=defer_packing)  # the int8 rows it left (none packed first only to be dropped)
     if swapped:
         log.info("%d of the draft's products run on Q4_K records made from its int8 rows", swapped)
         # streamed from memory each step, as the target's: in 2 MiB pages its products ran ~7 % faster (Zen 3);
