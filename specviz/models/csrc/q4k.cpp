@@ -190,10 +190,27 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
 
 constexpr int64_t REC6 = 212;
 
+// Half h's four groups of values (0..63) from a record's ql / qh bytes, as unpacked above.
+inline void q6_values(const uint8_t* rec, int h, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
+  const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
+  const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 128 + 32 * h));
+  q[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m2));
+  q[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m2));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m2));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2));
+}
+
+// -32 J: the block's sixteen scales against a token's sums of 16 (bsum), lane l = -32 (sc[2l] bsum[2l] + ...).
+inline __m256i q6_minus_32j(__m256i s16, const int16_t* bsum) {
+  const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum));
+  return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s16, sums), 5));
+}
+
 template <int T>
 inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
                        int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
   __m256 a[T];
   for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
@@ -205,19 +222,10 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
     float d;
     std::memcpy(&d, rec + 208, 4);
     __m256i v[T];
-    for (int t = 0; t < T; ++t) {  // -32 J: the scales against the sums of 16
-      const __m256i bsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs + t * ldb + b * 16));
-      v[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s16, bsum), 5));
-    }
+    for (int t = 0; t < T; ++t) v[t] = q6_minus_32j(s16, bs + t * ldb + b * 16);
     for (int h = 0; h < 2; ++h) {
-      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
-      const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
-      const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 128 + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m2)),
-          _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2))};
+      __m256i q[4];
+      q6_values(rec, h, q);
       for (int t = 0; t < T; ++t) {
         const int8_t* x = xq + t * ldx + b * 256 + 128 * h;
         for (int i = 0; i < 4; i += 2) {  // groups 4h + i and 4h + i + 1: int16 lane m sub-block m's (exact)
@@ -245,7 +253,6 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
 template <int T>
 SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
                                       int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
   __m256 a[T];
   for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
@@ -257,19 +264,10 @@ SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t
     float d;
     std::memcpy(&d, rec + 208, 4);
     __m256i v[T];
-    for (int t = 0; t < T; ++t) {
-      const __m256i bsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs + t * ldb + b * 16));
-      v[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s16, bsum), 5));
-    }
+    for (int t = 0; t < T; ++t) v[t] = q6_minus_32j(s16, bs + t * ldb + b * 16);
     for (int h = 0; h < 2; ++h) {
-      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h));
-      const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 * h + 32));
-      const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 128 + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m2)),
-          _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2))};
+      __m256i q[4];
+      q6_values(rec, h, q);
       for (int t = 0; t < T; ++t) {
         const int8_t* x = xq + t * ldx + b * 256 + 128 * h;
         for (int i = 0; i < 4; i += 2) {
