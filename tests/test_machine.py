@@ -439,6 +439,8 @@ def test_the_shipped_machines_load_with_what_their_probes_measured(caplog):
     assert "**AMX Xeon**" in text and "**AVX2 EPYC**" in text and text.count("chose int8") == 4
     assert "**llama.cpp** (AMD EPYC" in text and "the reference a CPU user would pick" in text
     assert "**llama.cpp** (Intel" in text
+    labels = [label for label, _ in machine_ui.compare_choices()]  # "Compare with": each a name of its own
+    assert len(set(labels)) == len(labels) and "AMX Xeon, 2026-11-28 (recorded)" in labels, labels
 
 
 def test_the_tab_for_the_tiny_pair_says_so_and_still_compares():
