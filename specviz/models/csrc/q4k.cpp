@@ -51,6 +51,22 @@ inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const cha
 alignas(32) const int8_t DUP[32] = {0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128,
                                     4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128};
 
+// A register's float lanes summed in order, ((l0 + l1) + l2) + ...: every kernel's last step (its bits).
+inline float in_order(__m256 v) {
+  float l[8];
+  _mm256_storeu_ps(l, v);
+  float s = l[0];
+  for (int i = 1; i < 8; ++i) s = s + l[i];
+  return s;
+}
+inline float in_order(__m128 v) {
+  float l[4];
+  _mm_storeu_ps(l, v);
+  float s = l[0];
+  for (int i = 1; i < 4; ++i) s = s + l[i];
+  return s;
+}
+
 // One row (kb * REC bytes) against T tokens (xq [T][K], dx [T][KB], bs int16 [T][KB*8], each token ld* apart), all
 // K blocks; acc[t].  Each (row, token) goes through the same operations whatever T is: T only decides what is
 // loaded once and shared.
@@ -96,15 +112,7 @@ inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const fl
       am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_set1_ps(xd * dmin), _mm_cvtepi32_ps(m4)));
     }
   }
-  for (int t = 0; t < T; ++t) {  // the lanes summed in order: ((l0 + l1) + l2) + ...
-    float la[8], lm[4];
-    _mm256_storeu_ps(la, a[t]);
-    _mm_storeu_ps(lm, am[t]);
-    float sa = la[0], sm = lm[0];
-    for (int l = 1; l < 8; ++l) sa = sa + la[l];
-    for (int l = 1; l < 4; ++l) sm = sm + lm[l];
-    acc[t] = sa - sm;
-  }
+  for (int t = 0; t < T; ++t) acc[t] = in_order(a[t]) - in_order(am[t]);
 }
 
 // The same outputs with AVX-512 VNNI (256-bit vpdpbusd, where the CPU has avx512_vnni and avx512vl: Ice Lake and
@@ -155,15 +163,7 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
       am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_mul_ps(_mm256_castps256_ps128(xd), dmin), _mm_cvtepi32_ps(m4)));
     }
   }
-  for (int t = 0; t < T; ++t) {
-    float la[8], lm[4];
-    _mm256_storeu_ps(la, a[t]);
-    _mm_storeu_ps(lm, am[t]);
-    float sa = la[0], sm = lm[0];
-    for (int l = 1; l < 8; ++l) sa = sa + la[l];
-    for (int l = 1; l < 4; ++l) sm = sm + lm[l];
-    acc[t] = sa - sm;
-  }
+  for (int t = 0; t < T; ++t) acc[t] = in_order(a[t]) - in_order(am[t]);
 }
 
 // ---- Q6_K (specviz.models.q6k) ----
@@ -239,13 +239,7 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
     for (int t = 0; t < T; ++t)
       a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_set1_ps(dx[t * ldd + b] * d), _mm256_cvtepi32_ps(v[t])));
   }
-  for (int t = 0; t < T; ++t) {
-    float la[8];
-    _mm256_storeu_ps(la, a[t]);
-    float s = la[0];
-    for (int l = 1; l < 8; ++l) s = s + la[l];
-    acc[t] = s;
-  }
+  for (int t = 0; t < T; ++t) acc[t] = in_order(a[t]);
 }
 
 // The same with AVX-512 VNNI: vpdpwssd applies the sixteen scales and adds in one instruction (v + p . s16, exact,
@@ -283,13 +277,7 @@ SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t
       a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_broadcast_ss(dx + t * ldd + b), dv),
                                                _mm256_cvtepi32_ps(v[t])));
   }
-  for (int t = 0; t < T; ++t) {
-    float la[8];
-    _mm256_storeu_ps(la, a[t]);
-    float s = la[0];
-    for (int l = 1; l < 8; ++l) s = s + la[l];
-    acc[t] = s;
-  }
+  for (int t = 0; t < T; ++t) acc[t] = in_order(a[t]);
 }
 
 // ---- shared by both: the activations and the driver ----
@@ -457,20 +445,22 @@ bool use_vnni() {
   return yes;
 }
 
-// Q4_K records [N, K/256, 152] (above); isa: "" the best this CPU has, "avx2" or "vnni" one of them (the tests)
-torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
-  const bool vnni = isa.empty() ? use_vnni() : isa == "vnni";
+// isa: "" the best this CPU has, "avx2" or "vnni" one of them (the tests): whether the VNNI kernels run
+bool vnni_for(const std::string& isa) {
   TORCH_CHECK(isa.empty() || isa == "vnni" || isa == "avx2", "isa must be '', 'avx2' or 'vnni'");
-  if (vnni)
+  return isa.empty() ? use_vnni() : isa == "vnni";
+}
+
+// Q4_K records [N, K/256, 152] (above)
+torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
+  if (vnni_for(isa))
     return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<decltype(t)::value>(args...); });
 }
 
 // Q6_K records [N, K/256, 212] (above)
 torch::Tensor q6k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
-  const bool vnni = isa.empty() ? use_vnni() : isa == "vnni";
-  TORCH_CHECK(isa.empty() || isa == "vnni" || isa == "avx2", "isa must be '', 'avx2' or 'vnni'");
-  if (vnni)
+  if (vnni_for(isa))
     return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
 }
@@ -481,14 +471,12 @@ torch::Tensor q4k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::
 torch::Tensor q6k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
   return q6k_linear_isa(x, w, bias, "");
 }
-bool q4k_vnni() { return use_vnni(); }
 
 TORCH_LIBRARY_FRAGMENT(specviz, m) {
   m.def("q4k_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
   m.def("q6k_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
   m.def("q4k_linear_isa(Tensor x, Tensor w, Tensor? bias, str isa) -> Tensor");
   m.def("q6k_linear_isa(Tensor x, Tensor w, Tensor? bias, str isa) -> Tensor");
-  m.def("q4k_vnni() -> bool", &q4k_vnni);
 }
 TORCH_LIBRARY_IMPL(specviz, CPU, m) {
   m.impl("q4k_linear", &q4k_linear);
