@@ -593,6 +593,38 @@ def test_int8_auto_on_busy_machine_skips_measuring(tmp_path, monkeypatch, cache)
     assert pair.draft_quant == _int8_draft() and int8.known_int8_decision(draft.ref, torch.bfloat16) is None
 
 
+def test_a_busy_first_start_serves_the_fallback_unmeasured_as_fast_as_a_warm_one(tmp_path, monkeypatch, cache):
+    """No probe recorded and a busy CPU: the target runs as the probe's fallback at once, loaded as a known
+    execution is (deferred packing where a server asks for it), without packing or timing anything first, and
+    nothing is recorded, so that a quiet start measures."""
+    if not int8.int8_available():
+        pytest.skip("this torch has no dynamic int8 kernels")
+    from specviz.hardware import choose, probe
+    from specviz.hardware.machine import this_machine
+    from specviz.models.int8_target import plain_matches, unpacked
+
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
+    timer, pack = probe.VerifyTimer.__init__, choose.pack_now
+    monkeypatch.setattr(int8, "machine_busy", lambda: True)
+    monkeypatch.setattr(probe.VerifyTimer, "__init__", lambda *a, **k: pytest.fail("timed on a busy machine"))
+    monkeypatch.setattr(choose, "pack_now", lambda *a, **k: pytest.fail("packed to be timed on a busy machine"))
+    pair = load_pair(draft=draft.ref, target=target.ref, defer_packing=True)
+    fallback = probe.fallback(this_machine("cpu"))
+    assert pair.target_exec == fallback and pair.probe is not None and not pair.probe.measured
+    assert pair.probe.choice == fallback and not pair.probe.curves
+    assert probe.known(this_machine("cpu"), target.ref, torch.bfloat16) is None  # a quiet start measures
+    if plain_matches():  # deferred as a warm start's (where onednn's product is fbgemm's to the bit)
+        assert unpacked(pair.target)
+    # ... and the next, quiet, start measures and records
+    clear_cache()
+    monkeypatch.setattr(int8, "machine_busy", lambda: False)
+    monkeypatch.setattr(probe.VerifyTimer, "__init__", timer)
+    monkeypatch.setattr(choose, "pack_now", pack)
+    quiet = load_pair(draft=draft.ref, target=target.ref)
+    assert quiet.probe is not None and quiet.probe.measured and quiet.probe.curves
+    assert probe.known(this_machine("cpu"), target.ref, torch.bfloat16) is not None
+
+
 def _linear_state(model: torch.nn.Module) -> dict:
     """name -> (int8 values, scale, bias) of every dynamic int8 linear."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear

@@ -8,7 +8,7 @@ installed when :mod:`specviz.hardware` is imported).  A probe recorded for this 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -28,6 +28,14 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
     cached = hw_probe.known(this_machine(req.device), req.ref, req.dtype)
     if requested == "auto" and cached is not None and cached.choice in req.candidates:
         requested = cached.choice
+    if requested == "auto" and cached is None and (unmeasured := _busy_choice(req)) is not None:
+        # Nothing recorded and the machine busy: the timings would mean nothing, so the probe's fallback runs
+        # unmeasured, loaded as a known execution is (deferred packing, the int8 weights read from disk),
+        # not packed and timed first only for the probe to find it busy (stop 52: such starts took 15-65 s
+        # where a warm one takes ~5).  A quiet start measures.
+        report(req.progress, 0.0, f"Preparing {req.name} as {WORDS[unmeasured.choice]} (the machine is busy: "
+                                  "measured on a quieter start)…")
+        return req.apply(unmeasured.choice), unmeasured.choice, unmeasured
     if requested != "auto":
         if requested != req.candidates[0]:
             report(req.progress, 0.0, f"Preparing {req.name} as {WORDS[requested]}…")
@@ -47,10 +55,32 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
     return model, requested, probe
 
 
-def known_choice(device: torch.device, ref: str, dtype: torch.dtype) -> str | None:
-    """The execution "auto" chooses for ``ref`` without measuring (a probe recorded for this machine), or None."""
-    cached = hw_probe.known(this_machine(device), ref, dtype)
-    return cached.choice if cached is not None else None
+def _busy_choice(req: ExecutionRequest, busy: Callable[[], bool] | None = None) -> hw_probe.Probe | None:
+    """The unmeasured probe a start on a busy CPU runs (its execution the probe's fallback), or None where the
+    machine is quiet (or a GPU: its timings are its own)."""
+    from ..models.int8 import machine_busy
+
+    machine = this_machine(req.device)
+    if req.planned is None and (machine.kind != "cpu" or not (busy or machine_busy)()):
+        return None
+    # (planned and nothing recorded: the load saw the machine busy and may have loaded the target as that already)
+    return hw_probe.unmeasured(machine, req.ref, req.alpha, req.candidates)
+
+
+def known_choice(device: torch.device, ref: str, dtype: torch.dtype,
+                 busy: Callable[[], bool] | None = None) -> str | None:
+    """The execution "auto" runs for ``ref`` without measuring: a probe recorded for this machine, or on a busy CPU
+    with none the probe's fallback (:func:`_busy_choice`: then the loader need not load the target as bf16 to
+    have it measured; the int8 models load straight from their cached weights, models.bare); else None."""
+    from ..models.int8 import machine_busy
+
+    machine = this_machine(device)
+    cached = hw_probe.known(machine, ref, dtype)
+    if cached is not None:
+        return cached.choice
+    if machine.kind == "cpu" and (busy or machine_busy)():
+        return hw_probe.fallback(machine)
+    return None
 
 
 def describe_machine(device: torch.device) -> str:

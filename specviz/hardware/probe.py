@@ -291,6 +291,16 @@ def fallback(machine: Machine) -> str:
     return "bf16" if machine.kind == "cuda" else "int8"
 
 
+def unmeasured(machine: Machine, name: str, alpha: float, candidates: tuple[str, ...],
+               draft_ms: float | None = None) -> Probe:
+    """What a busy CPU runs without measuring (its timings would mean nothing): :func:`fallback`'s execution,
+    recorded nowhere, so that a quieter start measures."""
+    choice = fallback(machine) if fallback(machine) in candidates else candidates[0]
+    log.info("The machine is busy; running the target as %s without measuring (will measure on a quiet start)",
+             choice)
+    return Probe(machine.as_dict(), name, {}, draft_ms, alpha, choice, measured=False)
+
+
 def best_possible(step_ms: float, draft_ms: float | None, alpha: float) -> float:
     """An upper bound on an execution's speculative rate from its one-token step alone (a verify
     pass never costs less than a step): lets the probe stop timing an execution that cannot win."""
@@ -321,11 +331,8 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     machine = this_machine(machine_device(model))
     busy = busy or machine_busy
     if machine.kind == "cpu" and busy():
-        choice = fallback(machine) if fallback(machine) in candidates else candidates[0]
-        log.info("The machine is busy; running the target as %s without measuring (will measure on a quiet start)",
-                 choice)
-        probe = Probe(machine.as_dict(), name, {}, draft_ms, alpha, choice, measured=False)
-        return probe, (model if choice == candidates[0] else build(choice))
+        probe = unmeasured(machine, name, alpha, candidates, draft_ms)
+        return probe, (model if probe.choice == candidates[0] else build(probe.choice))
     t0 = time.perf_counter()
     ks = FULL_KS if full else ks
     first = fallback(machine)

@@ -408,11 +408,12 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
     target_int8: Future | None = early.submit(int8.load_int8_cache, target_file, workers=1, kind="token",
                                               runnable=True) if early is not None else None
     future: Future | None = None
+    planned = _known_execution(target_exec, dev, target_ref, dt)  # decided once: the chooser is told (ExecutionRequest)
     # Both models' int8 weights cached and the target known to run as int8 here: transformers' modelling code
     # is not needed to serve them (models.bare; ~6 s of a warm start on the AVX2 EPYC).
     use_bare = (allow_bare and plan == "int8" and int8_file is not None and int8.cache_valid(int8_file, int8.DRAFT_KIND)
                 and target_file is not None and int8.cache_valid(target_file, "token")
-                and _known_execution(target_exec, dev, target_ref, dt) == "int8"
+                and planned == "int8"
                 and bare.supported(Path(draft_src)) and bare.supported(Path(target_src)))
     if use_bare and bare_tried is not None:
         bare_tried.append(True)
@@ -461,7 +462,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
     target_model, chosen, probe = _target_execution(
         target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha,
         Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98), defer_packing,
-        target_int8)
+        target_int8, planned)
     if early is not None:
         early.shutdown(wait=False, cancel_futures=True)
     head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
@@ -510,11 +511,15 @@ class ExecutionRequest:
     build: Callable[[str], torch.nn.Module]  # a copy of the target executing as the name says (to time it)
     apply: Callable[[str], torch.nn.Module]  # the target itself executing as the name says
     progress: ProgressFn | None
+    # the execution the load planned for before loading (the known one: a recorded probe's choice, or what a busy
+    # machine runs unmeasured), which the target may already be loaded as; None: unknown, "auto" measures
+    planned: str | None = None
 
 
 # -> (the target executing as chosen, the execution's name, the probe that chose it or None)
 ExecutionChooser = Callable[[ExecutionRequest], tuple[torch.nn.Module, str, Any]]
-# (device, target reference, dtype) -> the execution "auto" would choose without measuring, or None
+# (device, target reference, dtype) -> the execution "auto" would run without measuring (recorded, or a busy
+# machine's), or None
 KnownExecution = Callable[[torch.device, str, torch.dtype], "str | None"]
 
 # How "auto" is chosen: by the probe, which times this machine (specviz.hardware.choose installs it when
@@ -551,7 +556,7 @@ def as_requested(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
 def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.device, dt: torch.dtype,
                       requested: str, draft: torch.nn.Module, vocab: int, alpha: float, source_dir: Path | None,
                       progress: ProgressFn | None, defer_packing: bool = False,
-                      int8_weights: Future | None = None) -> tuple[torch.nn.Module, str, Any]:
+                      int8_weights: Future | None = None, planned: str | None = None) -> tuple[torch.nn.Module, str, Any]:
     """The target executing as requested, or as the installed chooser (the probe) decides ("auto"):
     (model, execution, probe)."""
     req = ExecutionRequest(
@@ -559,7 +564,7 @@ def _target_execution(target: torch.nn.Module, ref: str, name: str, dev: torch.d
         build=lambda e: executions.apply(target, e, source_dir=source_dir, copy_model=True),
         apply=lambda e: executions.apply(target, e, source_dir=source_dir, defer_packing=defer_packing,
                                          cached=int8_weights if e == "int8" else None),
-        progress=progress)
+        progress=progress, planned=planned)
     choose = _CHOOSER[0] if _CHOOSER else as_requested
     model, requested, probe = choose(req)
     if requested.endswith("+graphs"):  # the draft's one-token step gains the most from graphs
