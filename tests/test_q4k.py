@@ -169,6 +169,21 @@ def test_a_token_is_the_same_bits_in_any_pass(isa):
         assert torch.equal(q4k.linear(x[start:start + size], w), batch[start:start + size])
 
 
+def test_every_pass_length_is_the_oracles_bits_and_each_tokens_alone(isa):
+    """A pass goes through the rows four tokens at a time (AVX2) or eight and the rest in one (VNNI): every length
+    from 1 to 19 (8 + 8 + 3, 8 + 7, ...) gives each token the oracle's bits, its bits alone, Q4_K and Q6_K."""
+    w, _ = _records(21, 512, seed=3)
+    rec6 = q6k.records(q6k_encode(np.random.default_rng(4).standard_normal((13, 512)).astype(np.float32) * 0.05))
+    x = torch.randn(19, 512, generator=torch.Generator().manual_seed(6)) * torch.logspace(-2, 2, 19)[:, None]
+    alone4 = torch.cat([q4k.linear(x[i:i + 1], w) for i in range(19)])
+    alone6 = torch.cat([q6k.linear(x[i:i + 1], rec6) for i in range(19)])
+    for m in range(1, 20):
+        assert torch.equal(q4k.linear(x[:m], w), q4k.reference(x[:m], w)), m
+        assert torch.equal(q4k.linear(x[:m], w), alone4[:m]), m
+        assert torch.equal(q6k.linear(x[:m], rec6), q6k.reference(x[:m], rec6)), m
+        assert torch.equal(q6k.linear(x[:m], rec6), alone6[:m]), m
+
+
 def test_the_product_is_the_dequantized_weights_product_to_int8_rounding():
     w, _ = _records(96, 512, seed=2)
     x = torch.randn(5, 512)

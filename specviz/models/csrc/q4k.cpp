@@ -382,12 +382,14 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in
 }
 
 // x: float32 [M, K], K within w's last block of 256 (zero-padded to it); w: uint8 [N, ceil(K/256), rec]; bias: float32 [N] or none.  The activations
-// quantized once (sums of G), then each row against four tokens at a time, then three, two, one:
-// kernel(std::integral_constant<int, T>, row, kb, xq, dx, sums, ldx, ldd, ldb, acc) gives a row's T outputs.  (Zen 3
-// EPYC: with the scales applied once a block, four fit the registers; a verify of 4 or 7 tokens ran ~15-20 % faster
-// than as 3 + 1 or 3 + 3 + 1.  Four rows at a time for one token, sharing its loads, ran 2-3x slower with the
-// weights coming from memory there.)
-template <int G, class Kernel>
+// quantized once (sums of G), then each row against MAXT tokens at a time, then the rest: four (AVX2's 16 registers),
+// or up to eight with AVX-512's 32 (the VNNI kernels): kernel(std::integral_constant<int, T>, row, kb, xq, dx, sums,
+// ldx, ldd, ldb, acc) gives a row's T outputs, each by the same operations whatever T is.  (Zen 3 EPYC: with the
+// scales applied once a block, four fit the registers; a verify of 4 or 7 tokens ran ~15-20 % faster than as 3 + 1
+// or 3 + 3 + 1.  AMX Xeon, VNNI, the target's gate/up from memory, interleaved medians: eight at a time against
+// four, 1.04-1.07x at 5 and 6 tokens, 1.08-1.10x at 8, 1.17-1.19x at 29 (a prompt); the same at 1-4.  Four rows at
+// a time for one token, sharing its loads, ran 2-3x slower with the weights coming from memory on the Zen 3.)
+template <int G, int MAXT, class Kernel>
 torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec,
                              Kernel kernel) {
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
@@ -415,8 +417,9 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
   auto out = torch::empty({M, N}, x.options());
   float* op = out.data_ptr<float>();
   const uint8_t* wp = w.data_ptr<uint8_t>();
+  static_assert(MAXT == 4 || MAXT == 8, "four or eight tokens at a time");
   at::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
-    float acc[4];
+    float acc[MAXT];
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* wr = wp + n * kb * rec;
       auto run = [&](int64_t m, auto t) {
@@ -424,6 +427,15 @@ torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<tor
         for (int i = 0; i < decltype(t)::value; ++i) op[(m + i) * N + n] = bp ? acc[i] + bp[n] : acc[i];
       };
       int64_t m = 0;
+      if constexpr (MAXT == 8) {
+        for (; m + 8 <= M; m += 8) run(m, std::integral_constant<int, 8>{});
+        switch (M - m) {  // the rest in one pass where it is more than four
+          case 7: run(m, std::integral_constant<int, 7>{}); m += 7; break;
+          case 6: run(m, std::integral_constant<int, 6>{}); m += 6; break;
+          case 5: run(m, std::integral_constant<int, 5>{}); m += 5; break;
+          default: break;
+        }
+      }
       for (; m + 4 <= M; m += 4) run(m, std::integral_constant<int, 4>{});
       for (; m + 3 <= M; m += 3) run(m, std::integral_constant<int, 3>{});
       for (; m + 2 <= M; m += 2) run(m, std::integral_constant<int, 2>{});
@@ -454,15 +466,15 @@ bool vnni_for(const std::string& isa) {
 // Q4_K records [N, K/256, 152] (above)
 torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
   if (vnni_for(isa))
-    return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens_vnni<decltype(t)::value>(args...); });
-  return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<decltype(t)::value>(args...); });
+    return blocked_linear<32, 8>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens_vnni<decltype(t)::value>(args...); });
+  return blocked_linear<32, 4>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<decltype(t)::value>(args...); });
 }
 
 // Q6_K records [N, K/256, 212] (above)
 torch::Tensor q6k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
   if (vnni_for(isa))
-    return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
-  return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
+    return blocked_linear<16, 8>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
+  return blocked_linear<16, 4>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
 }
 
 torch::Tensor q4k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
