@@ -170,7 +170,7 @@ def test_a_token_is_the_same_bits_in_any_pass(isa):
 
 
 def test_every_pass_length_is_the_oracles_bits_and_each_tokens_alone(isa):
-    """A pass goes through the rows four tokens at a time (AVX2) or eight and the rest in one (VNNI): every length
+    """A pass goes through the rows four tokens at a time (AVX2, Q6_K) or eight and the rest in one (Q4_K on VNNI): every length
     from 1 to 19 (8 + 8 + 3, 8 + 7, ...) gives each token the oracle's bits, its bits alone, Q4_K and Q6_K."""
     w, _ = _records(21, 512, seed=3)
     rec6 = q6k.records(q6k_encode(np.random.default_rng(4).standard_normal((13, 512)).astype(np.float32) * 0.05))

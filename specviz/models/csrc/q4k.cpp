@@ -387,7 +387,8 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in
 // ldx, ldd, ldb, acc) gives a row's T outputs, each by the same operations whatever T is.  (Zen 3 EPYC: with the
 // scales applied once a block, four fit the registers; a verify of 4 or 7 tokens ran ~15-20 % faster than as 3 + 1
 // or 3 + 3 + 1.  AMX Xeon, VNNI, the target's gate/up from memory, interleaved medians: eight at a time against
-// four, 1.04-1.07x at 5 and 6 tokens, 1.08-1.10x at 8, 1.17-1.19x at 29 (a prompt); the same at 1-4.  Four rows at
+// four, 1.04-1.07x at 5 and 6 tokens, 1.08-1.10x at 8, 1.17-1.19x at 29 (a prompt); the same at 1-4.  Q6_K's
+// VNNI kernel keeps four: eight measured 0.94-1.02x on the head's rows, memory-bound there.  Four rows at
 // a time for one token, sharing its loads, ran 2-3x slower with the weights coming from memory on the Zen 3.)
 template <int G, int MAXT, class Kernel>
 torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec,
@@ -473,7 +474,7 @@ torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<tor
 // Q6_K records [N, K/256, 212] (above)
 torch::Tensor q6k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
   if (vnni_for(isa))
-    return blocked_linear<16, 8>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
+    return blocked_linear<16, 4>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<16, 4>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
 }
 
