@@ -41,7 +41,8 @@ ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
 
 SOURCE = Path(__file__).with_name("csrc") / "int8_small.cpp"
 # one library: the int8 kernel, GGUF's Q4_K and Q6_K ones (.q4k, .q6k) and the lean decoder's small ops (.lean: glue)
-SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"), SOURCE.with_name("glue.cpp"))
+SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"), SOURCE.with_name("q6k.cpp"), SOURCE.with_name("glue.cpp"))
+HEADERS = (SOURCE.with_name("q4k.h"),)  # included by q4k.cpp and q6k.cpp: copied and hashed with them
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
@@ -86,7 +87,7 @@ def source_digest() -> str:
     """The kernels' source text, hashed: another text is another build (and other measured curves: the probe)."""
     import hashlib
 
-    return hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
+    return hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES + HEADERS)).hexdigest()[:12]
 
 
 def _build_dir() -> Path:
@@ -115,7 +116,7 @@ def _build():
 
     where = _build_dir()
     where.mkdir(parents=True, exist_ok=True)
-    for src in SOURCES:
+    for src in SOURCES + HEADERS:
         source = where / src.name
         if not source.exists() or source.read_bytes() != src.read_bytes():
             tmp = where / f".{src.name}.{os.getpid()}"

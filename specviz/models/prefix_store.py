@@ -31,7 +31,7 @@ log = logging.getLogger("specviz.models")
 VERSION = "1"
 # the code whose arithmetic gives the keys and values (any edit to one of them names other files)
 SOURCES = ("lean.py", "int8_target.py", "kernels.py", "csrc/int8_small.cpp", "bare.py", "invariant.py", "q4k.py",
-           "csrc/q4k.cpp", "q6k.py", "csrc/glue.cpp")
+           "csrc/q4k.cpp", "csrc/q6k.cpp", "csrc/q4k.h", "q6k.py", "csrc/glue.cpp")
 Kept = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 

@@ -1,4 +1,4 @@
-"""The Q4_K_M target's Q6_K matrices as stored (``csrc/q4k.cpp``, its second part): v and down in half its layers, and its head.
+"""The Q4_K_M target's Q6_K matrices as stored (``csrc/q6k.cpp``): v and down in half its layers, and its head.
 
 With :mod:`.q4k` the target's Q4_K matrices already ran as stored; the Q6_K ones were dequantized and quantized
 again to per-channel int8 (1.0 byte a weight, 0.43 GB a step, the head 0.23 GB of it).  Here they are multiplied
@@ -20,7 +20,7 @@ REC = 212  # the kernel's record: the same with d as float32, its values in the 
 def kernel_order(sub: int) -> np.ndarray:
     """A block's 256 values in the kernel's order, for sub-blocks of ``sub`` values (32: Q4_K, 16: Q6_K): the
     value at each position, in weight order.  Group k (positions 32k .. 32k + 31) holds, side by side, the values
-    ``sub / 8`` k .. of every sub-block, so one 32-byte product spans all of them (``csrc/q4k.cpp``'s
+    ``sub / 8`` k .. of every sub-block, so one 32-byte product spans all of them (``csrc/q6k.cpp``'s
     ``quantize_blocks`` stores the activations the same way)."""
     side = sub // 8
     return np.array([sub * (p // side) + side * k + p % side for k in range(8) for p in range(32)])
@@ -106,7 +106,7 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`linear` in torch in the kernel's order and lanes (``csrc/q4k.cpp``): its bits (the tests' oracle)."""
+    """:func:`linear` in torch in the kernel's order and lanes (``csrc/q6k.cpp``): its bits (the tests' oracle)."""
     q, sc, d = _fields(w)
     xq, dx, bs = quantize_activations(x)
     m, n, kb = x.shape[0], w.shape[0], w.shape[1]

@@ -1,0 +1,218 @@
+// What specviz's GGUF kernels share (csrc/q4k.cpp: Q4_K records, csrc/q6k.cpp: Q6_K ones): the prefetch, the in-order
+// lane sum every kernel ends with (its bits), the activations' quantization to int8 blocks of 256 (llama.cpp's Q8_K
+// idea) and the driver that runs a kernel over every row four tokens at a time.  Compiled with -ffp-contract=off.
+#pragma once
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#define SPECVIZ_VNNI __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma")))
+
+namespace specviz_gguf {
+
+// Software prefetch PF bytes ahead in the row stream (a Q4_K record's bytes 0 and 128, a Q6_K one's 0, 96, 192): on the Zen 3
+// EPYC, the models' eager steps in one process, with and without it interleaved, 12 reps, medians: the target's
+// step 95.4 -> 84.2 ms (records in huge pages, models.hugepages), its pass over 4 tokens 153.9 -> 148.0, the
+// draft's step 39.0 -> 34.7 (4 KiB pages).  (With the earlier kernel and 4 KiB pages it had measured slower.)
+constexpr int64_t PF = 2048;
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+// A register's float lanes summed in order, ((l0 + l1) + l2) + ...: every kernel's last step (its bits).
+inline float in_order(__m256 v) {
+  float l[8];
+  _mm256_storeu_ps(l, v);
+  float s = l[0];
+  for (int i = 1; i < 8; ++i) s = s + l[i];
+  return s;
+}
+inline float in_order(__m128 v) {
+  float l[4];
+  _mm_storeu_ps(l, v);
+  float s = l[0];
+  for (int i = 1; i < 4; ++i) s = s + l[i];
+  return s;
+}
+
+
+// One block as defined above, value by value: a block whose real inputs are not a whole number of eights takes it.
+// (Both paths give q4k.reference's / q6k.reference's bits: the tests' torch oracles.)
+template <int G>
+inline void quantize_block_scalar(const float* xr, int n, int8_t* qr, float* dp, int16_t* sp) {
+  float amax = 0.0f;
+  for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(xr[k]));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *dp = amax / 127.0f;
+  for (int j = 0; j < 256 / G; ++j) {
+    int32_t s = 0;
+    for (int k = G * j; k < G * j + G; ++k) {
+      const float t = k < n ? xr[k] * id : 0.0f;
+      const int32_t v = std::max(-127, std::min(127, int32_t(std::nearbyint(t))));
+      constexpr int P = G / 8;  // values of a sub-block side by side in a group: 4 (Q4_K), 2 (Q6_K)
+      const int i = k - G * j;
+      qr[32 * (i / P) + P * j + i % P] = int8_t(v);
+      s += v;
+    }
+    sp[j] = int16_t(s);
+  }
+}
+
+// The same in AVX2, eight values at a time (~15x faster: a product's activations were ~1.5 ms of the target's step).
+// The same bits: |x| and the max as above (a NaN ignored alike), x * id rounded to nearest even by vcvtps2dq (as
+// nearbyint in the default rounding mode), the same clamp; then the values go to their places word by word (a
+// sub-block's four or two side by side: an 8 x 8 transpose of 32-bit words, or 16 x 8 of 16-bit ones).
+template <int G>
+inline void quantize_block(const float* xr, int n, int8_t* qr, float* dp, int16_t* sp) {
+  if (n % 8 != 0) return quantize_block_scalar<G>(xr, n, qr, dp, sp);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 mx = _mm256_setzero_ps();
+  for (int k = 0; k < n; k += 8) mx = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + k), magnitude), mx);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mx);
+  float amax = 0.0f;
+  for (int l = 0; l < 8; ++l) amax = std::max(amax, lanes[l]);
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *dp = amax / 127.0f;
+  const __m256 idv = _mm256_set1_ps(id);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  alignas(32) int8_t nat[256];  // the values in weight order
+  auto sum = [](__m256i v) {  // the eight lanes' integer sum (exact)
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+    int32_t s = 0;
+    for (int l = 0; l < 8; ++l) s += lanes[l];
+    return int16_t(s);
+  };
+  for (int c = 0; c < 256; c += 32) {
+    __m256i v[4];
+    for (int u = 0; u < 4; ++u) {
+      const int k = c + 8 * u;
+      const __m256 t = k < n ? _mm256_mul_ps(_mm256_loadu_ps(xr + k), idv) : _mm256_setzero_ps();
+      v[u] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(t)));
+    }
+    if (G == 32) {  // one sub-block of 32
+      sp[c / 32] = sum(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3])));
+    } else {  // two of 16
+      sp[c / 16] = sum(_mm256_add_epi32(v[0], v[1]));
+      sp[c / 16 + 1] = sum(_mm256_add_epi32(v[2], v[3]));
+    }
+    // packs work within 128-bit lanes: 32-bit words v0[0..3] v1[0..3] v2[0..3] v3[0..3] | v0[4..7] ..; reordered
+    const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(nat + c), _mm256_permutevar8x32_epi32(p8, order));
+  }
+  if (G == 32) {  // sub-block j's word w (values 4w .. 4w + 3) to word 8 w + j
+    uint32_t in[64], out[64];
+    std::memcpy(in, nat, 256);
+    for (int j = 0; j < 8; ++j)
+      for (int w = 0; w < 8; ++w) out[8 * w + j] = in[8 * j + w];
+    std::memcpy(qr, out, 256);
+  } else {  // sub-block j's word w (values 2w, 2w + 1) to word 16 w + j
+    uint16_t in[128], out[128];
+    std::memcpy(in, nat, 256);
+    for (int j = 0; j < 16; ++j)
+      for (int w = 0; w < 8; ++w) out[16 * w + j] = in[8 * j + w];
+    std::memcpy(qr, out, 256);
+  }
+}
+
+// Each token's blocks of 256 (n_blocks of them, rows contiguous) quantized to int8 with one float scale a block
+// (llama.cpp's Q8_K idea): dx = amax / 127, xq = round-to-nearest-even(x * (127 / amax)), and the sums of each G
+// (the weights' sub-blocks), each value stored where the weights keep theirs: value 32 s + j of a Q4_K block
+// (G = 32) at 32 (j / 4) + 4 s + j % 4, value 16 s + j of a Q6_K one (G = 16) at 32 (j / 2) + 2 s + j % 2.
+// x's rows are K_in long (the last block's inputs past K_in count as zeros: a K short of a whole block, the
+// draft's 896, needs no padded copy); token i / kb, block i % kb.  A one-token step's (up to 64 blocks, ~5 us)
+// in this thread: splitting it cost more than it saved.
+template <int G>
+void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in, int8_t* qp, float* dp, int16_t* sp) {
+  at::parallel_for(0, n_blocks, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* xr = xp + (i / kb) * K_in + (i % kb) * 256;
+      const int n = int(std::min<int64_t>(256, K_in - (i % kb) * 256));  // the block's real inputs
+      quantize_block<G>(xr, n, qp + i * 256, dp + i, sp + i * (256 / G));
+    }
+  });
+}
+
+// A product's checked inputs and its activations, quantized once (sums of G): what a driver runs its kernel on.
+struct Activations {
+  torch::Tensor w, bt, xq, dx, bs;  // records (contiguous); bias; int8 [M, K]; float [M, kb]; int16 [M, kb * 256 / G]
+  const float* bias;  // or nullptr
+  int64_t M, K, kb, N;
+};
+
+// x: float32 [M, K], K within w's last block of 256 (zero-padded to it); w: uint8 [N, ceil(K/256), rec]; bias: float32 [N] or none.
+template <int G>
+Activations activations(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
+  TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 3 && w.size(2) == rec, "w must be uint8 [N, K/256, ", rec, "]");
+  Activations a;
+  a.w = w.contiguous();
+  a.kb = a.w.size(1);
+  // a K short of a whole block (the draft's 896): the records' last block zero past K, x's missing inputs read as zeros
+  TORCH_CHECK(x.size(1) <= a.kb * 256 && x.size(1) > a.kb * 256 - 256, "x's K must fill w's blocks of 256 but the last");
+  x = x.contiguous();
+  a.M = x.size(0);
+  a.K = a.kb * 256;
+  a.N = a.w.size(0);
+  a.bias = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    a.bt = bias->contiguous();
+    TORCH_CHECK(a.bt.dtype() == torch::kFloat32 && a.bt.numel() == a.N, "bias must be float32 [N]");
+    a.bias = a.bt.data_ptr<float>();
+  }
+  a.xq = torch::empty({a.M, a.K}, x.options().dtype(torch::kInt8));
+  a.dx = torch::empty({a.M, a.kb}, x.options());
+  a.bs = torch::empty({a.M, a.kb * (256 / G)}, x.options().dtype(torch::kInt16));  // |sum| <= G x 127
+  quantize_blocks<G>(x.data_ptr<float>(), a.M * a.kb, a.kb, x.size(1), a.xq.data_ptr<int8_t>(), a.dx.data_ptr<float>(),
+                     a.bs.data_ptr<int16_t>());
+  return a;
+}
+
+// The activations (above), then each row against four tokens at a time, then three, two, one:
+// kernel(std::integral_constant<int, T>, row, kb, xq, dx, sums, ldx, ldd, ldb, acc) gives a row's T outputs.  (Zen 3
+// EPYC: with the scales applied once a block, four fit AVX2's 16 registers; a verify of 4 or 7 tokens ran ~15-20 %
+// faster than as 3 + 1 or 3 + 3 + 1.  Q6_K's VNNI kernel keeps four too: eight measured 0.94-1.02x on the head's
+// rows, memory-bound, on the AMX Xeon.  Four rows at a time for one token, sharing its loads, ran 2-3x slower with the
+// weights coming from memory on the Zen 3.)
+template <int G, class Kernel>
+torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec,
+                             Kernel kernel) {
+  const Activations a = activations<G>(x, w, bias, rec);
+  const int64_t M = a.M, K = a.K, kb = a.kb, N = a.N, S = 256 / G;
+  const int8_t* qp = a.xq.data_ptr<int8_t>();
+  const float* dp = a.dx.data_ptr<float>();
+  const int16_t* sp = a.bs.data_ptr<int16_t>();
+  const float* bp = a.bias;
+  auto out = torch::empty({M, N}, x.options());
+  float* op = out.data_ptr<float>();
+  const uint8_t* wp = a.w.data_ptr<uint8_t>();
+  at::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
+    float acc[4];
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* wr = wp + n * kb * rec;
+      auto run = [&](int64_t m, auto t) {
+        kernel(t, wr, kb, qp + m * K, dp + m * kb, sp + m * kb * S, K, kb, kb * S, acc);
+        for (int i = 0; i < decltype(t)::value; ++i) op[(m + i) * N + n] = bp ? acc[i] + bp[n] : acc[i];
+      };
+      int64_t m = 0;
+      for (; m + 4 <= M; m += 4) run(m, std::integral_constant<int, 4>{});
+      for (; m + 3 <= M; m += 3) run(m, std::integral_constant<int, 3>{});
+      for (; m + 2 <= M; m += 2) run(m, std::integral_constant<int, 2>{});
+      for (; m < M; ++m) run(m, std::integral_constant<int, 1>{});
+    }
+  });
+  return out;
+}
+
+// Whether this CPU runs the VNNI kernels (checked once; the AVX2 ones give the same bits: q4k_linear_isa).
+bool use_vnni();
+// isa: "" the best this CPU has, "avx2" or "vnni" one of them (the tests): whether the VNNI kernels run
+bool vnni_for(const std::string& isa);
+
+}  // namespace specviz_gguf
