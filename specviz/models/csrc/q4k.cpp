@@ -113,6 +113,28 @@ inline void rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const fl
 // sums sub-block l's q . xq in int32 lane l directly (exact: <= 32 x 15 x 127), one instruction where AVX2 needs
 // vpmaddubsw and vpaddw; the scale then as an exact float product (below: the integer vpmaddwd gave).  The float
 // operations are the AVX2 kernel's, in the same order: the same bits (tests/test_q4k.py runs both against the oracle).
+// rows_tokens_vnni's work for one token, in two pieces that rows_pairs' odd token runs too (the same operations,
+// so the same bits, by construction).  Chunk c: its 32 bytes of low and high nibbles (lo, hi) into the token's two
+// vpdpbusd chains, x the token's activations of the chunk.
+SPECVIZ_VNNI __attribute__((always_inline)) inline void vnni_chunk(__m256i& p, __m256i& p2, __m256i lo, __m256i hi,
+                                                                   const int8_t* x) {
+  p = _mm256_dpbusd_epi32(p, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  p2 = _mm256_dpbusd_epi32(p2, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32)));
+}
+
+// A block's end for one token: a += (dx * d) * (S * sc), am += (dx * dmin) * (mn . bsum), lane by lane, with dx
+// the token's scale of the block (xd) and bsum its sums of 32.
+SPECVIZ_VNNI __attribute__((always_inline)) inline void vnni_block(__m256& a, __m128& am, __m256i p, __m256i p2,
+                                                                   __m256 sc, __m256 d, __m128i mn, __m128 dmin,
+                                                                   const float* xd, const int16_t* bsum) {
+  // dx * d in every lane: the same rounding as the scalar product, without moving it to a vector
+  const __m256 x = _mm256_broadcast_ss(xd);
+  const __m128i m4 = _mm_madd_epi16(mn, _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsum)));
+  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p, p2)), sc);
+  a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(x, d), v));
+  am = _mm_add_ps(am, _mm_mul_ps(_mm_mul_ps(_mm256_castps256_ps128(x), dmin), _mm_cvtepi32_ps(m4)));
+}
+
 template <int T>
 SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
                                    int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
@@ -133,11 +155,7 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 * c));
       const __m256i lo = _mm256_and_si256(q, low);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xq + t * ldx + b * 256 + 64 * c;
-        p[t] = _mm256_dpbusd_epi32(p[t], lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-        p2[t] = _mm256_dpbusd_epi32(p2[t], hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32)));
-      }
+      for (int t = 0; t < T; ++t) vnni_chunk(p[t], p2[t], lo, hi, xq + t * ldx + b * 256 + 64 * c);
     }
     // sc[l] x S as a float product: both exact in float and |S sc| <= 60960 x 63 < 2^24, so the product is
     // exact, the integer vpmaddwd / vpmulld would give, in two uops where vpmulld and its conversion take three
@@ -145,15 +163,8 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
     const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 136)));
     const __m256 d = _mm256_broadcast_ss(reinterpret_cast<const float*>(rec + 144));
     const __m128 dmin = _mm_broadcast_ss(reinterpret_cast<const float*>(rec + 148));
-    for (int t = 0; t < T; ++t) {
-      // dx * d in every lane: the same rounding as the scalar product, without moving it to a vector
-      const __m256 xd = _mm256_broadcast_ss(dx + t * ldd + b);
-      const __m128i bsum = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + t * ldb + b * 8));
-      const __m128i m4 = _mm_madd_epi16(mn, bsum);
-      const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p[t], p2[t])), sc);
-      a[t] = _mm256_add_ps(a[t], _mm256_mul_ps(_mm256_mul_ps(xd, d), v));
-      am[t] = _mm_add_ps(am[t], _mm_mul_ps(_mm_mul_ps(_mm256_castps256_ps128(xd), dmin), _mm_cvtepi32_ps(m4)));
-    }
+    for (int t = 0; t < T; ++t)
+      vnni_block(a[t], am[t], p[t], p2[t], sc, d, mn, dmin, dx + t * ldd + b, bs + t * ldb + b * 8);
   }
   for (int t = 0; t < T; ++t) acc[t] = in_order(a[t]) - in_order(am[t]);
 }
@@ -225,11 +236,7 @@ SPECVIZ_VNNI_Z void rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, c
         p[t] = _mm512_dpbusd_epi32(p[t], lo, _mm512_loadu_si512(x));
         p2[t] = _mm512_dpbusd_epi32(p2[t], hi, _mm512_loadu_si512(x + 64));
       }
-      if constexpr (ODD) {
-        const int8_t* x = x1 + b * 256 + 64 * c;
-        q1 = _mm256_dpbusd_epi32(q1, _mm512_castsi512_si256(lo), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-        q2 = _mm256_dpbusd_epi32(q2, _mm512_castsi512_si256(hi), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32)));
-      }
+      if constexpr (ODD) vnni_chunk(q1, q2, _mm512_castsi512_si256(lo), _mm512_castsi512_si256(hi), x1 + b * 256 + 64 * c);
     }
     const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128))));
     const __m512 sc = _mm512_insertf32x8(_mm512_castps256_ps512(sc8), sc8, 1);
@@ -244,14 +251,8 @@ SPECVIZ_VNNI_Z void rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, c
       am[t] = _mm256_add_ps(am[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(dm + (t * kb + b) * 8), dmin),
                                                  _mm256_cvtepi32_ps(m4)));
     }
-    if constexpr (ODD) {  // rows_tokens_vnni's operations for one token
-      const __m256 xd = _mm256_broadcast_ss(d1 + b);
-      const __m128i m4 = _mm_madd_epi16(mn8, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + b * 8)));
-      const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(q1, q2)), sc8);
-      a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_mul_ps(xd, _mm512_castps512_ps256(d)), v));
-      am1 = _mm_add_ps(am1, _mm_mul_ps(_mm_mul_ps(_mm256_castps256_ps128(xd), _mm256_castps256_ps128(dmin)),
-                                       _mm_cvtepi32_ps(m4)));
-    }
+    if constexpr (ODD)  // rows_tokens_vnni's operations for one token
+      vnni_block(a1, am1, q1, q2, sc8, _mm512_castps512_ps256(d), mn8, _mm256_castps256_ps128(dmin), d1 + b, b1 + b * 8);
   }
   for (int t = 0; t < P; ++t) {
     acc[2 * t] = in_order(_mm512_castps512_ps256(a[t])) - in_order(_mm256_castps256_ps128(am[t]));
