@@ -32,7 +32,7 @@ def _kernel_on(monkeypatch):
 def isa(request, monkeypatch):
     """Each kernel test on each instruction set the library was built for: AVX2, and AVX-512 VNNI where the CPU
     has it (the library picks VNNI there: the same bits, tests on both)."""
-    if request.param == "vnni" and not {"avx512_vnni", "avx512vl", "avx512bw"} <= kernels._cpu_flags():
+    if request.param == "vnni" and not kernels.VNNI <= kernels._cpu_flags():
         pytest.skip("this CPU has no AVX-512 VNNI: its kernels cannot run here")
     ops = torch.ops.specviz
     monkeypatch.setattr(q4k, "linear", lambda x, w, bias=None: ops.q4k_linear_isa(x, w, bias, request.param))
@@ -170,8 +170,9 @@ def test_a_token_is_the_same_bits_in_any_pass(isa):
 
 
 def test_every_pass_length_is_the_oracles_bits_and_each_tokens_alone(isa):
-    """A pass goes through the rows four tokens at a time (AVX2, Q6_K) or eight and the rest in one (Q4_K on VNNI): every length
-    from 1 to 19 (8 + 8 + 3, 8 + 7, ...) gives each token the oracle's bits, its bits alone, Q4_K and Q6_K."""
+    """A pass goes through the rows four tokens at a time (AVX2, Q6_K), or four pairs and the rest (pairs and an odd
+    token) in one more (Q4_K on VNNI): every length from 1 to 19 (8 + 8 + 3, 8 + 7, ...) gives each token the
+    oracle's bits, its bits alone, Q4_K and Q6_K."""
     w, _ = _records(21, 512, seed=3)
     rec6 = q6k.records(q6k_encode(np.random.default_rng(4).standard_normal((13, 512)).astype(np.float32) * 0.05))
     x = torch.randn(19, 512, generator=torch.Generator().manual_seed(6)) * torch.logspace(-2, 2, 19)[:, None]

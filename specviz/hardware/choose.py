@@ -8,7 +8,7 @@ installed when :mod:`specviz.hardware` is imported).  A probe recorded for this 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -18,7 +18,7 @@ from ..models.pair import report
 from ..models.warm import pack_now
 from . import probe as hw_probe
 from . import probe_once
-from .machine import this_machine
+from .machine import Machine, this_machine
 from .roofline import step_bytes
 
 
@@ -55,32 +55,30 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
     return model, requested, probe
 
 
-def _busy_choice(req: ExecutionRequest, busy: Callable[[], bool] | None = None) -> hw_probe.Probe | None:
-    """The unmeasured probe a start on a busy CPU runs (its execution the probe's fallback), or None where the
-    machine is quiet (or a GPU: its timings are its own)."""
+def _busy_fallback(machine: Machine) -> str | None:
+    """The probe's fallback where this is a busy CPU (timings would mean nothing), else None (a GPU's are its own)."""
     from ..models.int8 import machine_busy
 
+    return hw_probe.fallback(machine) if machine.kind == "cpu" and machine_busy() else None
+
+
+def _busy_choice(req: ExecutionRequest) -> hw_probe.Probe | None:
+    """The unmeasured probe a start on a busy CPU runs (its execution the probe's fallback), or None where the
+    machine is quiet.  ``req.planned`` set with nothing recorded: the load saw the machine busy (:func:`known_choice`)
+    and may have loaded the target as that already."""
     machine = this_machine(req.device)
-    if req.planned is None and (machine.kind != "cpu" or not (busy or machine_busy)()):
+    if req.planned is None and _busy_fallback(machine) is None:
         return None
-    # (planned and nothing recorded: the load saw the machine busy and may have loaded the target as that already)
     return hw_probe.unmeasured(machine, req.ref, req.alpha, req.candidates)
 
 
-def known_choice(device: torch.device, ref: str, dtype: torch.dtype,
-                 busy: Callable[[], bool] | None = None) -> str | None:
+def known_choice(device: torch.device, ref: str, dtype: torch.dtype) -> str | None:
     """The execution "auto" runs for ``ref`` without measuring: a probe recorded for this machine, or on a busy CPU
     with none the probe's fallback (:func:`_busy_choice`: then the loader need not load the target as bf16 to
     have it measured; the int8 models load straight from their cached weights, models.bare); else None."""
-    from ..models.int8 import machine_busy
-
     machine = this_machine(device)
     cached = hw_probe.known(machine, ref, dtype)
-    if cached is not None:
-        return cached.choice
-    if machine.kind == "cpu" and (busy or machine_busy)():
-        return hw_probe.fallback(machine)
-    return None
+    return cached.choice if cached is not None else _busy_fallback(machine)
 
 
 def describe_machine(device: torch.device) -> str:
