@@ -3,7 +3,7 @@
     python scripts/gpu_exactness.py TOKENIZER_DIR [--out FILE]
 
 For a random 0.5B draft and 1.5B target (Qwen2.5 configurations) in bf16 and in fp32, eager and with
-CUDA graphs over the static cache (``--modes eager,graph``): the
+CUDA graphs over the static cache (``--modes eager,graph``; ``--dtypes`` adds float16): the
 first token where the greedy speculative run and the standard run differ, and the target's top-2
 logit margin there, read from the standard run's own one-token step and from a verify-style pass
 over the same prefix -- a margin of a few bf16 ulps means the two kernels' rounding decided it.
@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("tokenizer")
     ap.add_argument("--out", default="gpu_exactness.json")
     ap.add_argument("--modes", default="eager", help="comma-separated: eager, graph")
+    ap.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated: bfloat16, float16, float32")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -40,7 +41,7 @@ def main() -> None:
     prompt = tok("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3).input_ids[:ENGINE_PROMPT]
     dev = torch.device("cuda")
     rows = []
-    for dtype, mode in [(d, m) for d in (torch.bfloat16, torch.float32) for m in args.modes.split(",")]:
+    for dtype, mode in [(d, m) for d in (getattr(torch, n) for n in args.dtypes.split(",")) for m in args.modes.split(",")]:
         draft, target = random_model("0.5B", dev, dtype), random_model("1.5B", dev, dtype)
         if mode != "eager":
             for m in (draft, target):

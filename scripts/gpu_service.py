@@ -45,10 +45,26 @@ def _race(pair, temperature: float, seed: int = 0) -> dict:
     spec, std = last.spec, last.std
     ids = lambda tr: [t.id for t in tr.tokens]  # noqa: E731
     timing = asdict(spec.timing) if spec.timing is not None else None
+    first = next((i for i, (x, y) in enumerate(zip(ids(spec), ids(std))) if x != y), None)
     return {"tokens": len(spec.tokens), "greedy_equal": ids(spec) == ids(std) if temperature == 0 else None,
-            "spec_ids": ids(spec), "alpha": spec.summary().alpha,
+            "first_difference": first, "margin_top2": _margin(pair, req, ids(std)[:first]) if first is not None
+            and temperature == 0 else None, "spec_ids": ids(spec), "alpha": spec.summary().alpha,
             "speedup": round(spec.summary().tokens_per_s / max(std.summary().tokens_per_s, 1e-9), 3),
             "timing": timing}
+
+
+def _margin(pair, req, prefix: list[int]) -> float | None:
+    """The target's top-2 logit margin after the prompt and ``prefix`` (one full pass): a margin of an ulp or
+    two of the run's dtype means the rounding of a verify pass against a step decided the parting token."""
+    import torch
+
+    try:
+        with torch.inference_mode():
+            ids = torch.tensor([list(req.prompt_ids) + prefix], device=pair.device)
+            top = torch.topk(pair.target(input_ids=ids).logits[0, -1].float(), 2).values
+        return round(float(top[0] - top[1]), 6)
+    except Exception as exc:  # a diagnostic only: say why, keep the row
+        return f"not read: {type(exc).__name__}: {exc}"[:200]
 
 
 def save_random_pair(tokenizer_dir: str, out: Path, scale: str) -> tuple[str, str]:
@@ -84,6 +100,7 @@ def main() -> None:
     ap.add_argument("--out", default="gpu_service.json")
     ap.add_argument("--real", metavar="TOKENIZER_DIR", help="also a saved random pair with real configurations")
     ap.add_argument("--scale", choices=("full", "small"), default="full")
+    ap.add_argument("--execs", help="comma-separated executions to run (default: auto and every one offered)")
     args = ap.parse_args()
     import torch
 
@@ -97,6 +114,8 @@ def main() -> None:
 
         draft_dir, target_dir = save_random_pair(args.real, Path(tempfile.mkdtemp()), args.scale)
         runs += [("custom", draft_dir, target_dir, e) for e in ("auto", *offered(device))]
+    if args.execs:
+        runs = [r for r in runs if r[3] in args.execs.split(",")]
     for preset, draft_dir, target_dir, execution in runs:
         t = time.perf_counter()
         if draft_dir is None:
@@ -111,6 +130,7 @@ def main() -> None:
                                                                      for k, c in probe.curves.items()}
         greedy = _race(pair, 0.0)
         row.update(race_how=greedy["timing"]["how"] if greedy["timing"] else None, greedy_equal=greedy["greedy_equal"],
+                   first_difference=greedy["first_difference"], margin_top2=greedy["margin_top2"],
                    greedy_speedup=greedy["speedup"], greedy_alpha=greedy["alpha"], timing=greedy["timing"])
         sampled = [_race(pair, 1.0, seed=7) for _ in range(2)]
         row["sampled_same_tokens"] = sampled[0]["spec_ids"] == sampled[1]["spec_ids"]
