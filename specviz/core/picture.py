@@ -16,7 +16,7 @@ import torch
 
 from ..trace.model import Picture
 from ..trace.tree import TryPicture
-from .sampling import residual
+from .sampling import argmax, residual
 from .verify import block_residual, without_token, block_weights
 
 TOP = 12  # tokens per picture (plus the drafted token and the emitted one when outside them)
@@ -46,12 +46,14 @@ def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.
             res = without_token(p, x)
         elif rule == "block":
             res = block_residual(1.0 if i == 0 else weights[i - 1], p, qi)
+        elif variant == "uno" or p1 is not None:  # greedy (p1 given): p, q one-hot, so norm(max(0, p - q)) is p
+            res = p
         else:
-            res = p if variant == "uno" else residual(p, qi)
+            res = residual(p, qi)
         rank_p = p if p1 is None else p1[i]
         rank_q = qi if q1 is None or q1[i] is None else q1[i]
         ids, idx = _top_ids(torch.maximum(rank_p, rank_q), top, x, emitted if i == n_judged - 1 else None,
-                            int(p.argmax()))
+                            int(argmax(p)))
         pv, qv = p[idx].tolist(), qi[idx].tolist()
         out.append(Picture(
             ids=ids, text=[piece(t) for t in ids], p=_short(pv), q=_short(qv), res=_short(res[idx].tolist()),
@@ -82,6 +84,6 @@ def try_picture(*, p: torch.Tensor, r: torch.Tensor, q: torch.Tensor, x: int, pi
     rejections left), the child's q_j, and norm(max(0, r − q_j)), which the next child (or the
     correction) is judged against; p itself beside them."""
     nxt = residual(r, q)
-    ids, idx = _top_ids(torch.maximum(r, q), top, x, int(p.argmax()))
+    ids, idx = _top_ids(torch.maximum(r, q), top, x, int(argmax(p)))
     return TryPicture(ids=ids, text=[piece(t) for t in ids], p=_short(p[idx].tolist()), r=_short(r[idx].tolist()),
                       q=_short(q[idx].tolist()), res=_short(nxt[idx].tolist()))

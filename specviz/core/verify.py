@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .rules import RULES, DraftOdds
-from .sampling import Warp, greedy_rule, residual, rule_stats, sample, verdicts
+from .sampling import Warp, argmax, greedy_rule, residual, rule_stats, sample, verdicts
 
 
 @dataclass
@@ -113,7 +113,7 @@ def verify_chain(*, tokens: list[int], q: torch.Tensor | None, logits: torch.Ten
     assert rule == "token" or (epsilon == 0.0 and variant == "opt"), "ε and UNO apply to the token rule only"
     k = len(tokens)
     if warp.greedy:  # one-hot p and q: every rule keeps the prefix matching the target's argmax
-        target_ids = logits.argmax(-1).tolist()
+        target_ids = argmax(logits).tolist()
         rows = greedy_rule(target_ids[:k], tokens, epsilon)
         odds, whole = [], 1.0
         for t, x in zip(target_ids[:k], tokens):

@@ -45,7 +45,9 @@ class ModelDrafter(ChainDrafter):
             # The draft's confidence in its token at temperature 1 (as transformers'
             # assistant_confidence_threshold reads it): meaningful in greedy mode too.
             lf = logits.float()
-            conf = float(torch.exp(lf[x] - torch.logsumexp(lf, -1)))  # softmax(lf)[x], without the vector
+            # softmax, not exp(lf[x] - logsumexp(lf)): torch's logsumexp is slow on the -inf of a reduced head
+            # (2.13, AMX Xeon: 308 against 75 us over 151,936 logits, 16,384 finite)
+            conf = float(torch.softmax(lf, -1)[x])
             seq.append(x)
             yield DraftStep(x, q, conf, logits=lf)
 
