@@ -53,7 +53,7 @@ def _race(pair, temperature: float, seed: int = 0) -> dict:
             "timing": timing}
 
 
-def _margin(pair, req, prefix: list[int]) -> float | None:
+def _margin(pair, req, prefix: list[int]) -> float | str:
     """The target's top-2 logit margin after the prompt and ``prefix`` (one full pass): a margin of an ulp or
     two of the run's dtype means the rounding of a verify pass against a step decided the parting token."""
     import torch
