@@ -331,3 +331,16 @@ def test_a_model_without_q4k_matrices_or_pack_is_left_as_it_is(tmp_path):
     assert q4k.extract(tmp_path / "src.gguf", tmp_path / "none.safetensors") == 0
     assert not (tmp_path / "none.safetensors").exists()
     assert q4k.prepare(tmp_path) is None  # no records file and no offline pack converted here
+
+
+def test_a_q4k_and_q6k_linear_record_only_their_product_in_a_trace():
+    """The lean steps hand the products 2-D float32 rows: the modules then call the kernel alone (no reshape or cast
+    recorded in the traced step, ~3 % of the draft's step), with the bits any other input shape gets."""
+    w, _ = _records(24, 512, seed=8)
+    rec6 = q6k.records(q6k_encode(np.random.default_rng(9).standard_normal((16, 512)).astype(np.float32) * 0.05))
+    for mod in (q4k.Q4KLinear(w, torch.randn(24)), q6k.Q6KLinear(rec6, None)):
+        x = torch.randn(3, 512)
+        assert torch.equal(mod(x), mod(x[None])[0]) and torch.equal(mod(x), mod(x.double()))
+        kinds = [n.kind() for n in torch.jit.trace(mod, (x,), check_trace=False).graph.nodes()]
+        assert not {"aten::reshape", "aten::to", "aten::view"} & set(kinds), kinds
+        assert sum(k.startswith("specviz::") for k in kinds) == 1
