@@ -335,7 +335,8 @@ def test_a_model_without_q4k_matrices_or_pack_is_left_as_it_is(tmp_path):
 
 def test_a_q4k_and_q6k_linear_record_only_their_product_in_a_trace():
     """The lean steps hand the products 2-D float32 rows: the modules then call the kernel alone (no reshape or cast
-    recorded in the traced step, ~3 % of the draft's step), with the bits any other input shape gets."""
+    recorded in the traced step, ~3 % of the draft's step), with the bits any other input shape gets; rows of another
+    width are still refused."""
     w, _ = _records(24, 512, seed=8)
     rec6 = q6k.records(q6k_encode(np.random.default_rng(9).standard_normal((16, 512)).astype(np.float32) * 0.05))
     for mod in (q4k.Q4KLinear(w, torch.randn(24)), q6k.Q6KLinear(rec6, None)):
@@ -344,3 +345,5 @@ def test_a_q4k_and_q6k_linear_record_only_their_product_in_a_trace():
         kinds = [n.kind() for n in torch.jit.trace(mod, (x,), check_trace=False).graph.nodes()]
         assert not {"aten::reshape", "aten::to", "aten::view"} & set(kinds), kinds
         assert sum(k.startswith("specviz::") for k in kinds) == 1
+        with pytest.raises(RuntimeError):  # rows of another width are refused as before, not read as a short block
+            mod(torch.randn(3, 500))

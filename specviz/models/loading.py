@@ -536,7 +536,8 @@ def set_execution_chooser(choose: ExecutionChooser | None, known: KnownExecution
 
 
 def _known_execution(requested: str, device: torch.device, ref: str, dtype: torch.dtype) -> str | None:
-    """The target's execution, if known before loading: the one asked for, or "auto"'s recorded choice."""
+    """The target's execution, if known before loading: the one asked for, or what "auto" runs without measuring
+    (a recorded probe's choice, or on a busy CPU with none the probe's fallback: hardware.choose.known_choice)."""
     if requested != "auto":
         return requested
     choice = _KNOWN[0](device, ref, dtype) if _KNOWN else None

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .q6k import Q6KLinear, kernel_order
+from .q6k import Q6KLinear, kernel_order, rows_product
 
 QK = 256  # weights per Q4_K block
 GGUF_BLOCK = 144  # bytes of a GGUF Q4_K block: d, dmin (fp16), 12 bytes of packed scales and mins, 128 of nibbles
@@ -181,11 +181,7 @@ class Q4KLinear(torch.nn.Module):
         self.bias = bias.to(torch.float32).contiguous() if bias is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and x.dtype == torch.float32:  # the lean steps' rows: no reshape or cast to record in a trace
-            return linear(x, self.weight, self.bias)
-        shape = x.shape
-        y = linear(x.reshape(-1, self.in_features).to(torch.float32), self.weight, self.bias)
-        return y.reshape(*shape[:-1], self.out_features)
+        return rows_product(x, self.in_features, self.out_features, lambda rows: linear(rows, self.weight, self.bias))
 
     def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The float32 weight (or some of its rows) the records stand for, as an int8 head gives its own."""

@@ -9,6 +9,8 @@ order (:func:`reference` is that order in torch, to the bit; tested).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -131,6 +133,17 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
     return torch.ops.specviz.q6k_linear(x, w, bias)
 
 
+def rows_product(x: torch.Tensor, in_features: int, out_features: int,
+                 product: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``product`` (float32 rows [M, in_features] -> [M, out_features]) over ``x``'s last dimension, for the Q4_K and
+    Q6_K modules.  The lean steps' 2-D float32 rows go in as they are: a traced step then records the kernel alone,
+    with no reshape or cast around it (~3 % of the draft's step)."""
+    if x.dim() == 2 and x.dtype == torch.float32 and x.shape[1] == in_features:
+        return product(x)
+    shape = x.shape
+    return product(x.reshape(-1, in_features).to(torch.float32)).reshape(*shape[:-1], out_features)
+
+
 class Q6KLinear(torch.nn.Module):
     """A linear (the head among them) on Q6_K records.  The records are ``records``, not ``weight``: readers of a
     head's ``weight`` (the learned draft head) take :meth:`dequantized` rows, as from an int8 head."""
@@ -144,11 +157,7 @@ class Q6KLinear(torch.nn.Module):
         self.bias = bias.to(torch.float32).contiguous() if bias is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and x.dtype == torch.float32:  # the lean steps' rows: no reshape or cast to record in a trace
-            return linear(x, self.records, self.bias)
-        shape = x.shape
-        y = linear(x.reshape(-1, self.in_features).to(torch.float32), self.records, self.bias)
-        return y.reshape(*shape[:-1], self.out_features)
+        return rows_product(x, self.in_features, self.out_features, lambda rows: linear(rows, self.records, self.bias))
 
     def dequantized(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         return dequantize(self.records, rows)
