@@ -788,7 +788,8 @@ def test_block_verification_names_h_apart_from_p_over_q():
     "u = 0.16 < b = 0.88" under a row labelled h: the ratios are p/q, h is named as h, everywhere."""
     tr = _block_trace()
     s = narrate(tr.rounds[0], tr)
-    assert "(p/q ratios 1.00, 1.00, 0.98, 1.00; block verification's h 1.00, 1.00, 0.88, 1.00)" in s
+    assert "(min(1, p/q) 1.00, 1.00, 0.98, 1.00; block verification's h 1.00, 1.00, 0.88, 1.00)" in s
+    assert "last position whose u < h" not in s  # every kept token passed on its own here
     assert "was rejected (u=0.74 ≥ h=0.20; p=0.10 vs q=0.70)" in s
     chip = round_html(tr.rounds[0], 5, rule="block")
     text = "".join(parse(chip).text)
@@ -797,12 +798,43 @@ def test_block_verification_names_h_apart_from_p_over_q():
     assert "u=0.740 ≥ h=0.200 → rejected" in text
     # The token-wise rule keeps its names.
     tok = make_trace()
-    assert "(p/q ratios 0.83" in narrate(tok.rounds[1], tok)
+    assert "(acceptance probabilities b = min(1, p/q): 0.83" in narrate(tok.rounds[1], tok)
     assert "u=0.300 < b=0.833 → accepted" in "".join(parse(round_html(tok.rounds[1], 4)).text)
     assert "h (block verification)" not in round_html(tok.rounds[1], 4)
     # Exact match names b = p.
     match = _block_trace("match")
     assert "(b = p: 1.00, 1.00, 0.88, 1.00)" in narrate(match.rounds[0], match)
+
+
+def test_narration_names_min_1_p_over_q_and_the_block_rule_keeping_to_the_last_pass():
+    """The narration called min(1, p/q) "p/q ratios" (a p/q of 1.53 shown as 1.00), and the block rule's
+    "h 0.24" beside an accepted token did not say that block keeps everything up to the LAST u < h."""
+    from dataclasses import replace as _replace
+
+    from specviz.trace import Position
+
+    tok = make_trace(plan=[dict(accept=2, extra="bonus", draft=2)], gamma=2)
+    tok.rounds[0].positions = [Position(i=1, q=0.40, p=0.612, b=1.0, u=0.9, accepted=True, reject_prob=0.1, tv=0.1,
+                                        bias=0.0),
+                               Position(i=2, q=0.50, p=0.40, b=0.8, u=0.3, accepted=True, reject_prob=0.1, tv=0.1,
+                                        bias=0.0)]
+    s = narrate(tok.rounds[0], tok)
+    assert "p/q ratio" not in s
+    assert "(acceptance probabilities b = min(1, p/q): 1.00, 0.80)" in s  # p/q = 1.53 is capped, and named so
+    eps = make_trace(plan=[dict(accept=2, extra="bonus", draft=2)], gamma=2)
+    eps.settings = _replace(eps.settings, epsilon=0.1)
+    eps.rounds[0].positions = [_replace(pos, b=0.9 if pos.i == 2 else 1.0) for pos in tok.rounds[0].positions]
+    assert "(acceptance probabilities b = min(1, (p+ε)/q): 1.00, 0.90)" in narrate(eps.rounds[0], eps)
+
+    tr = _block_trace()
+    first, second = tr.rounds[0].positions[:2]
+    tr.rounds[0].positions[1] = _replace(second, b=0.24, u=0.5)  # u ≥ h, kept because token 4 has u < h
+    s = narrate(tr.rounds[0], tr)
+    assert "block verification's h 1.00, 0.24, 0.88, 1.00" in s
+    assert ("block verification keeps every token up to the last position whose u < h, here token 4, "
+            "so token 2 was kept although token 2 had u=0.50 ≥ h=0.24") in s
+    tr.rounds[0].positions[0] = _replace(first, b=0.1, u=0.7)
+    assert "so tokens 1, 2 were kept although e.g. token 1 had u=0.70 ≥ h=0.10" in narrate(tr.rounds[0], tr)
 
 
 @pytest.mark.parametrize("rule, name, short", [("token", "token-wise verification", "token rule"),

@@ -51,8 +51,9 @@ def _stop_phrase(trace: Trace | None, rnd: Round) -> str:
 
 
 def _ratios(rnd: Round, upto: int, eps: float, rule: str = "token") -> str:
-    """The kept positions' numbers, named for what they are: "p/q ratios" (min(1, p/q)), the
-    block rule's h beside them (h is not p/q), "b = p" under exact match, "b =" with ε."""
+    """The kept positions' numbers, named for what they are: the acceptance probabilities
+    b = min(1, p/q) (capped at 1: a p/q of 1.53 shows as 1.00), the block rule's h beside min(1, p/q)
+    (h is not p/q) with the rule that kept them, "b = p" under exact match, "b =" with ε."""
     kept = rnd.positions[:upto]
     if not kept:
         return ""
@@ -60,14 +61,33 @@ def _ratios(rnd: Round, upto: int, eps: float, rule: str = "token") -> str:
     def shown(vals: list[float]) -> str:
         return ", ".join(fnum(v, 2) for v in vals[:_MAX_RATIOS]) + (", …" if len(vals) > _MAX_RATIOS else "")
 
-    ratios = shown([plain_ratio(pos.p, pos.q) for pos in kept])
+    capped = shown([plain_ratio(pos.p, pos.q) for pos in kept])
     if rule == "block":
-        return f" (p/q ratios {ratios}; block verification's h {shown([pos.b for pos in kept])})"
+        return f" (min(1, p/q) {capped}; block verification's h {shown([pos.b for pos in kept])}{_block_why(kept)})"
     if rule == "match":
         return f" (b = p: {shown([pos.b for pos in kept])})"
     if eps > 0:
-        return f" (b = {shown([pos.b for pos in kept])})"
-    return f" (p/q ratios {ratios})"
+        return f" (acceptance probabilities b = min(1, (p+ε)/q): {shown([pos.b for pos in kept])})"
+    return f" (acceptance probabilities b = min(1, p/q): {capped})"
+
+
+def _block_why(kept: list) -> str:
+    """Why block verification kept a token whose own u ≥ h: the rule keeps every token up to the LAST
+    position whose u < h.  "" when every kept token passed on its own."""
+    passed = [pos for pos in kept if pos.u < pos.b]
+    early = [pos for pos in kept if pos.u >= pos.b]
+    if not early or not passed:
+        return ""
+    last = passed[-1]
+    before = [pos for pos in early if pos.i < last.i]
+    if not before:
+        return ""
+    which = ", ".join(str(pos.i) for pos in before)
+    pos = before[0]
+    su, sh = fpair(pos.u, pos.b)
+    return (f"; block verification keeps every token up to the last position whose u < h, here token {last.i}, "
+            f"so token{'s' if len(before) > 1 else ''} {which} {'were' if len(before) > 1 else 'was'} kept "
+            f"although {'e.g. ' if len(before) > 1 else ''}token {pos.i} had u={su} ≥ h={sh}")
 
 
 def _why_drafting_stopped(rnd: Round, trace: Trace | None) -> str:
@@ -146,8 +166,8 @@ def narrate(rnd: Round, trace: Trace | None) -> str:
     """A one-line, plain-language account of what happened in ``rnd``.
 
     E.g. "Round 4: the draft proposed 5 tokens in 0.21 s; the target checked
-    them in one pass (0.27 s) and accepted the first 3 (p/q ratios 1.00, 0.92,
-    0.85); token 4 ' foo' was rejected (u=0.74 ≥ b=0.31), so a correction
+    them in one pass (0.27 s) and accepted the first 3 (acceptance probabilities
+    b = min(1, p/q): 1.00, 0.92, 0.85); token 4 ' foo' was rejected (u=0.74 ≥ b=0.31), so a correction
     ' bar' was sampled from the residual norm(max(0, p − q)); 1 later draft was
     discarded. +4 tokens."
     """
