@@ -12,6 +12,7 @@ control sits and what it triggers are read in one place; nothing else lives here
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -524,7 +525,16 @@ def build() -> gr.Blocks:
         # The named API endpoint: one decode, streaming then returning both traces as JSON.
         gr.api(api_trace, api_name="trace", concurrency_limit=RUN_WORKERS, concurrency_id="runs")
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+    # The store's entries belong to Gradio sessions: one Gradio no longer holds (evicted, expired) is freed first
+    # when room is needed, whatever dropped it (ui.store, issue 55).
+    STORE.alive = functools.partial(session_alive, demo)
     return demo
+
+
+def session_alive(demo: gr.Blocks, session: str) -> bool:
+    """Whether Gradio still holds this session's state (True before the server starts: nothing to judge)."""
+    holder = getattr(demo, "state_holder", None)
+    return holder is None or session in holder
 
 
 def preload_default() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -139,3 +140,42 @@ def test_empty_values_hold_nothing():
     assert not sessions.holds_something(S())
     S.state_data = {b._id: [1]}
     assert sessions.holds_something(S())
+
+
+def test_an_evicted_session_runs_its_delete_callbacks_and_frees_the_store():
+    """Past the limit, an evicted session's gr.State delete callback runs (Gradio's own eviction runs none),
+    so the store entry it held goes with it; a page showing only a shipped recording holds nothing of its own
+    and goes before a page holding a run."""
+    from gradio.state_holder import StateHolder
+
+    from specviz.serving import sessions
+    from specviz.ui.store import Shown, TraceStore
+
+    store = TraceStore(max_entries=10, max_bytes=10**6, session_bytes=10**6)
+    assert sessions.install()
+    with gr.Blocks() as demo:
+        state = gr.State(None, delete_callback=store.drop)
+    demo.state_session_capacity = 3
+    holder = StateHolder()
+    holder.set_blocks(demo)
+    shipped = next(iter(sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.json"))))
+    for k in range(3):
+        holder[f"page-{k}"][state._id] = store.put(None, None, 10, session=f"page-{k}")
+    holder["visitor"][state._id] = Shown.shipped(shipped)
+    assert not sessions.holds_something(holder["visitor"])
+    assert "visitor" in holder and "page-0" not in holder and len(store) == 2  # page-0 went, with its entry
+    holder["visitor-2"][state._id] = Shown.shipped(shipped)
+    assert "visitor" not in holder and all(f"page-{k}" in holder for k in (1, 2))  # the empty one went first
+
+
+def test_the_session_patch_is_pinned_to_the_tested_gradio(monkeypatch):
+    from gradio.state_holder import StateHolder
+
+    from specviz.serving import sessions
+
+    assert sessions.TESTED == gr.__version__  # the version requirements.txt installs
+    original = StateHolder.update
+    monkeypatch.setattr(StateHolder, "update", lambda self, sid: None)  # a fresh, unpatched holder
+    monkeypatch.setattr(gr, "__version__", "99.0.0")
+    assert sessions.install() is False and not getattr(StateHolder.update, sessions._INSTALLED, False)
+    monkeypatch.setattr(StateHolder, "update", original)

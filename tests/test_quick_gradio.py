@@ -66,3 +66,17 @@ def test_install_after_the_import_patches_the_module_and_a_gradio_without_it_is_
     monkeypatch.setitem(sys.modules, quick_gradio.MODULE, bare)
     assert not quick_gradio.install() and not hasattr(bare, "create_or_modify_pyi")
     assert not any(isinstance(f, quick_gradio._Finder) for f in sys.meta_path)
+
+
+def test_the_hook_is_pinned_to_the_tested_gradio(monkeypatch):
+    """Another Gradio version imports as Gradio ships it: the hook is not installed (and says so)."""
+    from specviz.ui import quick_gradio
+
+    assert quick_gradio.TESTED in (ROOT / "requirements.txt").read_text()  # the pin is the version we ship
+    monkeypatch.setattr(quick_gradio, "_installed_version", lambda: "99.0.0")
+    quick_gradio.uninstall()
+    if "gradio.component_meta" in sys.modules:
+        assert quick_gradio.install() is False
+    else:
+        assert quick_gradio.install() is False and not any(
+            isinstance(f, quick_gradio._Finder) for f in sys.meta_path)

@@ -9,15 +9,25 @@ one: a `/trace` API call from a fresh client, a page opened and left, a refused 
 Next went back to round 1, the picture and the download were gone.
 
 `install` replaces ``StateHolder.update`` so that, past the limit, the least recently used session **holding
-no value in a gr.State** (an API call's, a page that never showed a run) goes first; only when every session
-holds something does the least recently used one go, as before.  The limit itself is unchanged.
+no value of its own in a gr.State** (an API call's, a page that shows only a shipped recording) goes first; only
+when every session holds something does the least recently used one go, as before.  The limit itself is
+unchanged, and an evicted session's delete callbacks run (Gradio 6.31's own eviction runs none, which orphaned
+the store's entries: issue 55), so whatever the server keeps for it goes with it.
+
+Why a patch and not a hook: Gradio has no supported way to choose which session its holder evicts, and its
+default (plain LRU, callbacks skipped) loses a visitor's run to 128 API calls.  It is pinned: `install` patches
+only the Gradio version it was tested on (``TESTED``; tests/test_forged.py) and otherwise leaves Gradio as it is,
+with one log line -- the store stays bounded either way (ui.store asks Gradio which sessions it still holds).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+log = logging.getLogger("specviz.sessions")
 _INSTALLED = "_specviz_sessions"
+TESTED = "6.31.0"  # the Gradio whose StateHolder.update this replaces (state_holder.py)
 
 
 def holds_something(session: Any) -> bool:
@@ -26,6 +36,8 @@ def holds_something(session: Any) -> bool:
 
     blocks = getattr(getattr(session, "blocks_config", None), "blocks", {}) or {}
     for _id, value in list(getattr(session, "state_data", {}).items()):
+        if getattr(value, "held", True) is False:  # a handle on a shipped recording: nothing of its own
+            continue
         if isinstance(blocks.get(_id), State) and value is not None and not (
                 isinstance(value, (list, dict, str, tuple, set)) and len(value) == 0):
             return True
@@ -39,15 +51,24 @@ def _evict(holder: Any, keep: str | None) -> None:
         victim = next((sid for sid, st in data.items() if sid != keep and not holds_something(st)), None)
         if victim is None:
             victim = next(iter(data))
-        data.pop(victim)
+        try:
+            holder.delete_state(victim)  # its gr.State delete callbacks: the store drops what it held
+        except Exception:  # noqa: BLE001 -- a failing callback must not keep the session: the store sweeps it later
+            log.warning("a delete callback failed for an evicted session", exc_info=False)
+        data.pop(victim, None)
         holder.time_last_used.pop(victim, None)
 
 
 def install() -> bool:
-    """Patch Gradio's StateHolder (once per process); False when this Gradio has none."""
+    """Patch Gradio's StateHolder (once per process); False when this Gradio has none or is not the tested
+    version (then Gradio's own eviction runs, and the store sweeps the sessions it drops)."""
     try:
+        import gradio
         from gradio.state_holder import StateHolder
     except ImportError:
+        return False
+    if getattr(gradio, "__version__", "") != TESTED:
+        log.warning("Gradio %s is not %s: its own session eviction is kept", getattr(gradio, "__version__", "?"), TESTED)
         return False
     if getattr(StateHolder.update, _INSTALLED, False):
         return True

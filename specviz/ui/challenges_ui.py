@@ -60,7 +60,7 @@ def remember(state: Any, started: Any, history: Any) -> list:
     """After a run succeeded: add the handle it shows to the session's runs, if it is a new one."""
     runs = [h for h in (history or []) if isinstance(h, Shown)]
     key = _handle_id(state)
-    if key is None or key == started or any(h.id == key for h in runs):
+    if key is None or not state.held or key == started or any(h.id == key for h in runs):
         return runs
     return (runs + [state])[-HISTORY_MAX:]
 

@@ -147,7 +147,8 @@ def open_link(link: Link, recordings: list[Path]) -> Any:
     """The Live tab's frame for a link: its recording (else the first shipped one) at its round, in step
     mode, and the link's notes on the status line."""
     frame = live.load_example_recording(recordings, link.recording.name if link.recording else None)
-    spec = frame.state.get("spec") if frame.state is not None else None
+    shown = frame.state if hasattr(frame.state, "get") else None  # SKIP: nothing could be shown
+    spec = shown.get("spec") if shown is not None else None
     n = len(spec.rounds) if spec else 0
     notes = list(link.notes)
     if link.round is not None and n:
@@ -156,7 +157,7 @@ def open_link(link: Link, recordings: list[Path]) -> Any:
         frame = dataclasses.replace(frame, step=gr.Slider(minimum=1, maximum=max(n, 2), value=min(link.round, n), step=1,
                                                           interactive=True, label=f"Round (1–{n})"))
     if notes:
-        where = spec or (frame.state.get("std") if frame.state is not None else None)
+        where = spec or (shown.get("std") if shown is not None else None)
         label = f"Recorded example ({link.recording.stem if link.recording else recordings[0].stem})"
         frame = dataclasses.replace(frame, status=live.status_html(f"{label} · {' · '.join(notes)}",
                                                                    "ok" if where else "info"))

@@ -40,7 +40,7 @@ from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
 from .frames import LiveFrame, round_number
-from .store import STORE, StoreFull
+from .store import STORE, Shown, StoreFull
 from .tree_ui import Walks, live_tree, mask_for, step_tree, tree_figures
 
 log = logging.getLogger("specviz.app")
@@ -70,14 +70,18 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
                                        + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted]))
 
 
-def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame:
+def final_frame(spec: Trace | None, std: Trace | None, status: str, shipped: Path | None = None) -> LiveFrame:
     """Everything drawn from a finished race (or a loaded recording); when the server cannot keep it for
-    this session (its share of the store, issue 33), the status line says so and the page keeps what it showed."""
-    data = recording_bytes(spec, std) if (spec or std) else b""  # once: the export file and the store's size
-    try:
-        state = STORE.put(spec, std, len(data))
-    except StoreFull as exc:
-        return LiveFrame(status=status_html(str(exc), "warn"))
+    this session (its share of the store, issue 33), the status line says so and the page keeps what it showed.
+    ``shipped``: the file of a shipped recording being shown, referred to by name (no store entry, issue 55)."""
+    if shipped is not None:
+        state, data = Shown.shipped(shipped), None  # the export is the shipped file itself
+    else:
+        data = recording_bytes(spec, std) if (spec or std) else b""  # once: the export file and the store's size
+        try:
+            state = STORE.put(spec, std, len(data))
+        except StoreFull as exc:
+            return LiveFrame(status=status_html(str(exc), "warn"))
     summary = spec.summary() if spec else (std.summary() if std else None)
     n = len(spec.rounds) if spec else 0
     narration, step_round = step_views(spec, 1)
@@ -92,7 +96,8 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str) -> LiveFrame
         plot_speed=RP.speedup_bars(spec, std),
         step=gr.Slider(minimum=1, maximum=max(n, 2), value=1, step=1, interactive=n > 0,
                        label=f"Round (1–{n})" if n else "Round"),
-        narration=narration, step_round=step_round, export=export_file(spec, std, data=data),
+        narration=narration, step_round=step_round,
+        export=shipped_export(shipped) if shipped is not None else export_file(spec, std, data=data),
         tree=live_tree(spec), tree_mask=mask_for(spec), plot_tree_size=plot_tree_size,
         plot_tree_verify=plot_tree_verify, tree_mask_box=gr.update(visible=trees), tree_plots=gr.update(visible=trees),
     )
@@ -113,6 +118,22 @@ def export_file(spec: Trace | None, std: Trace | None, *, data: bytes | None = N
     path = save_recording(spec, std, folder, data=data)
     prune(folder, "specviz-*.json", EXPORT_KEEP)
     return path
+
+
+_SHIPPED_EXPORTS: dict[str, str] = {}  # a shipped recording's export file, written once while it exists
+
+
+def shipped_export(path: Path) -> str | None:
+    """The export file of a shipped recording: written once and reused while it is on disk, so a page
+    visit does not serialise and write the recording again."""
+    done = _SHIPPED_EXPORTS.get(str(path))
+    if done and Path(done).exists():
+        return done
+    shown = Shown.shipped(path)
+    out = export_file(shown.get("spec"), shown.get("std"))
+    if out:
+        _SHIPPED_EXPORTS[str(path)] = out
+    return out
 
 
 def prune(folder: Path, pattern: str, keep: int) -> None:
@@ -365,11 +386,11 @@ def replay(state: Any) -> Iterator[str]:
 # ---- recordings -----------------------------------------------------------------------------
 
 
-def show_recording(spec: Trace | None, std: Trace | None, label: str) -> LiveFrame:
+def show_recording(spec: Trace | None, std: Trace | None, label: str, shipped: Path | None = None) -> LiveFrame:
     where = spec or std
     msg = (f"{label}: {draft_source(where)} → {where.models.get('target', '')} · "
            f"{trace_exec_line(where, recorded=True, brief=True)}")  # in full: the legend
-    return final_frame(spec, std, status_html(msg, "ok"))
+    return final_frame(spec, std, status_html(msg, "ok"), shipped=shipped)
 
 
 def load_file(file: Any) -> LiveFrame:
@@ -410,8 +431,8 @@ def load_example_recording(recordings: list[Path], name: str | None = None) -> L
     if not recordings:
         return LiveFrame()
     path = next((p for p in recordings if p.name == name), recordings[0])
-    spec, std = load_recording(path.read_bytes())
-    return show_recording(spec, std, f"Recorded example ({path.stem})")
+    shown = Shown.shipped(path)  # read once per process; shown by name, no store entry (issue 55)
+    return show_recording(shown.get("spec"), shown.get("std"), f"Recorded example ({path.stem})", shipped=path)
 
 
 def next_round(state: Any, idx: Any) -> int:

@@ -13,6 +13,10 @@ install cannot take them anyway.
 ``create_or_modify_pyi`` with a no-op as soon as ``gradio.component_meta`` has run, before the first
 component class is made.  Everything else the metaclass does (the event listeners, ``updateable``) is
 untouched.  A Gradio that no longer has the function is left as it is.
+
+Pinned: the hook is installed only for the Gradio version it was tested on (``TESTED``, the version
+requirements.txt names; tests/test_quick_gradio.py checks both the saving and the pin).  Another version imports
+as Gradio ships it: 2 s slower, never broken.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 from typing import Any
 
 MODULE = "gradio.component_meta"
+TESTED = "6.31.0"
 HOOK_NAME = "create_or_modify_pyi"
 
 
@@ -59,12 +64,25 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install() -> bool:
     """Skip Gradio's stub rewriting in this process.  Call it before ``import gradio``; called after,
-    it still spares any component class made later.  True when the skip is in place or will be."""
+    it still spares any component class made later.  True when the skip is in place or will be; False for
+    a Gradio other than the tested one (left as it is)."""
+    if _installed_version() != TESTED:
+        return False
     if MODULE in sys.modules:
         return _patch(sys.modules[MODULE])
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     return True
+
+
+def _installed_version() -> str:
+    """The installed Gradio's version, read from its metadata (without importing it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gradio")
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def uninstall() -> None:

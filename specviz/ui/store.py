@@ -14,22 +14,33 @@ someone else's uploads -- four sessions uploading 8 MB recordings evict each oth
 run -- and a room of visitors loading big recordings one after the other is not locked out by the
 first three (they were, while only the putting session's own entries could go).  A put that still
 cannot fit raises `StoreFull`, whose message is for the page.
+
+Per visit, nothing (issue 55).  A shipped recording is shown by *name*: ``Shown.shipped(path)`` refers to
+the file, read once per process into a cache bounded by the number of shipped files, so a plain visit, a
+deep link or an example click puts nothing here and cannot fill the store.  The store holds only a
+visitor's own runs and uploads.  An entry belongs to a Gradio session; when Gradio no longer holds that
+session (evicted past its capacity, or expired), the entry is the first to go when room is needed
+(``alive``, set by the app to ask Gradio's state holder), so entries orphaned by an eviction that ran no
+delete callback can never lock the store.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from ..serving.envvars import env_number
-from ..trace import Trace, recording_to_json
+from ..trace import Trace, load_recording, recording_to_json
 
 STORE_ENTRIES = 256
+SHIPPED_MAX = 64  # shipped recordings parsed and kept (assets/traces holds a handful)
 # JSON bytes of the held recordings; in memory a trace with its views takes ~6× its JSON.
 STORE_BYTES = int(env_number("SPECVIZ_STORE_MB", 24.0) * 2**20)
 # One session's share: enough for the largest recording an upload may be (10 MB).
@@ -68,31 +79,56 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:.1f} MB"
 
 
+@functools.lru_cache(maxsize=SHIPPED_MAX)
+def _shipped(path: str) -> tuple[dict, int]:
+    """A shipped recording's traces and JSON bytes, read once per process (the files do not change)."""
+    data = Path(path).read_bytes()
+    spec, std = load_recording(data)
+    return {"spec": spec, "std": std}, len(data)
+
+
 @dataclass(frozen=True)
 class Shown:
     """The page's state: a handle on the run or recording it shows.  Reads like the dict it
-    replaces (``state.get("spec")``), so handlers need not know where the traces are."""
+    replaces (``state.get("spec")``), so handlers need not know where the traces are.
+
+    ``recording``: the path of a shipped recording, shown by name (no store entry; ``id`` is 0)."""
 
     id: int
     session: str = ""
+    recording: str = ""
+
+    @classmethod
+    def shipped(cls, path: Path | str) -> "Shown":
+        """A handle on a shipped recording: costs no store entry, never dropped."""
+        _shipped(str(path))  # read (and checked) now, once per process
+        return cls(0, "", str(path))
+
+    @property
+    def held(self) -> bool:
+        """Whether this handle holds a store entry of the visitor's own (a run or an upload)."""
+        return not self.recording
+
+    def _found(self) -> dict | None:
+        return _shipped(self.recording)[0] if self.recording else STORE.lookup(self.id)
 
     def get(self, name: str, default: Any = None) -> Any:
-        found = STORE.lookup(self.id)
+        found = self._found()
         return found.get(name, default) if found else default
 
     def __getitem__(self, name: str) -> Any:
-        found = STORE.lookup(self.id)
+        found = self._found()
         if found is None:
             raise KeyError(name)
         return found[name]
 
     def __bool__(self) -> bool:
-        return STORE.lookup(self.id) is not None
+        return self._found() is not None
 
     @property
     def nbytes(self) -> int | None:
         """The JSON bytes of the shown recording (None once dropped)."""
-        return STORE.size(self.id)
+        return _shipped(self.recording)[1] if self.recording else STORE.size(self.id)
 
 
 class TraceStore:
@@ -104,6 +140,9 @@ class TraceStore:
         self._items: OrderedDict[int, tuple[dict, int, str]] = OrderedDict()
         self._ids = itertools.count(1)
         self.nbytes = 0
+        # Whether Gradio still holds a session (the app sets it to ask its state holder); entries of a
+        # session it dropped go first when room is needed.  Default: every session is alive.
+        self.alive: Callable[[str], bool] = lambda _session: True
 
     def __len__(self) -> int:
         return len(self._items)
@@ -131,6 +170,8 @@ class TraceStore:
             while mine and own + nbytes > quota:
                 own -= self._pop(mine.pop(0))
             full = lambda: self.nbytes + nbytes > self.max_bytes or len(self._items) + 1 > self.max_entries  # noqa: E731
+            if full():
+                self._drop_dead(session)
             while full() and mine:
                 own -= self._pop(mine.pop(0))
             while full():
@@ -150,6 +191,33 @@ class TraceStore:
         _, n, _ = self._items.pop(key)
         self.nbytes -= n
         return n
+
+    def _drop_dead(self, putting: str) -> None:
+        """Drop the entries of sessions Gradio no longer holds (never the putting one's)."""
+        verdict: dict[str, bool] = {}
+        for key, (_, _, s) in list(self._items.items()):
+            if s == putting:
+                continue
+            if s not in verdict:
+                try:
+                    verdict[s] = bool(self.alive(s)) if s else True  # "" (scripts, tests): never orphaned
+                except Exception:  # noqa: BLE001 -- a failing check must not lock the store: keep the entry
+                    verdict[s] = True
+            if not verdict[s]:
+                self._pop(key)
+
+    def sweep(self) -> int:
+        """Drop every entry whose session Gradio no longer holds; the number dropped."""
+        with self._lock:
+            before = len(self._items)
+            self._drop_dead("\0")
+            return before - len(self._items)
+
+    def stats(self) -> dict[str, int]:
+        """The store's size, for the soak and the log: entries, bytes, sessions holding entries."""
+        with self._lock:
+            return {"entries": len(self._items), "bytes": self.nbytes,
+                    "sessions": len({s for _, _, s in self._items.values()})}
 
     def _over_share(self, putting: str) -> int | None:
         """The entry to drop for another session's put: the least recently used entry of the session
@@ -184,7 +252,7 @@ class TraceStore:
 
     def drop(self, state: Any) -> None:
         """gr.State's delete_callback: the session ended (or its state expired), its traces go, all of them."""
-        if isinstance(state, Shown):
+        if isinstance(state, Shown) and state.held:
             with self._lock:
                 gone = [state.id] + ([k for k, (_, _, s) in self._items.items() if s == state.session]
                                      if state.session else [])
