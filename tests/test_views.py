@@ -873,3 +873,21 @@ def test_tooltips_give_significant_digits_not_three_decimals():
     assert "0.000612" in text and "0.0184" in text and "0.0333" in text and "0.00123" in text
     assert "u=0.500 ≥ b=0.0333 → rejected" in text
     assert "0.001" not in text.replace("0.00123", "") and "0.018" not in text.replace("0.0184", "")
+
+
+def test_a_sampled_race_says_its_two_texts_differ_as_expected():
+    """A sampled race's two texts differed with no word that this is expected when sampling."""
+    from dataclasses import replace as _replace
+
+    spec = make_trace(plan=[dict(accept=2, extra="bonus", draft=2)], gamma=2)
+    std = make_std_trace(n_tokens=3)
+    assert spec.settings.temperature == 1.0
+    text = "".join(parse(race_html(spec, std)).text)
+    assert "The two texts differ, as expected when sampling (temperature 1 > 0)" in text
+    assert "not the same text" in text
+    # Not while a side is still running, nor when the texts agree, nor under greedy decoding.
+    assert "as expected when sampling" not in race_html(spec, std, std_running=True)
+    same = make_std_trace(n_tokens=3, texts=[tok.text for rnd in spec.rounds for tok in rnd.emitted])
+    assert "as expected when sampling" not in race_html(spec, same)
+    greedy = _replace(spec, settings=_replace(spec.settings, temperature=0.0))
+    assert "as expected when sampling" not in race_html(greedy, std)

@@ -173,6 +173,26 @@ def race_speedup(spec: Trace | None, std: Trace | None) -> float | None:
     return s / t
 
 
+def sampling_note(spec: Trace | None, std: Trace | None) -> str:
+    """The sentence that a sampled race's two texts differ, as expected (plain text); "" when the race is
+    greedy, unfinished or its texts are the same.  Speculative decoding promises the target's distribution,
+    not the target's text: each decoder draws its own random numbers."""
+    if spec is None or std is None or not spec.rounds or not std.rounds:
+        return ""
+    temperature = getattr(spec.settings, "temperature", 0.0) or 0.0
+    if temperature <= 0:
+        return ""
+    if _text(spec) == _text(std):
+        return ""
+    return (f"The two texts differ, as expected when sampling (temperature {temperature:g} > 0): each decoder draws "
+            "its own random numbers, and speculative decoding guarantees that its text follows the same "
+            "distribution as the target's, not the same text. At temperature 0 (greedy) the two would match.")
+
+
+def _text(trace: Trace) -> str:
+    return "".join(tok.text for rnd in trace.rounds for tok in rnd.emitted)
+
+
 _STOP = {"eos": "end of text", "max_new_tokens": "token limit", "stopped": "stopped", "time_limit": "time limit",
          "error": "error"}
 
@@ -287,14 +307,16 @@ def race_html(
         else:
             msg = "Speedup appears when both runs finish."
         speed = f'<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">{esc(msg)}</span></div>'
+    note = sampling_note(spec, std) if a.finished and b.finished and a.present and b.present else ""
+    note_html = f'<div class="sv-race-note sv-muted">{esc(note)}</div>' if note else ""
 
     clock = f'<div class="sv-race-clock">t = {fsec(at_time)}</div>' if at_time is not None else ""
     return (
         f'<div class="sv-race">{clock}{speed}<div class="sv-race-cols">'
         f'{_column("Speculative", "sv-race-spec", spec, a, denom)}'
         f'{_column("Standard", "sv-race-std", std, b, denom)}'
-        "</div></div>"
+        f"</div>{note_html}</div>"
     )
 
 
-__all__ = ["race_html", "race_side", "race_speedup", "RaceSide", "theory_line", "verdict"]
+__all__ = ["race_html", "race_side", "race_speedup", "RaceSide", "sampling_note", "theory_line", "verdict"]
