@@ -45,6 +45,7 @@ from specviz.core.settings import (BRANCHES_MAX, MAX_NEW_TOKENS_MAX, POLICIES, S
 from specviz.drafters import DRAFTERS
 from specviz.models import PRESETS
 from specviz.serving import hosting, long_urls, replay, stream_log, temp_files
+from specviz.serving.cancel import CANCELS
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, ui_presets
 from specviz.ui import api, challenges_ui, export_ui, links, live, machine_ui, picture_ui, present, shootout_ui, tabs, tree_ui
@@ -363,8 +364,13 @@ def build() -> gr.Blocks:
         replay_evt = replay_btn.click(live.replay, [state], [race_html], concurrency_limit=None,
                                       api_visibility="private")
         # Cancel first, then draw where the run got to (drawing first could be overwritten by a last frame).
-        stop_btn.click(None, None, None, cancels=[run_evt, replay_evt]).then(
+        # Stop also sets the run's cancel flag, read inside a long prompt's pass (serving.cancel), which Gradio's
+        # cancel (closing the run's generator between two outputs) cannot reach.
+        stop_btn.click(cancel_run, None, None, cancels=[run_evt, replay_evt], queue=False, show_progress="hidden",
+                       api_visibility="private").then(
             on_stop, [status, state], views.outputs, queue=False, show_progress="hidden", api_visibility="private")
+        # A page that closes (a client that goes away) cancels its run in progress: Gradio's supported unload event.
+        demo.unload(cancel_run)
 
         preset.change(lambda p: (gr.Row(visible=p == CUSTOM_PRESET),
                                  gr.Dropdown(info=PRESETS[p].description if p in PRESETS else "Any causal LM pair "
@@ -529,6 +535,11 @@ def build() -> gr.Blocks:
     # when room is needed, whatever dropped it (ui.store, issue 55).
     STORE.alive = functools.partial(session_alive, demo)
     return demo
+
+
+def cancel_run(request: gr.Request = None) -> None:
+    """Stop pressed, or the page closed: the session's run in progress stops within a round or a prompt chunk."""
+    CANCELS.cancel(getattr(request, "session_hash", None))
 
 
 def session_alive(demo: gr.Blocks, session: str) -> bool:

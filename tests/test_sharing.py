@@ -342,6 +342,34 @@ def test_a_visitors_bf16_over_the_memory_budget_is_refused_and_the_default_untou
     assert get_pair(None) is default and len(fake_pairs) == 1
 
 
+def test_a_load_the_budget_admits_is_refused_with_the_figures_when_memory_is_not_available(fake_pairs, monkeypatch):
+    """The budget is the app's own accounting: with 3 GB available and a 6 GB load asked for, it is refused, in
+    words with both figures, and nothing is loaded (an fp32 load once drove available memory to 0.4 GB)."""
+    from specviz.models import loading
+    from specviz.serving import service
+    from specviz.serving.service import InputError, get_pair
+
+    get_pair(None)
+    monkeypatch.setenv("SPECVIZ_MEMORY_GB", "64")
+    monkeypatch.setattr(loading, "estimate_bytes", lambda *a, **k: 6 * 2**30)
+    monkeypatch.setattr(service, "available_bytes", lambda: 3 * 2**30)
+    with pytest.raises(InputError, match=r"needs about 6\.0 GB, and this machine has 3\.0 GB of memory available"):
+        get_pair("Fake default", target_exec="fp32")
+    assert len(fake_pairs) == 1
+    monkeypatch.setattr(service, "available_bytes", lambda: 8 * 2**30)
+    get_pair("Fake default", target_exec="fp32")
+    assert fake_pairs[-1] == ("Fake default", "fp32")
+
+
+def test_the_memory_available_is_read_from_the_system():
+    import psutil
+
+    from specviz.serving.service import available_bytes
+
+    got = available_bytes()
+    assert got is not None and abs(got - psutil.virtual_memory().available) < 2**30
+
+
 def test_a_visitors_load_counts_at_the_gate(fake_pairs, monkeypatch):
     """Loading another execution for a visitor waits for the live gate (Busy when it is full)."""
     from specviz.serving import replay
@@ -369,6 +397,7 @@ def test_a_hub_preset_not_on_disk_is_refused_unless_the_host_allows_downloads(fa
     assert fake_pairs == []
     monkeypatch.setenv("SPECVIZ_ALLOW_DOWNLOADS", "1")
     monkeypatch.setenv("SPECVIZ_MEMORY_GB", "64")
+    monkeypatch.setattr("specviz.serving.service.available_bytes", lambda: 64 * 2**30)  # not this machine's
     get_pair("Fake hub")
     assert fake_pairs == [("Fake hub", "auto")]
 

@@ -20,7 +20,7 @@ engine.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -69,8 +69,9 @@ class Drafter:
         """Build the drafter for a loaded model pair (the registry calls this)."""
         raise NotImplementedError
 
-    def start(self, ids: list[int]) -> None:
-        """A new run on this prompt (prefill a cache here)."""
+    def start(self, ids: list[int], should_stop: Callable[[], bool] | None = None) -> None:
+        """A new run on this prompt (prefill a cache here: a long prompt in chunks, ``core.kv.feed_prompt``,
+        checking ``should_stop`` between them)."""
 
     def rollback(self, n: int) -> None:
         """Only the first n tokens of the sequence are still valid."""

@@ -28,7 +28,7 @@ import torch
 
 from ..trace import DraftToken, Extra, Position, Round, Token, Trace
 from .drafting import DraftContext, Drafter
-from .kv import cached_lm
+from .kv import PromptStopped, cached_lm, feed_prompt
 from .policy import RoundReport, make_policy
 from .sampling import Warp, sample
 from .picture import pictures
@@ -178,19 +178,25 @@ def _speculative_events(
     tree = TreeRun(drafter=drafter, target=target, ids=ids, warp=warp, gen=gen, device=device, eos=eos, piece=piece,
                    detok=detok, clock=clock, mode=settings.tree_mode) if is_tree else None
     try:
-        drafter.start(ids)
-        trace.draft_prefill = clock()
-        # The target's prompt pass is merged into the first verify pass (one pass fewer, as in
-        # transformers' assisted generation; a tree's mask lets the prompt attend causally and
-        # the nodes attend to it), except for a drafter that reads the target's hidden state
-        # before it drafts (the learned head).
-        hidden = None
-        if drafter.needs_hidden:
-            # The target's hidden state that produced ids[-1], for drafters that read it.
-            hidden = target.prefill(ids, hidden=drafter.needs_hidden)
+        done, hidden = False, None
+        try:
+            # A long prompt is fed in chunks with a stop check between them (core.kv.feed_prompt): the run's
+            # Stop, time budget or closed page ends its prompt pass within one chunk.
+            drafter.start(ids, should_stop)
+            trace.draft_prefill = clock()
+            # The target's prompt pass is merged into the first verify pass (one pass fewer, as in
+            # transformers' assisted generation; a tree's mask lets the prompt attend causally and
+            # the nodes attend to it), except for a drafter that reads the target's hidden state
+            # before it drafts (the learned head).  A long prompt's chunks but the last go first.
+            feed_prompt(target, ids, should_stop)
+            if drafter.needs_hidden:
+                # The target's hidden state that produced ids[-1], for drafters that read it.
+                hidden = target.prefill(ids, hidden=drafter.needs_hidden)
+        except PromptStopped:
+            done, trace.stop_reason = True, "stopped"
+            trace.draft_prefill = trace.draft_prefill or clock()
         trace.t_prefill = clock()
         trace.target_prefill = trace.t_prefill - trace.draft_prefill
-        done = False
         while not done:
             if should_stop():
                 trace.stop_reason = "stopped"
@@ -252,7 +258,8 @@ def _speculative_events(
 
             # 2. Verify: one target forward over the uncached suffix + the k drafts.
             fed = len(ids) + k - target.cached
-            rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
+            # The first pass also reads what is left of the prompt (a long one's chunks were fed before it).
+            rnd.prompt_fed = max(0, n_prompt - 1 - target.cached) if not trace.rounds else 0
             out = target.feed(ids + tokens, keep=k + 1, hidden=drafter.needs_hidden)
             verdict = verify_chain(tokens=tokens, q=torch.stack(qs) if qs and not warp.greedy else None,
                                    logits=out.logits, warp=warp, epsilon=eps, variant=settings.variant,
@@ -349,12 +356,21 @@ def _standard_events(
         # No separate prompt pass: the first step feeds the prompt and gives the first token
         # (one pass fewer, as transformers' generate does; the speculative loop does the same).
         trace.t_prefill = trace.target_prefill = 0.0
-        while len(ids) - n_prompt < settings.max_new_tokens:
+        try:  # a long prompt's chunks but the last, with a stop check between them (core.kv.feed_prompt)
+            feed_prompt(target, ids, should_stop)
+        except PromptStopped:
+            trace.stop_reason = "stopped"
+            budget = 0
+        else:
+            budget = settings.max_new_tokens
+        if target.cached:  # the chunks' time is the prompt's pass; the rest of it is in the first step, as before
+            trace.t_prefill = trace.target_prefill = clock()
+        while len(ids) - n_prompt < budget:
             if should_stop():
                 trace.stop_reason = "stopped"
                 break
             rnd = Round(index=len(trace.rounds), n_before=len(ids) - n_prompt, t_start=clock())
-            rnd.prompt_fed = n_prompt - 1 if target.cached == 0 else 0
+            rnd.prompt_fed = max(0, n_prompt - 1 - target.cached) if not trace.rounds else 0
             p = warp(target.feed(ids).logits[-1])
             y = sample(p, gen, warp.greedy)
             rnd.extra = Extra(y, piece(y), "target", float(p[y]))

@@ -19,6 +19,7 @@ path's slots in every cache layer, so the cache is a plain prefix again.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,6 +34,34 @@ from transformers import DynamicCache
 # step cost 4.80 ms against cuDNN's 4.46 (math: 5.59).  A run's tokens must not depend on when it ran (the race
 # against the separate runs, a replay against a live run).
 CUDA_ATTENTION: tuple[str, ...] = ("EFFICIENT_ATTENTION", "MATH")
+# A long prompt's pass is fed this many tokens at a time, with a stop check before each chunk, so a run's Stop, its
+# time budget or a closed page ends it within one chunk and the next visitor waits at most that long
+# (SPECVIZ_PROMPT_CHUNK).  A prompt of up to one chunk (every shipped example) is fed whole, as before.
+PROMPT_CHUNK = 128
+
+
+class PromptStopped(Exception):
+    """The prompt's pass was stopped between two chunks (the run's Stop, its time budget, a closed page)."""
+
+
+def prompt_chunk() -> int:
+    try:
+        return max(8, int(os.environ.get("SPECVIZ_PROMPT_CHUNK", PROMPT_CHUNK)))
+    except ValueError:
+        return PROMPT_CHUNK
+
+
+def feed_prompt(lm: Any, ids: list[int], should_stop: Callable[[], bool] | None, leave: int = 1) -> None:
+    """Feed ``ids`` but its last ``leave`` tokens in chunks of :func:`prompt_chunk`, checking ``should_stop``
+    before each, until at most one chunk is left uncached (the caller's own pass feeds it, with ``leave``);
+    PromptStopped when told to stop.  Nothing is fed for a prompt of one chunk or less."""
+    end, chunk = len(ids) - leave, prompt_chunk()
+    while end - lm.cached > chunk:
+        if should_stop is not None and should_stop():
+            raise PromptStopped
+        lm.feed(ids[: lm.cached + chunk])
+    if lm.cached and should_stop is not None and should_stop():
+        raise PromptStopped
 
 
 def repeatable_attention(device: torch.device) -> contextlib.AbstractContextManager:

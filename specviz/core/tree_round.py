@@ -85,7 +85,8 @@ class TreeRun:
         t_v0 = clock()
         rnd.t_draft = t_v0 - rnd.t_start
         # The first round's pass also reads the prompt: per-pass cost estimates leave it out.
-        rnd.prompt_fed = len(ids) - 1 if self.target.cached == 0 else 0
+        # (a long prompt's chunks were fed before: the rest of it, core.kv.feed_prompt)
+        rnd.prompt_fed = max(0, len(ids) - 1 - self.target.cached) if rnd.index == 0 else 0
         if tree is None or not len(tree):  # nothing drafted: a plain target step
             rnd.tree = None
             rnd.draft = []

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
-from ..core.kv import cached_lm
+from ..core.kv import cached_lm, feed_prompt
 from ..core.sampling import sample
 from ..core.settings import GAMMA_MAX_DYNAMIC
 from .base import ChainDrafter, DraftContext, DraftStep
@@ -26,7 +26,7 @@ class ModelDrafter(ChainDrafter):
     def for_pair(cls, pair: Any, settings: Any) -> "ModelDrafter":
         return cls(pair.draft, pair.device, name=pair.draft_name, max_new_tokens=settings.max_new_tokens)
 
-    def start(self, ids: list[int]) -> None:
+    def start(self, ids: list[int], should_stop: Callable[[], bool] | None = None) -> None:
         from ..models.draft_vocab import prepare
 
         self.lm.free()
@@ -34,6 +34,7 @@ class ModelDrafter(ChainDrafter):
         # Compiled steps over the draft's static cache when it has them and the run fits.
         need = None if self.max_new_tokens is None else len(ids) + self.max_new_tokens + GAMMA_MAX_DYNAMIC + 1
         self.lm = cached_lm(self.model, self.device, need)  # lean steps keep the chat template's head (set at load)
+        feed_prompt(self.lm, ids, should_stop)  # a long prompt in chunks, stoppable between them
         self.lm.prefill(ids)
 
     def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:

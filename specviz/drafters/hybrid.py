@@ -14,7 +14,7 @@ rarely continue, and then pays a verify pass for nothing.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .base import ChainDrafter, DraftContext, DraftStep
 from .draft_model import ModelDrafter
@@ -36,9 +36,9 @@ class HybridDrafter(ChainDrafter):
     def for_pair(cls, pair: Any, settings: Any) -> "HybridDrafter":
         return cls(ModelDrafter.for_pair(pair, settings), pair.vocab_size)
 
-    def start(self, ids: list[int]) -> None:
+    def start(self, ids: list[int], should_stop: Callable[[], bool] | None = None) -> None:
         self.looked = 0
-        self.model.start(ids)
+        self.model.start(ids, should_stop)
 
     def draft(self, ctx: DraftContext) -> Iterator[DraftStep]:
         copied = self.lookup.lookup(ctx.ids, ctx.max_tokens, min_n=self.min_ngram)

@@ -180,8 +180,10 @@ class Stalled(RuntimeError):
     """Every identical run this request followed stopped before finishing."""
 
 
-def run_job(job: Job, progress: Callable[[float, str], None] | None = None) -> Iterator[JobEvent]:
-    """Run a checked job to its end, yielding what a client shows.
+def run_job(job: Job, progress: Callable[[float, str], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Iterator[JobEvent]:
+    """Run a checked job to its end, yielding what a client shows.  ``should_stop``: the client's cancel flag
+    (serving.cancel), read between rounds and between a long prompt's chunks.
 
     Raises InputError / ModelError while loading, Busy when the queue is full, RunFailed when the
     run breaks, Stalled when followed runs kept stopping.  Closing the generator (a cancelled event,
@@ -190,7 +192,7 @@ def run_job(job: Job, progress: Callable[[float, str], None] | None = None) -> I
         how, entry = CACHE.claim(job.key)
         try:
             if how in ("lead", "live"):
-                yield from _live(job, entry, progress)
+                yield from _live(job, entry, progress, should_stop)
             else:
                 yield from _replayed(entry, how)
             return
@@ -199,7 +201,8 @@ def run_job(job: Job, progress: Callable[[float, str], None] | None = None) -> I
     raise Stalled("The identical runs in progress kept stopping; try again.")
 
 
-def _live(job: Job, entry: Entry | None, progress: Callable[[float, str], None] | None) -> Iterator[JobEvent]:
+def _live(job: Job, entry: Entry | None, progress: Callable[[float, str], None] | None,
+          should_stop: Callable[[], bool] | None = None) -> Iterator[JobEvent]:
     try:
         yield Loading()
         waits = request_at_gate(job, progress)
@@ -212,7 +215,7 @@ def _live(job: Job, entry: Entry | None, progress: Callable[[float, str], None] 
         final = Update("done", None)
         try:
             # closing(): a cancelled job ends the engine's loop here (its `finally` frees the KV caches).
-            with contextlib.closing(race(req, standard=job.standard)) as updates:
+            with contextlib.closing(race(req, should_stop or (lambda: False), standard=job.standard)) as updates:
                 for up in updates:
                     if up.phase == "done":
                         final = up

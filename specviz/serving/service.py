@@ -313,6 +313,32 @@ def admit(name: str, models: dict[str, Any], execution: str) -> None:
         raise InputError(f"Loading {what} (about {_gb(need)}) beside the default pair and what else is loaded "
                          f"({_gb(held)}) would exceed this server's memory budget of {_gb(budget)} "
                          "(SPECVIZ_MEMORY_GB). The default pair stays loaded for everyone: use it, or ask the host.")
+    free = available_bytes()  # the budget is the app's own accounting: other processes use memory too
+    if free is not None and need + MEMORY_RESERVE > free:
+        raise InputError(f"Loading {what} needs about {_gb(need)}, and this machine has {_gb(free)} of memory "
+                         f"available now (keeping {_gb(MEMORY_RESERVE)} free for the server): it is not loaded. "
+                         "The default pair is ready for everyone; try again when the machine is less busy.")
+
+
+MEMORY_RESERVE = 1 << 30  # memory a load must leave available (the server, its runs, the page's work)
+
+
+def available_bytes() -> int | None:
+    """The memory actually available for a load now: the GPU's free memory on a CUDA host, else the system's
+    (psutil's ``available``); None when it cannot be read."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # noqa: BLE001 -- no usable GPU: the host's memory
+        pass
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 -- psutil missing or unreadable: the budget alone decides
+        return None
 
 
 def get_pair(preset: Any, draft: Any = None, target: Any = None,

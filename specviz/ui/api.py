@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from ..models import ModelError
+from ..serving.cancel import CANCELS
 from ..serving.jobs import Decoding, Finished, JobEvent, Replaying, RunFailed, RunForm, Stalled, run_job
 from ..serving.replay import Busy, Snapshot, replay_json
 from ..serving.service import InputError
@@ -23,7 +24,8 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
               variant: str = "opt", standard: bool = True, drafter: str = "model", policy: str = "constant",
               tau: float = 0.4, branches: int = 2, tree_nodes: int = 16,
-              tree_mode: str = "best-first", target_exec: str = "", rule: str = "token") -> Iterator[dict]:
+              tree_mode: str = "best-first", target_exec: str = "", rule: str = "token",
+              request: gr.Request = None) -> Iterator[dict]:
     """Run speculative decoding (and, unless standard=False, the standard baseline) and
     return the recording: {"schema": "specviz.recording", "speculative": trace, "standard": trace}.
 
@@ -51,16 +53,21 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     rule: how a chain's drafts are verified, "token" (Leviathan et al.'s token-wise rejection sampling),
     "block" (Sun et al. 2025's block verification) or "match" (keep a draft token only when the target's
     own sample equals it); all exact; epsilon and variant "uno" apply to "token" only, trees take "token".
-    Cancelling the job (`Job.cancel()`) stops decoding within about one round."""
+    Cancelling the job (`Job.cancel()`) or closing the client stops decoding within about one round (or one
+    chunk of a long prompt's pass)."""
     form = RunForm(preset=preset, prompt=prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
                    max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau,
                    branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode, target_exec=target_exec, rule=rule)
+    session = getattr(request, "session_hash", None)
+    flag = CANCELS.start(session)  # a client that goes away sets it (the app's unload event): serving.cancel
     try:
         job = form.check(standard=standard)  # before loading any model
-        with contextlib.closing(run_job(job)) as events:  # a cancelled job ends the run at once
+        with contextlib.closing(run_job(job, should_stop=flag.is_set)) as events:  # a cancelled job ends at once
             yield from _stream(events)
     except (InputError, ModelError, Busy, RunFailed, Stalled) as exc:
         raise gr.Error(str(exc), print_exception=False)
+    finally:
+        CANCELS.finish(session, flag)
 
 
 def _stream(events: Iterator[JobEvent]) -> Iterator[dict]:

@@ -26,9 +26,10 @@ import gradio as gr
 
 from ..core.settings import round_kind
 from ..models import ModelError
+from ..serving.cancel import CANCELS
 from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFailed, Stalled, Waiting, run_job
 from ..serving.replay import Busy, Entry, replay_speed
-from ..serving.service import InputError, Update, describe_error
+from ..serving.service import InputError, Update, describe_error, job_seconds
 from ..theory.costs import race_costs
 from ..theory.timing import flagged, trusted_speedup
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes, save_recording
@@ -165,10 +166,11 @@ def run(form: RunForm, session: str | None = None,
         yield LiveFrame(status=status_html(str(exc), "error"))
         raise gr.Error(str(exc), print_exception=False)
     show = _Shown(job)
+    flag = CANCELS.start(session)  # Stop and a closed page set it: read inside the run (serving.cancel)
     try:
         # closing(): Stop or a closed page ends the job at once (its engine loop, the gate, the cache entry).
         report = (lambda f, m: progress(f, desc=m)) if progress else None
-        with contextlib.closing(run_job(job, progress=report)) as events:
+        with contextlib.closing(run_job(job, progress=report, should_stop=flag.is_set)) as events:
             for ev in events:
                 if isinstance(ev, Loading):
                     yield LiveFrame(status=status_html("Loading models…"))
@@ -196,6 +198,8 @@ def run(form: RunForm, session: str | None = None,
         _live_pop(session)
         yield LiveFrame(status=status_html(describe_error(exc), "error"))
         raise gr.Error(describe_error(exc), print_exception=False)
+    finally:
+        CANCELS.finish(session, flag)
 
 
 class _Shown:
@@ -280,6 +284,11 @@ def done_message(spec: Trace, std: Trace | None) -> str:
     summ = spec.summary()
     sp = V.race_speedup(spec, std)
     msg = f"Done: {spec.n_tokens} tokens in {len(spec.rounds)} rounds, α = {summ.alpha or 0:.2f}"
+    if spec.stop_reason in ("time_limit", "stopped"):
+        why = (f"Stopped at the server's time limit for one run ({job_seconds():.0f} s, SPECVIZ_JOB_SECONDS)"
+               if spec.stop_reason == "time_limit" else "Stopped (the page was closed or Stop was pressed)")
+        where = " while reading the prompt" if not spec.rounds else f" after {len(spec.rounds)} rounds"
+        return f"{why}{where}: {spec.n_tokens} tokens. A shorter prompt or fewer new tokens fits in the limit."
     timing = spec.timing
     if sp and flagged(spec):  # the clocks were disturbed: say so, never state them
         trusted = trusted_speedup(spec, sp)

@@ -35,7 +35,7 @@ growing) instead of the chain contract's `draft`.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -66,11 +66,13 @@ class TreeDrafter(Drafter):
         return cls(pair.draft, pair.device, settings.tree_mode, settings.branches, settings.tree_nodes,
                    name=pair.draft_name)
 
-    def start(self, ids: list[int]) -> None:
+    def start(self, ids: list[int], should_stop: Callable[[], bool] | None = None) -> None:
+        from ...core.kv import feed_prompt
         from ...models.draft_vocab import prepare
 
         self.lm.free()
         prepare(self.lm.model, ids)  # a reduced head also keeps this prompt's ids (models.draft_vocab)
+        feed_prompt(self.lm, ids, should_stop)  # a long prompt in chunks, stoppable between them
         self.lm.prefill(ids)
 
     # ---- growing the tree ------------------------------------------------------------
