@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html as _html
 import math
+import unicodedata
 from typing import Any
 
 # ---- palette -------------------------------------------------------------------
@@ -71,39 +72,81 @@ def esc(text: Any) -> str:
     return _html.escape("" if text is None else str(text), quote=True)
 
 
-def visible_ws(text: str) -> str:
-    """Token text for a chip, with whitespace made visible; returns escaped HTML.
+# Characters no font draws as a glyph (a reader saw empty boxes): controls, format characters (bidi
+# overrides, zero-width spaces: they also reorder or hide text), private-use and unassigned code points,
+# lone surrogates, line/paragraph separators.  ZWJ (U+200D) stays: it joins emoji sequences.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+_KEEP = frozenset({"\u200d"})
 
-    A space becomes a faint middle dot, a newline ↵, a tab ⇥; an empty token ∅.
-    """
-    if text == "":
-        return '<span class="sv-ws">∅</span>'
+
+def unprintable(ch: str) -> bool:
+    """True for a character a token view shows as an escape instead of a glyph (see :func:`char_escape`)."""
+    return ch not in _KEEP and unicodedata.category(ch) in _UNPRINTABLE
+
+
+def char_escape(ch: str) -> str:
+    """A character as Python writes it in a string: \\x07, \\u200b, \\U000f0001 (plain text)."""
+    n = ord(ch)
+    if n <= 0xFF:
+        return f"\\x{n:02x}"
+    if n <= 0xFFFF:
+        return f"\\u{n:04x}"
+    return f"\\U{n:08x}"
+
+
+def escape_unprintable(text: str, keep: str = "") -> str:
+    """``text`` with every :func:`unprintable` character (those in ``keep`` aside) written as its escape
+    (plain text, NOT escaped for HTML)."""
+    return "".join(char_escape(ch) if ch not in keep and unprintable(ch) else ch for ch in text)
+
+
+def unprintable_html(text: str, keep: str = "\n\t") -> str:
+    """Escaped HTML of ``text`` for a running text: each unprintable character (``keep`` aside) as a
+    faint escape with its name on hover, e.g. <span class="sv-ws" title="U+0007 control character, …">\\x07</span>."""
     out = []
     for ch in text:
-        if ch == " ":
-            out.append('<span class="sv-ws">·</span>')
-        elif ch == "\n":
-            out.append('<span class="sv-ws">↵</span>')
-        elif ch == "\t":
-            out.append('<span class="sv-ws">⇥</span>')
-        elif ch == "\r":
-            out.append('<span class="sv-ws">␍</span>')
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append(f'<span class="sv-ws">\\x{ord(ch):02x}</span>')
+        if ch not in keep and unprintable(ch):
+            out.append(f'<span class="sv-ws" title="{esc(_char_title(ch))}">{esc(char_escape(ch))}</span>')
         else:
             out.append(esc(ch))
     return "".join(out)
 
 
+def _char_title(ch: str) -> str:
+    kind = {"Cc": "control character", "Cf": "invisible format character", "Co": "private-use character",
+            "Cn": "unassigned character", "Cs": "lone surrogate", "Zl": "line separator",
+            "Zp": "paragraph separator"}.get(unicodedata.category(ch), "character")
+    return f"U+{ord(ch):04X} {kind}, shown as its escape"
+
+
+def visible_ws(text: str) -> str:
+    """Token text for a chip, with whitespace made visible; returns escaped HTML.
+
+    A space becomes a faint middle dot, a newline ↵, a tab ⇥; an empty token ∅; a control, invisible,
+    private-use or unassigned character its escape (\\x07, \\u200b), which no font draws as a box.
+    """
+    if text == "":
+        return '<span class="sv-ws">∅</span>'
+    marks = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍"}
+    out = []
+    for ch in text:
+        if ch in marks:
+            out.append(f'<span class="sv-ws">{marks[ch]}</span>')
+        else:
+            out.append(unprintable_html(ch, keep=""))
+    return "".join(out)
+
+
 def tok_repr(text: str, limit: int = 40) -> str:
-    """Plain-text quoted token, e.g. ' foo' or '\\n    ' (NOT escaped for HTML)."""
+    """Plain-text quoted token, e.g. ' foo' or '\\n    ' (NOT escaped for HTML); control, invisible,
+    private-use and unassigned characters as escapes ('\\x07', '\\u200b')."""
     s = (
         text.replace("\\", "\\\\")
         .replace("\n", "\\n")
         .replace("\t", "\\t")
         .replace("\r", "\\r")
     )
-    s = "".join(ch if ord(ch) >= 32 and ord(ch) != 127 else f"\\x{ord(ch):02x}" for ch in s)
+    s = escape_unprintable(s)
     if len(s) > limit:
         s = s[: limit - 1] + "…"
     return f"'{s}'"

@@ -15,7 +15,7 @@ CARD = ("border:1px solid var(--sv-border,#e5e7eb);border-radius:10px;padding:10
         "background:var(--sv-panel,#fff)")
 BADGE = "display:inline-block;border-radius:999px;padding:1px 10px;font-size:12.5px;font-weight:600;margin-left:8px"
 BADGES = {True: f"{BADGE};background:var(--sv-accepted-bg,#dcfce7);color:var(--sv-accepted-fg,#14532d)",
-          False: f"{BADGE};background:var(--sv-discarded-bg,#f3f4f6);color:var(--sv-discarded-fg,#6b7280)"}
+          False: f"{BADGE};background:var(--sv-discarded-bg,#f3f4f6);color:var(--sv-discarded-fg,#5f6673)"}
 VERDICT = "margin:8px 0 2px;padding:6px 10px;border-radius:6px;font-size:13.5px;border-left:4px solid"
 VERDICTS = {True: f"{VERDICT} var(--sv-accepted-bd,#16a34a);background:var(--sv-hl-accepted,rgba(22,163,74,.13))",
             False: f"{VERDICT} var(--sv-pending-bd,#d97706);background:var(--sv-panel-2,#f8fafc)"}
