@@ -6,7 +6,7 @@ with those bits), or some of its layers dropped, and its greedy agreement with t
 would cost packed with 6-bit scales and minima per group and two float32 per 256 (Q4_K's layout), the layers' MB
 at that, and the least c those bytes allow against the Q4_K target's 1,018 MB a step (with a 16,384-row Q4_K head).
 
-    python scripts/draft_alpha_bits.py --json assets/hardware/draft-alpha-bits-xeon-amx.json
+    python scripts/draft_alpha_bits.py --json docs/benchmarks/data/draft-alpha-bits-xeon-amx.json
 
 Measured (stop 54, AMX Xeon): 4 bits in 32s and 3 bits in 16s keep α (0.879, 0.895 against the float 0.879);
 3 bits in 32s or symmetric lose 3 points, 2 bits 13-43; dropping one layer of 24 keeps it, three lose 5 points,
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.models.convert import cache_dir  # noqa: E402
 
-TARGET_MB = 1018.0  # the Q4_K target's bytes a step (README, the probe's roofline)
+TARGET_MB = 1018.0  # the Q4_K target's bytes a step (docs/benchmarks.md, the probe's bound)
 HEAD_MB = 16_384 * 4 * 152 / 1e6  # the reduced head's Q4_K records (specviz's 152-byte blocks of 256)
 GROUPED = [(4, 32, False), (3, 16, False), (3, 16, True), (3, 32, False), (2, 16, False), (2, 32, False)]
 DROPPED = [[12], [20], [6, 12, 18], [11, 12, 13, 14], [4, 8, 12, 16, 20], [14, 16, 18, 20], [2, 5, 8, 11, 14, 17, 20]]

@@ -4,9 +4,9 @@ and its greedy agreement with the 1.5B target's greedy text (α at T = 0: the dr
 tokens, teacher-forced), llama.cpp running both, the six bench prompts (assets/prompts.jsonl) under the chat
 template, 64 tokens.
 
-    python scripts/draft_bits_llamacpp.py --json assets/hardware/draft-bits-llamacpp-xeon-amx.json
+    python scripts/draft_bits_llamacpp.py --json docs/benchmarks/data/draft-bits-llamacpp-xeon-amx.json
 
-Needs llama-cpp-python (built from source: README, llama.cpp; never a requirement) and the pair's GGUF files in
+Needs llama-cpp-python (built from source: docs/executions.md; never a requirement) and the pair's GGUF files in
 specviz's cache (a first load writes them).  Measured (stop 53, AMX Xeon): the 896-wide rows cannot take k-quants
 (rows must be multiples of 256), so llama.cpp gives them Q4_0 / Q5_0 and only down goes to Q3_K: 188-205 MB of
 layers against the shipped file's 247 (specviz's own Q4_K draft: ~201 MB), α 0.88-0.90 for all four.

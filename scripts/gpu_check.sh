@@ -6,7 +6,7 @@
 #    serving.service (scripts/gpu_service.py); 3. the timings of random models from the real configurations
 #    (specviz.hardware.gpu_report: 0.5B and 1.5B with the engine end to end, then 7B); 4. runs repeated must give
 #    the same tokens (scripts/gpu_repeat.py).
-# Packages the machine lacks (pydantic, platformdirs) travel as wheels in .whl/ or $WHL (see the README's GPU section).
+# Packages the machine lacks (pydantic, platformdirs) travel as wheels in .whl/ or $WHL (see docs/executions.md, "On a GPU").
 set -o pipefail
 TOK=${1:?tokenizer directory}
 OUT=${OUT:-/tmp/gpu-check}

@@ -5,7 +5,7 @@ Qwen2.5-Coder-1.5B target (0.5B draft) with CUDA-graph steps, for each list of S
 
 Prints, per list (specviz.core.kv.CUDA_ATTENTION), the first token at which each run leaves the first (null:
 equal), where the speculative text first leaves the standard one, and the target's step times (ms by feed
-length).  Found cuDNN's attention unrepeatable on an H100 (assets/hardware/gpu-h100-attention-repeatability.json).
+length).  Found cuDNN's attention unrepeatable on an H100 (docs/benchmarks/data/gpu-h100-attention-repeatability.json).
 """
 
 import json

@@ -15,7 +15,7 @@ big model would be needed, and the page's events get the tiny pair too), then fi
 After each battery the server must be healthy: GET / answers 200 and a normal 1-token /trace run succeeds.
 Tracebacks are counted in the server's log ("Traceback (most recent call last)") per battery.
 
-    python scripts/hostile.py --json assets/hardware/hostile-epyc-avx2.json
+    python scripts/hostile.py --json docs/benchmarks/data/hostile-epyc-avx2.json
 
 Exit status 0 when every battery left 0 tracebacks, no 5xx and a healthy server.  Loopback only.
 """

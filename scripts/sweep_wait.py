@@ -7,7 +7,7 @@ run it measures the wait from its request to its holding the gate, and the durat
 was running when it arrived (the sweep's decodes between two of its point boundaries).  A live run waits at
 most one point when wait ≤ that point's duration (plus the gate's polling, 0.05 s).
 
-    python scripts/sweep_wait.py --json assets/hardware/sweep-wait-epyc-avx2.json           # tiny pair
+    python scripts/sweep_wait.py --json docs/benchmarks/data/sweep-wait-epyc-avx2.json           # tiny pair
     python scripts/sweep_wait.py --preset "Qwen2.5-Coder 0.5B → 1.5B (offline)" --tokens 32  # the default pair
 
 Exit status 0 when every live run waited at most one point.
