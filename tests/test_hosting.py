@@ -24,7 +24,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from specviz.models import PRESETS, TINY_PRESET
+from specviz.models import DEFAULT_PRESET, OFFLINE_PACKS, PRESETS, TINY_PRESET
 from specviz.serving import hosting
 from specviz.serving.service import GPU_DEFAULT_PRESET
 from specviz.trace import trace_from_dict
@@ -79,21 +79,38 @@ def _hub_ids(preset) -> list[str]:
     return [ref for ref in (preset.draft, preset.target) if HUB_ID.match(ref)]
 
 
-def test_front_matter_models(front_matter):
+def _upstream(ref: str) -> str:
+    """The hub repository a model reference comes from: a hub id itself, or for an offline pack the
+    Qwen repository its GGUF file was made from ("Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)")."""
+    if HUB_ID.match(ref):
+        return ref
+    assert ref.startswith("offline:"), ref
+    return "Qwen/" + OFFLINE_PACKS[ref.removeprefix("offline:")].display.split(" ")[0]
+
+
+def test_front_matter_models_are_what_the_default_runs(front_matter):
+    """The Space's card links the models a CPU Space runs, the offline default pair, and no others
+    (the hub presets are for GPU hosts, which docs/hosting.md tells how to preload)."""
+    default = PRESETS[DEFAULT_PRESET]
+    assert default.offline
+    wanted = [_upstream(default.draft), _upstream(default.target)]
+    assert wanted == ["Qwen/Qwen2.5-Coder-0.5B-Instruct", "Qwen/Qwen2.5-Coder-1.5B-Instruct"]
     models = front_matter["models"]
     assert all(isinstance(m, str) and HUB_ID.match(m) for m in models)
-    hub = {ref for p in PRESETS.values() for ref in _hub_ids(p)}
-    assert hub, "some presets use hub models"
-    assert hub <= set(models), f"models: misses {sorted(hub - set(models))}"
-    assert set(models) <= hub, f"models: lists {sorted(set(models) - hub)}, which no preset uses"
+    assert models == wanted, f"models: must list the default pair's models, {wanted}"
 
 
-def test_front_matter_preloads_the_gpu_pair(front_matter):
+def test_front_matter_is_a_cpu_space_that_downloads_nothing(front_matter):
+    """The measured default is the offline pair on a CPU: the card asks for a CPU, preloads nothing
+    from the hub (the pair comes from pip), and docs/hosting.md gives a GPU Space the lines to add."""
+    assert front_matter["suggested_hardware"].startswith("cpu-")
+    assert not front_matter.get("preload_from_hub")
+    hosting_doc = (ROOT / "docs" / "hosting.md").read_text(encoding="utf-8")
     gpu = PRESETS[GPU_DEFAULT_PRESET]
     wanted = _hub_ids(gpu)
-    assert len(wanted) == 2
-    preload = [entry.split()[0] for entry in front_matter["preload_from_hub"]]  # "repo [files [revision]]"
-    assert set(wanted) <= set(preload), f"preload_from_hub must list {wanted}"
+    assert len(wanted) == 2 and "preload_from_hub" in hosting_doc
+    for repo in wanted:
+        assert f"  - {repo}" in hosting_doc, f"docs/hosting.md must show preload_from_hub listing {repo}"
 
 
 # ---- ZeroGPU glue ------------------------------------------------------------------------
