@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import dataclasses
+import functools
 import gc
 import html
 import logging
@@ -40,7 +42,7 @@ from ..views import race_plots as RP
 from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
-from .frames import LiveFrame, round_number
+from .frames import SKIP, LiveFrame, round_number
 from .store import STORE, Shown, StoreFull
 from .tree_ui import Walks, live_tree, mask_for, step_tree, tree_figures
 
@@ -440,8 +442,18 @@ def load_example_recording(recordings: list[Path], name: str | None = None) -> L
     if not recordings:
         return LiveFrame()
     path = next((p for p in recordings if p.name == name), recordings[0])
-    shown = Shown.shipped(path)  # read once per process; shown by name, no store entry (issue 55)
-    return show_recording(shown.get("spec"), shown.get("std"), f"Recorded example ({path.stem})", shipped=path)
+    # Drawn once per process (a visit costs no drawing, no store entry: issue 55); the export file is checked
+    # at each visit, as the export folder keeps only the newest files.
+    return dataclasses.replace(_drawn_recording(path), export=shipped_export(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _drawn_recording(path: Path) -> LiveFrame:
+    """A shipped recording's frame (its views), made once: the file does not change while the server runs, and a
+    frame is plain values that every visitor's page is sent (never changed in place: handlers copy it)."""
+    shown = Shown.shipped(path)  # read once per process; shown by name, no store entry
+    frame = show_recording(shown.get("spec"), shown.get("std"), f"Recorded example ({path.stem})", shipped=path)
+    return dataclasses.replace(frame, export=SKIP)
 
 
 def next_round(state: Any, idx: Any) -> int:
