@@ -346,6 +346,23 @@ def test_the_session_counts_its_own_runs_not_recordings(pair):
     assert again.done == res.done and board_html(again.done).count("✓ done") == len(res.done)
 
 
+def test_a_check_pressed_at_once_after_a_race_counts_it(pair):
+    """The race's last frame shows the visitor's own run; a check pressed before the follow-up event that
+    remembers it (`remember`, queued behind the page's other updates) has run still counts it, every time."""
+    from specviz.ui import live
+
+    run = race(pair, temperature=0, gamma=3, machine=MEMORY_BOUND)
+    frame = live.final_frame(run.spec, run.std, "done", run=True)  # what live.run yields when a race ends
+    assert frame.state.run and frame.state.held
+    for _ in range(3):
+        res = CU.check_session(frame.state, [], {}, None, curves=lambda runs: {})
+        assert res.note.startswith("Checked 1 run of yours") and "exact" in res.done, res.note
+    assert CU.check_session(frame.state, [frame.state], {}, None, curves=lambda runs: {}).note.startswith(
+        "Checked 1 run of yours")  # once remembered, not counted twice
+    upload = live.final_frame(run.spec, run.std, "loaded")  # the same traces uploaded: not a run of one's own
+    assert "No runs of yours" in CU.check_session(upload.state, [], {}, None, curves=lambda runs: {}).note
+
+
 def test_a_run_the_store_dropped_is_said_not_checked(pair):
     run = race(pair, temperature=0)
     gone = STORE.put(run.spec, run.std)

@@ -87,10 +87,14 @@ def check_session(state: Any, history: Any, done: Mapping[str, str] | None, answ
     """Check every challenge not done yet against the session's runs (oldest first)."""
     done = dict(done or {})
     handles = [h for h in (history or []) if isinstance(h, Shown)]
-    runs = [Run(spec=h.get("spec"), std=h.get("std")) for h in handles if h]
-    gone = len(handles) - len(runs)
     shown = _handle_id(state)
     notes = []
+    if isinstance(state, Shown) and state.run and state and all(h.id != shown for h in handles):
+        # The run on screen is the visitor's own even before `remember` (a follow-up event) has added it:
+        # a check pressed at once after a race counts it (issue 56).
+        handles.append(state)
+    runs = [Run(spec=h.get("spec"), std=h.get("std")) for h in handles if h]
+    gone = len(handles) - len(runs)
     if shown is not None and state and all(h.id != shown for h in handles):
         notes.append("The Live tab shows a recording, not a run of yours: it is not counted.")
     if gone:

@@ -73,16 +73,18 @@ def step_views(spec: Trace | None, idx: Any) -> tuple[str, str]:
                                        + V.text_html([t for r in spec.rounds[: i + 1] for t in r.emitted]))
 
 
-def final_frame(spec: Trace | None, std: Trace | None, status: str, shipped: Path | None = None) -> LiveFrame:
+def final_frame(spec: Trace | None, std: Trace | None, status: str, shipped: Path | None = None,
+                run: bool = False) -> LiveFrame:
     """Everything drawn from a finished race (or a loaded recording); when the server cannot keep it for
     this session (its share of the store, issue 33), the status line says so and the page keeps what it showed.
-    ``shipped``: the file of a shipped recording being shown, referred to by name (no store entry, issue 55)."""
+    ``shipped``: the file of a shipped recording being shown, referred to by name (no store entry, issue 55);
+    ``run``: a run of the visitor's own (the Challenges count it as soon as it is shown)."""
     if shipped is not None:
         state, data = Shown.shipped(shipped), None  # the export is the shipped file itself
     else:
         data = recording_bytes(spec, std) if (spec or std) else b""  # once: the export file and the store's size
         try:
-            state = STORE.put(spec, std, len(data))
+            state = STORE.put(spec, std, len(data), run=run)
         except StoreFull as exc:
             return LiveFrame(status=status_html(str(exc), "warn"))
     summary = spec.summary() if spec else (std.summary() if std else None)
@@ -188,7 +190,8 @@ def run(form: RunForm, session: str | None = None,
                     _live_pop(session)
                     yield from show.rest_of_walks(ev.spec)  # the models are free again: the pace costs no one
                     label = f"{replay_label(ev.replayed)}. " if ev.replayed is not None else ""
-                    yield final_frame(ev.spec, ev.std, status_html(label + done_message(ev.spec, ev.std), "ok"))
+                    yield final_frame(ev.spec, ev.std, status_html(label + done_message(ev.spec, ev.std), "ok"),
+                                      run=True)
     except (InputError, ModelError, Busy, RunFailed) as exc:
         _live_pop(session)
         yield LiveFrame(status=status_html(str(exc), "error"))

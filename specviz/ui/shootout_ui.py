@@ -67,7 +67,7 @@ def shootout(form: RunForm, progress: Callable[..., Any] | None = None) -> Itera
     std = next((r.trace for r in rows if r.key == SO.STANDARD and r.trace is not None), None)
     # The traces go to the page's bounded store; the page keeps only handles.
     # Each row's trace is its median repeat's, with the standard run of that repeat's round as its partner.
-    runs = {r.label: STORE.put(r.trace, r.baseline or std) for r in rows if r.trace is not None and r.key != SO.STANDARD}
+    runs = {r.label: STORE.put(r.trace, r.baseline or std, run=True) for r in rows if r.trace is not None and r.key != SO.STANDARD}
     ran = sum(1 for r in rows if not r.error)
     pick = " Pick a run below to step through it on the Live tab." if runs else ""
     if budget.ran_out:

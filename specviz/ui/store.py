@@ -97,6 +97,7 @@ class Shown:
     id: int
     session: str = ""
     recording: str = ""
+    run: bool = False  # a run of this visitor's own (a race, a shoot-out run), not an upload or a recording
 
     @classmethod
     def shipped(cls, path: Path | str) -> "Shown":
@@ -152,7 +153,7 @@ class TraceStore:
             return sum(n for _, n, s in self._items.values() if s == session)
 
     def put(self, spec: Trace | None, std: Trace | None, nbytes: int | None = None,
-            session: str | None = None) -> Shown:
+            session: str | None = None, run: bool = False) -> Shown:
         """Hold (spec, std) for `session` (default: the current event's) and return its handle.  Room is
         made by dropping that session's own least recently used entries, never another's; StoreFull
         when the run is over the session's share or the other sessions hold the rest."""
@@ -185,7 +186,7 @@ class TraceStore:
             key = next(self._ids)
             self._items[key] = ({"spec": spec, "std": std}, nbytes, session)
             self.nbytes += nbytes
-        return Shown(key, session)
+        return Shown(key, session, run=run)
 
     def _pop(self, key: int) -> int:
         _, n, _ = self._items.pop(key)
