@@ -411,6 +411,7 @@ def build() -> gr.Blocks:
         step.change(lambda s, i: (*step_views((s or {}).get("spec"), i), tree_ui.mask_for((s or {}).get("spec"), i)),
                     [state, step], [narration, step_round, tree_mask], api_visibility="private")
         step.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
+        step.change(None, [step], None, js=present.SCROLL_ROUND_JS, api_visibility="private")  # the panel follows
         pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], api_visibility="private")
         state.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
         copy_btn.click(lambda st, i, pr: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,

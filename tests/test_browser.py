@@ -463,9 +463,9 @@ def test_a_deep_link_opens_step_mode_at_its_round_and_hostile_links_do_no_harm(p
     assert link.startswith(server.url.rstrip("/"))
     page.screenshot(path=str(shots / "deep-link.png"), full_page=False)
     # an example by its place in the list, and hostile values: ignored with a note, the page works
-    open_app(page, server, "?example=2&step=2")
+    open_app(page, server, "?example=3&step=2")  # example 3 is recording 3: one numbering
     wait_until(page, server, "() => document.querySelector('#sv-narration')?.innerText.startsWith('Round 2')",
-               "step mode at round 2 of the second example's recording", UI_S)
+               "step mode at round 2 of the third example's recording", UI_S)
     assert page.locator("#sv-prompt textarea").first.input_value().startswith("Translate into French")
     open_app(page, server, "?recording=../../etc/passwd&round=%3Cscript%3Ealert(1)%3C/script%3E&example=%00x&x=1")
     wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.innerText.includes('link ignored')",

@@ -85,3 +85,12 @@ def test_a_loaded_recording_puts_its_prompt_and_settings_back_in_the_form():
     settings = RunForm(**values).check().settings
     assert settings == DecodeSettings.from_dict(spec.settings.as_dict())
     assert form_values(None) == {}
+
+
+def test_examples_and_recordings_share_one_numbering():
+    """?example=N opens recording N-…: the examples list is in the recordings' order."""
+    for rec in RECORDINGS:
+        number = rec.stem.split("-", 1)[0]
+        link = parse(example=number)
+        assert link.recording == rec, (number, link.recording)
+        assert link.example is EXAMPLES[int(number) - 1]

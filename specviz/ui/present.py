@@ -25,6 +25,23 @@ KEYS = {"ArrowLeft": "#sv-prev", "ArrowRight": "#sv-next", "Home": "#sv-first", 
 TOGGLE_JS = "(on) => { window.svPresent && window.svPresent.set(on); }"
 DRAWER_JS = "() => { window.svPresent && window.svPresent.drawer(); }"
 PLAY_JS = "() => { window.svPresent && window.svPresent.togglePlay(); }"
+# Step mode: the rounds panel scrolls (itself only, never the page) to the round on screen and marks it, so a deep
+# link to round 3 of a long run opens the panel on round 3, not on the last rounds (issue 56).  Retried for a
+# moment: the panel's HTML may arrive in the same update as the step.
+SCROLL_ROUND_JS = """(i) => {
+  const n = Math.max(1, Math.floor(Number(i) || 1));
+  let tries = 0;
+  const go = () => {
+    const body = document.querySelector('#sv-rounds .sv-rounds-body');
+    const el = body && body.querySelector(`.sv-round[data-round="${n}"]`);
+    if (!el) { if (tries++ < 20) setTimeout(go, 100); return; }
+    body.querySelectorAll('.sv-round--stepped').forEach((r) => r.classList.remove('sv-round--stepped'));
+    el.classList.add('sv-round--stepped');
+    const off = el.getBoundingClientRect().top - body.getBoundingClientRect().top - 8;
+    body.scrollBy({ top: off, behavior: 'instant' });
+  };
+  go();
+}"""
 
 
 def head() -> str:
