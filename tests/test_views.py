@@ -577,7 +577,7 @@ def test_panel_legend_and_narration_name_the_drafter_and_policy():
     model = make_trace()
     legend = legend_html(model)
     assert "the draft model draft-&lt;b&gt;small&lt;/b&gt;" in legend and "<b>small" not in legend  # escaped
-    assert "constant policy, γ = 4" in legend
+    assert "constant policy, γ = 4" in "".join(parse(legend).text)
     assert "data-drafter" not in legend_html(None) and "data-drafter" not in legend_html(make_std_trace())
     meta = narrate_html(lookup.rounds[1], lookup)
     assert "drafter: prompt lookup · confidence policy" in "".join(parse(meta).text)

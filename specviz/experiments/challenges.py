@@ -75,8 +75,9 @@ CHALLENGES: tuple[Challenge, ...] = (
         hint="The This machine tab draws the target's verify time T(k) over k tokens fed; v ≈ T(γ + 1) / T(1). "
              "The Live tab's metrics give your run's own v.",
         why="Thm 3.8 assumes a verify pass costs one step, which holds when reading the weights dominates "
-            "(memory-bound: GPUs at batch 1, CPUs with AMX). On a CPU without native bf16 the arithmetic grows with "
-            "every token fed (compute-bound: a bf16 pass over 6 tokens measured ~4.5 steps on an AVX2 EPYC), which is "
+            "(memory-bound: GPUs at batch 1). On a CPU it depends on the execution and the machine, so the probe "
+            "measures it: even with AMX, races on a Xeon measured 1.9–2.5 steps. On a CPU without native bf16 the "
+            "arithmetic grows with every token fed (compute-bound: a bf16 pass over 6 tokens measured ~4.5 steps on an AVX2 EPYC), which is "
             "why the probe picks an execution by its predicted speculative rate, not its fastest single step.",
         checker=check_machine, answers=MACHINE_ANSWERS),
     Challenge(

@@ -1,8 +1,9 @@
 """What this machine is, for timing caches and for the page: CPU model and ISA, or the GPU.
 
-The speed story of speculative decoding depends on it.  On a CPU with AMX (or AVX512-BF16), a bf16
-matmul over six tokens costs about what one token costs: the verify pass is memory-bound and
-speculation pays.  On a CPU with AVX2 only (most laptops and cloud CPUs), bf16 has no native
+The speed story of speculative decoding depends on it.  On a CPU with AMX (or AVX512-BF16), bf16 has
+native kernels, and a verify pass over six tokens costs far less than six steps -- but not always one:
+races on an AMX Xeon measured 1.9-2.5 steps, so the page reports the probe's measured curve, never a
+bound assumed from the ISA.  On a CPU with AVX2 only (most laptops and cloud CPUs), bf16 has no native
 kernels and a six-token verify pass costs ~5 one-token steps: compute-bound, and speculation loses
 unless the target runs another way (:mod:`specviz.models.executions`).
 """

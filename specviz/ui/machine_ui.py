@@ -16,6 +16,7 @@ from ..models.executions import WORDS
 from ..models import PRESETS, TINY_PRESET, ModelError, resolve_preset
 from ..serving.service import CUSTOM_PRESET, default_preset, default_target_exec, loaded_execution, offered_executions
 from ..views import machine as M
+from ..views.how import how_it_works
 from ..views.machine_words import machine_text
 from ..views.execution import exec_words
 from .frames import MachineFrame
@@ -93,6 +94,15 @@ def _cached_probe(name: str) -> Any:
         return None
 
 
+def how_text(preset: Any = None) -> str:
+    """The "How it works" tab's markdown, its verify-cost sentence from this machine's probe of the preset's
+    target (the page's default pair without one; never loads a model)."""
+    probe = probe_of(preset)
+    if probe is not None and not probe.curves and probe.measured:
+        probe = None  # an empty probe says nothing
+    return how_it_works(probe)
+
+
 def compare_choices(recorded: list[M.RecordedMachine] | None = None) -> list[tuple[str, str]]:
     """(label, file stem) for "Compare with": each recorded machine's short name."""
     return [(r.choice_label, r.key) for r in (M.load_recorded() if recorded is None else recorded)]
@@ -113,4 +123,4 @@ def machine_views(preset: Any = None, compare: Any = None, folder: Path | None =
     return MachineFrame(note=note, plot=plot)
 
 
-__all__ = ["compare_choices", "exec_choices", "exec_setting", "machine_views", "probe_of"]
+__all__ = ["compare_choices", "exec_choices", "exec_setting", "how_text", "machine_views", "probe_of"]

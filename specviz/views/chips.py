@@ -38,6 +38,7 @@ from ._fmt import (
     visible_ws,
 )
 from .execution import trace_exec_line
+from .glossary import glossed
 from .narrate import tree_stop_sentence
 
 if TYPE_CHECKING:  # plain data only; no runtime dependency beyond the dataclasses
@@ -369,7 +370,7 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         items.append(
             f'<div class="sv-legend-item" data-status="{status}">'
             f'<span class="sv-chip sv-{status} sv-chip--mini"><span class="sv-tok">{esc(status)}</span></span>'
-            f'<span class="sv-legend-text">{esc(meaning)}</span></div>'
+            f'<span class="sv-legend-text">{glossed(meaning)}</span></div>'
         )
         chips.append(f'<span class="sv-chip sv-{status} sv-chip--mini" title="{esc(meaning)}">'
                      f'<span class="sv-tok">{esc(status)}</span></span>')
@@ -377,7 +378,7 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
         items.append(
             '<div class="sv-legend-item" data-status="epsilon">'
             '<span class="sv-chip sv-accepted sv-eps sv-chip--mini"><span class="sv-tok">ε-accepted</span></span>'
-            '<span class="sv-legend-text">accepted only thanks to the ε slack: u ≥ p/q but u &lt; b = min(1, (p+ε)/q)</span></div>'
+            f'<span class="sv-legend-text">{glossed("accepted only thanks to the ε slack: u ≥ p/q but u < b = min(1, (p+ε)/q)")}</span></div>'
         )
     run = ""
     if trace is not None and trace.kind == "speculative":
@@ -386,7 +387,7 @@ def legend_html(trace: Trace | None = None, *, include_target: bool = True, incl
             '<div class="sv-legend-run" data-drafter="{d}" data-policy="{p}">'
             '<span class="sv-legend-k">This run</span> drafter: <b>{dn}</b> · {pt} · {rt}{ex}</div>'
         ).format(d=esc(trace.settings.drafter), p=esc(trace.settings.policy), dn=esc(drafter_name(trace)),
-                 pt=esc(policy_text(trace.settings)), rt=esc(rule_text(trace)),
+                 pt=glossed(policy_text(trace.settings)), rt=esc(rule_text(trace)),
                  ex=f' · <span class="sv-legend-exec">{esc(execution)}</span>' if execution else "")
     # One row of chips; what each means opens on request (the full legend pushed Run below the first view).
     key = (f'<details class="sv-legend-key"><summary><span class="sv-legend-chips">{"".join(chips)}</span>'

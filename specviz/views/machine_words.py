@@ -20,6 +20,37 @@ def _rate(x: float | None) -> str:
     return "?" if x is None or not math.isfinite(x) else f"{x:.1f}"
 
 
+# The vector and matrix units that decide how bf16 and int8 products run, as /proc/cpuinfo names them.
+_UNITS = (("AMX", (("amx_bf16", "BF16"), ("amx_int8", "INT8"))),
+          ("AVX-512", (("avx512f", "F"), ("avx512_vnni", "VNNI"), ("avx512_bf16", "BF16"))),
+          ("AVX-VNNI", (("avx_vnni", ""),)),
+          ("AVX2", (("avx2", ""),)))
+
+
+def isa_words(machine: dict | None) -> str:
+    """The CPU's matrix and vector units in words: "AMX (BF16, INT8), AVX-512 (F, VNNI, BF16), AVX2"; a CPU
+    with AVX-512 F only: "AVX-512 (F), AVX2"; "" for a GPU or when the recording names no flags."""
+    if not isinstance(machine, dict) or machine.get("kind") == "cuda":
+        return ""
+    isa = set(machine.get("isa") or ())
+    parts = []
+    for unit, flags in _UNITS:
+        have = [words for flag, words in flags if flag in isa]
+        if have:
+            named = [w for w in have if w]
+            parts.append(f"{unit} ({', '.join(named)})" if named else unit)
+    return ", ".join(parts)
+
+
+def _units_sentence(machine: dict | None) -> str:
+    words = isa_words(machine)
+    if not words:
+        return ""
+    native = {"amx_bf16", "avx512_bf16"} & set(machine.get("isa") or ())
+    return (f" Its CPU has {words}: "
+            + ("native bf16 units." if native else "no native bf16 units (bf16 products are emulated)."))
+
+
 WHY = ("Speculative decoding pays only when the target's **verify pass is memory-bound**: reading the "
        "weights costs the same whether the pass scores 1 token or γ + 1, so a pass over k tokens costs "
        "about one one-token step, T(k) ≈ T(1){line}. Where the pass is compute-bound, T(k) climbs with k "
@@ -35,7 +66,7 @@ def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", 
         if probe is not None and not probe.measured:
             label = probe.machine.get("label", "this machine")
             parts.append(
-                f"**This machine:** {label}. It was busy when {target or probe.model} loaded (other processes "
+                f"**This machine:** {label}.{_units_sentence(probe.machine)} It was busy when {target or probe.model} loaded (other processes "
                 "competing for the cores would make any timing meaningless), so **nothing was measured**: the "
                 f"target runs as {exec_words(probe.choice)}, chosen from the CPU's features. It is measured on "
                 "a quieter start.")
@@ -70,7 +101,7 @@ def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
     chosen = probe.choice
     running = execution or chosen
     pred = probe.predicted.get(chosen) or {}
-    head = (f"**This machine:** {label}. The target ({target or probe.model}) was timed in "
+    head = (f"**This machine:** {label}.{_units_sentence(probe.machine)} The target ({target or probe.model}) was timed in "
             f"{len(probe.curves)} execution{'s' if len(probe.curves) != 1 else ''}"
             + (f" in {probe.seconds:.0f} s" if probe.seconds else "")
             + (f" ({probe.build_seconds:.0f} s of it preparing {probe.choice}, which any start running it pays)"
@@ -144,4 +175,4 @@ def _bound_words(probe: Probe, c: float | None) -> str:
 
 
 
-__all__ = ["WHY", "machine_text"]
+__all__ = ["WHY", "isa_words", "machine_text"]

@@ -7,6 +7,7 @@ from typing import Any
 from ..theory.costs import RaceCosts, steps
 from ..trace import Summary, Trace
 from ._fmt import esc, fnum, fsec
+from .glossary import glossed, title_attr
 
 _STOP = {
     "eos": "end-of-text token",
@@ -15,6 +16,11 @@ _STOP = {
     "time_limit": "the job's time limit was reached",
     "error": "error",
 }
+
+
+# The one-letter symbols in the metrics' names (the glossary's hover cannot find single letters in text).
+_SYMBOLS = {"Verify factor v": ("v",), "c (cost ratio)": ("c",), "Thm 3.8, textbook": ("c",),
+            "Thm 3.8, measured verify": ("c", "v")}
 
 
 def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
@@ -168,9 +174,10 @@ def metrics_html(summary: "Summary | Trace | None", *, gamma: int | None = None,
         if group != last_group:
             out.append(f'<tr class="sv-metrics-group"><th colspan="3">{esc(group)}</th></tr>')
             last_group = group
+        tip = title_attr(name, _SYMBOLS.get(name, ()))
         out.append(
-            f'<tr><th scope="row" class="sv-metric-k">{esc(name)}</th>'
-            f'<td class="sv-metric-v">{esc(value)}</td><td class="sv-metric-d">{esc(definition)}</td></tr>'
+            f'<tr><th scope="row" class="sv-metric-k"{tip}>{esc(name)}</th>'
+            f'<td class="sv-metric-v">{esc(value)}</td><td class="sv-metric-d">{glossed(definition)}</td></tr>'
         )
     out.append("</tbody></table>")
     return "".join(out)

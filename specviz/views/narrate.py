@@ -25,6 +25,8 @@ from ._fmt import (
     tok_repr,
 )
 
+from .glossary import glossed
+
 if TYPE_CHECKING:
     from specviz.trace import Round, Trace
 
@@ -282,4 +284,4 @@ def narrate_html(rnd: Round, trace: Trace | None) -> str:
     """:func:`narrate`, escaped and wrapped for an HTML component."""
     meta = run_text(trace)
     meta_html = f'<div class="sv-narration-meta">drafter: {esc(meta)}</div>' if meta else ""
-    return f'<div class="sv-narration">{esc(narrate(rnd, trace))}{meta_html}</div>'
+    return f'<div class="sv-narration">{glossed(narrate(rnd, trace))}{meta_html}</div>'

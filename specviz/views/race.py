@@ -9,6 +9,7 @@ from ..theory.costs import RaceCosts, loss_cause, race_costs, steps
 from ..theory.timing import trusted_speedup
 from ._fmt import draft_source, esc, fsec
 from .execution import trace_exec_line
+from .glossary import title_attr
 from .text import looks_like_code, tokens_html
 
 if TYPE_CHECKING:
@@ -122,9 +123,14 @@ def _speedup_html(spec: Trace, std: Trace, sp: float) -> str:
         f'<div class="sv-speedup {"sv-speedup--slow" if shown < 1 else ""}{" sv-speedup--noisy" if noisy else ""}" '
         f'data-speedup="{sp:.4f}"{data}>'
         f'<span class="sv-speedup-v">{label}</span>'
-        + "".join(f'<span class="{cls}">{esc(text)}</span>' for cls, text in spans)
+        + "".join(f'<span class="{cls}"{_hover(text)}>{esc(text)}</span>' for cls, text in spans)
         + "</div>"
     )
+
+
+def _hover(text: str) -> str:
+    """A title attribute defining the symbols ``text`` uses (Thm 3.8, α, γ, …), or ""."""
+    return title_attr(text, ("v",) if "steps" in text else ())
 
 
 def noise_sentence(timing: Timing, sp: float, s_tps: float, t_tps: float) -> str:
