@@ -58,7 +58,6 @@ from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_inf
 from specviz.views import html as V
 from specviz.views import plots as P
 from specviz.views import race_plots as RP
-from specviz.views.heads import section as draft_heads_section
 
 log = logging.getLogger("specviz.app")
 ROOT = Path(__file__).resolve().parent
@@ -91,27 +90,6 @@ sweep = hosting.gpu(duration=form_sweep_duration)(tabs.sweep)
 api_trace = hosting.gpu(duration=hosting.run_duration)(api.api_trace)
 tree_sweep = hosting.gpu(duration=form_sweep_duration)(tabs.tree_sweep)
 shootout = hosting.gpu(duration=form_sweep_duration)(shootout_ui.shootout)
-
-HOW_IT_WORKS = """
-### How speculative decoding works
-A big **target** model normally produces one token per forward pass. Speculative decoding adds a small, fast **draft** model:
-
-1. **Draft** — the draft model proposes γ tokens x<sub>1</sub>…x<sub>γ</sub>, one after another, each sampled from its distribution q.
-2. **Verify** — the target scores the prompt plus all γ drafts in **one** forward pass, giving its distributions p<sub>1</sub>…p<sub>γ+1</sub>. Whether that pass costs about as much as producing one token depends on the machine. It does when the target is *memory-bound* (reading its weights dominates: GPUs at batch 1, CPUs with AMX matrix units), and Leviathan et al.'s Thm 3.8 assumes so. On a *compute-bound* CPU (AVX2 only, bf16) a pass over six tokens costs several one-token steps, and speculation can lose. The page measures it: each run's headline and metrics give the verify pass's cost in standard steps (v), and Thm 3.8 with it beside the textbook value.
-3. **Accept or reject** — draft i is accepted with probability b = min(1, (p(x) + ε) / q(x)): always when the target likes the token at least as much as the draft did. A uniform draw u decides; the first rejection ends the round.
-4. **Correct or bonus** — at a rejection, a **correction** token is sampled from the residual norm(max(0, p − q)); if all γ were accepted, a **bonus** token is sampled from p<sub>γ+1</sub>. Every round emits at least one token.
-
-The draft need not be a model: **prompt lookup** proposes what followed the last few tokens earlier in the text (free, and strong when the output copies from the prompt). And γ need not be fixed: a **draft-length policy** may stop drafting early — after a token the drafter is unsure of (confidence < τ), when one more token is not worth its cost (adaptive), or on transformers' schedule (heuristic). γ is then the maximum.
-
-With ε = 0 the text has *exactly* the target's distribution (greedy: exactly the target's greedy text). ε > 0 (Yin et al.) accepts more drafts at the price of a measured bias; Decoding-UNO samples from p after a rejection instead of the residual, for comparison.
-
-Notation: p = target, q = draft, as in Leviathan et al.; Chen et al. and Yin et al. swap the two letters.
-
-**References.** Leviathan, Kalman, Matias, *Fast Inference from Transformers via Speculative Decoding* (ICML 2023) ·
-Chen et al., *Accelerating Large Language Model Decoding with Speculative Sampling* (2023) ·
-Yin et al., *A Theoretical Perspective for Speculative Decoding Algorithm* (NeurIPS 2024) ·
-Wertheimer et al., *Accelerating Production LLMs with Combined Token/Embedding Speculators* (IBM, 2024).
-"""
 
 
 PAGE_DEFAULTS = {"temperature": 0.0, "gamma": 5, "max_new_tokens": 48, "seed": 0}  # the form's initial values
@@ -322,8 +300,8 @@ def build() -> gr.Blocks:
                 tree_plot = gr.Plot(show_label=False, elem_id="sv-tree-sweep-plot")
 
             with gr.Tab("How it works", id="how"):
-                gr.Markdown(HOW_IT_WORKS.replace("\n**References.**", draft_heads_section() + "\n**References.**", 1),
-                            elem_id="sv-how")
+                # the algorithm, this machine's measured verify cost (its probe), draft heads, the glossary
+                how_md = gr.Markdown(machine_ui.how_text(), elem_id="sv-how")
 
             with gr.Tab("Challenges", id="challenges"):  # guided tasks, checked from the learner's runs
                 challenge_tab = challenges_ui.build_tab(state)
@@ -486,6 +464,7 @@ def build() -> gr.Blocks:
         state.change(use_last_run, [state], [t_alpha, t_gamma, t_c, t_v], api_visibility="private").then(
             on_theory, theory_in, theory.outputs, api_visibility="private")
         demo.load(on_theory, theory_in, theory.outputs, api_visibility="private")
+        demo.load(machine_ui.how_text, None, how_md, api_visibility="private")  # the probe may be newer than the page
         last_btn.click(use_last_run, [state], [t_alpha, t_gamma, t_c, t_v], api_visibility="private").then(
             on_theory, theory_in, theory.outputs, api_visibility="private")
         batch_in = [b_vocab, b_close, b_m, b_seed, tree_runs]

@@ -211,15 +211,15 @@ def main() -> int:
 
         jobs = [("visit", k) for k in range(args.visits)] + [("upload", k) for k in range(args.uploads)] + \
                [("api", k) for k in range(args.api)]
+        rng.shuffle(jobs)  # visitors of every kind mixed from the start, as on a public page
         early, rest = jobs[:500], jobs[500:]
-        rng.shuffle(rest)
         run = {"visit": visit, "upload": uploader, "api": api}
         rss_500 = None
         with cf.ThreadPoolExecutor(args.clients) as pool:
             list(pool.map(lambda j: run[j[0]](j[1]), early))
             time.sleep(2)
             rss_500 = server.rss()
-            print(f"after the first 500 visits: RSS {rss_500 / 2**20:.0f} MiB", flush=True)
+            print(f"after the first 500 events: RSS {rss_500 / 2**20:.0f} MiB", flush=True)
             done = 0
             for _ in pool.map(lambda j: run[j[0]](j[1]), rest):
                 done += 1

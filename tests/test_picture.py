@@ -62,6 +62,19 @@ def test_greedy_pictures_keep_both_models_temperature_1_beliefs(pair):
     assert any(t.name == "greedy's one-hot picks" for t in fig.data)
 
 
+def test_the_subtitle_has_room_above_the_plot_and_the_card_follows_the_page_theme(pair):
+    """Every line of the subtitle fits in the top margin (it was drawn over the y ticks and the bars), and the
+    figure is transparent with the page's font colour (it stayed a white card in dark mode)."""
+    run = _run(pair)
+    for rnd in run.rounds[:4]:
+        for k in range(len(rnd.positions)):
+            fig = acceptance_figure(run, rnd, k)
+            lines = fig.layout.title.text.count("<br>")  # the title, then the subtitle's lines
+            assert lines >= 2 and fig.layout.margin.t >= 66 + 17 * lines, (lines, fig.layout.margin.t)
+            assert fig.layout.paper_bgcolor == fig.layout.plot_bgcolor == "rgba(0,0,0,0)"
+            assert fig.layout.font.color not in (None, "#111827", "black")
+
+
 def test_the_figure_says_accepted_or_rejected_and_marks_the_correction(pair):
     run = _run(pair)
     rnd = next(r for r in run.rounds if r.positions and not r.positions[-1].accepted)

@@ -447,6 +447,24 @@ def test_pareto_plot():
     assert len(tp.pareto_plot(tv, [{"variant": "opt"}]).data) == 1  # incomplete points skipped
 
 
+def test_pareto_points_with_their_own_tv_land_on_the_front_at_every_epsilon():
+    """The recorded ε sweep: each run's rejection and bias are over its own positions, so each is drawn as a fraction
+    of that run's TV; Decoding-OPT then sits on x + y = 1 (never inside the shade), UNO on or above it."""
+    import json
+    from pathlib import Path
+
+    from specviz.ui.tabs import sweep_frame
+
+    rows = json.loads((Path(__file__).resolve().parents[1] / "assets" / "sweeps.json").read_text())["epsilon"]
+    fig = sweep_frame("epsilon", rows, "recorded").pareto
+    opt, uno = by_name(fig, "Decoding-OPT"), by_name(fig, "Decoding-UNO")
+    for x, y in zip(opt.x, opt.y):
+        assert x + y == pytest.approx(1.0, abs=0.01)
+    assert all(x + y >= 1.0 - 0.01 for x, y in zip(uno.x, uno.y))
+    assert "own positions" in fig.layout.title.subtitle.text
+    assert fig.layout.xaxis.range[1] > max(opt.x) and fig.layout.yaxis.range[1] > max(opt.y)  # no label cut
+
+
 def test_batch_plot():
     p, q, _, _ = pair(vocab=16, seed=2, top_k=6)
     fig = tp.batch_plot(p, q, M_max=6, n_mc=2000, seed=1)

@@ -287,7 +287,8 @@ def sweep_frame(kind: str, results: list[dict], msg: str) -> SweepFrame:
     opt = [r for r in results if r["variant"] == "opt"]
     tvs = [r["mean_tv"] for r in opt if r.get("mean_tv") is not None]
     points = [{"label": f"ε={r['epsilon']:g}", "epsilon": r["epsilon"], "variant": r["variant"],
-               "reject_prob": r["reject_prob"], "bias": r["mean_bias"]} for r in results if r.get("reject_prob") is not None]
+               "reject_prob": r["reject_prob"], "bias": r["mean_bias"], "tv": r.get("mean_tv")}
+              for r in results if r.get("reject_prob") is not None]
     tv = sum(tvs) / len(tvs) if tvs else None
     return SweepFrame(status=f"ε sweep: {msg}", eps_plot=SP.epsilon_sweep_plot(opt), pareto=TP.pareto_plot(tv, points))
 

@@ -12,7 +12,9 @@ from plotly.subplots import make_subplots
 
 from ..trace import Position, Round, Trace
 from ._fmt import COLORS, fsig, fsig_pair
-from .figures import empty_figure
+from .figures import CLEAR, FONT_COLOR, apply_look, empty_figure
+
+INK = FONT_COLOR  # the u mark and the greedy picks: mid grey, visible on a light and on a dark page
 from .rules import NAMES
 
 C_P, C_Q, C_RES, C_OVER = "#2563eb", "#f59e0b", "#dc2626", "rgba(16,185,129,0.28)"
@@ -188,6 +190,9 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     """The figure: paired bars (draft, target), their overlap on top, the correction's distribution
     (or, with ``res`` None, the ``no_correction`` sentence in its place), and u against b on a [0, 1] bar."""
     xs = list(range(len(ids)))
+    # legend entries wrapped: on a 400 px phone a long one ran off the card
+    target, draft = (_lines(target[0], 34), target[1]), (_lines(draft[0], 34), draft[1])
+    res = (_lines(res[0], 34), res[1]) if res is not None else None
     ticks = [("★ " if t == x_tok else "") + ("⟲ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
     fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
     fig.add_trace(go.Bar(x=xs, y=draft[1], name=draft[0], marker_color=C_Q, offset=-0.4, width=0.25,
@@ -205,23 +210,30 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     if marks:
         fig.add_trace(go.Scatter(x=[i for i, _ in marks], y=[1.02] * len(marks), mode="markers+text",
                                  name="greedy's one-hot picks", text=[m for _, m in marks], textposition="top center",
-                                 marker=dict(symbol="triangle-down", size=10, color="#111827")), row=1, col=1)
+                                 marker=dict(symbol="triangle-down", size=10, color=INK)), row=1, col=1)
     fig.add_trace(go.Bar(x=[b], y=[""], orientation="h", marker_color="rgba(16,185,129,0.55)", width=0.6,
                          name=f"{b_name} = {fsig(b)}", showlegend=False,
                          hovertemplate=f"{b_name} = %{{x:.3g}}<extra></extra>"), row=2, col=1)
     fig.add_trace(go.Scatter(x=[u], y=[""], mode="markers", name=f"u = {fsig(u)}", showlegend=False,
-                             marker=dict(symbol="line-ns-open", size=28, color="#111827")), row=2, col=1)
+                             marker=dict(symbol="line-ns-open", size=28, color=INK,
+                                         line=dict(width=3, color=INK))), row=2, col=1)
     fig.update_xaxes(range=[0, 1], row=2, col=1, title_text=why)
     fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=ticks, row=1, col=1)
     fig.update_yaxes(title_text="probability", row=1, col=1)
-    fig.update_layout(title=dict(text=f"{title}<br><sup>{_lines(sub)}</sup>", x=0.01, xanchor="left"),
-                      barmode="overlay", height=520, margin=dict(l=60, r=20, t=110, b=60),
+    sub_lines = _lines(sub)
+    n_lines = sub_lines.count("<br>") + 1 if sub else 0
+    apply_look(fig)  # transparent, the page's font colour: reads in dark mode as in light (issue 56)
+    # The title and every line of the subtitle above the plot, never over its ticks or bars: 17 px a line.
+    top = 66 + 17 * n_lines
+    fig.update_layout(title=dict(text=f"{title}<br><sup>{sub_lines}</sup>" if sub else title, x=0.01, xanchor="left",
+                                 y=1, yref="container", yanchor="top", pad=dict(t=26)),
+                      barmode="overlay", height=420 + top, margin=dict(l=60, r=20, t=top, b=60),
                       legend=dict(orientation="h", y=-0.32, x=0), bargap=0.1,
                       annotations=[dict(text=rest, xref="paper", yref="paper", x=1, y=1.02, showarrow=False,
                                         xanchor="right", font=dict(size=11, color=COLORS.get("theory", "#555")))]
                       if rest else [])
     if no_correction:  # where the correction's bars would be: said, in the correction's colour
         fig.add_annotation(text=no_correction, xref="paper", yref="paper", x=0.5, y=0.55, showarrow=False,
-                           xanchor="center", font=dict(size=13, color=C_RES), bgcolor="rgba(255,255,255,0.85)",
+                           xanchor="center", font=dict(size=13, color=C_RES), bgcolor=CLEAR,
                            name="no-correction")
     return fig

@@ -26,7 +26,7 @@ def _cell(prob: float) -> str:
     width = max(0.0, min(1.0, prob)) * 100
     return (f'<td class="sv-rule-cell" title="P(kept ≥ this position) = {prob:.4f}">'
             f'<div style="background:linear-gradient(90deg,{BAR}33 {width:.1f}%,transparent {width:.1f}%);'
-            f'padding:2px 6px;border-radius:4px;font-variant-numeric:tabular-nums">{fnum(prob, 2)}</div></td>')
+            f'padding:2px 4px;border-radius:4px;font-variant-numeric:tabular-nums">{fnum(prob, 2)}</div></td>')
 
 
 def rules_html(rnd: Round, spec: Trace) -> str:
@@ -45,8 +45,10 @@ def rules_html(rnd: Round, spec: Trace) -> str:
     head = "".join(f"<th>≥{i}: {unprintable_html(d.text, keep='')}</th>" for i, d in enumerate(rnd.draft, 1))
     rows = []
     for rule in RULES:
-        mark = f" <b>· this run: kept {rnd.n_accepted}</b>" if rule == used else ""
-        rows.append(f'<tr><th style="text-align:left">{esc(NAMES[rule])}{mark}</th>'
+        mark = f'<br><b class="sv-rule-ran">this run: kept {rnd.n_accepted}</b>' if rule == used else ""
+        short, _, cite = NAMES[rule].partition(" (")  # the citation on hover: the table fits a 400 px phone
+        cite_attr = f' title="{esc(NAMES[rule])}"' if cite else ""
+        rows.append(f'<tr><th style="text-align:left"{cite_attr}>{esc(short)}{mark}</th>'
                     + "".join(_cell(p) for p in kept[rule])
                     + f'<td style="font-weight:600;text-align:right">{expect[rule]:.2f}</td></tr>')
     greedy = (" Under greedy decoding every p and q is one-hot, so the three rules coincide: each keeps the "
@@ -55,7 +57,7 @@ def rules_html(rnd: Round, spec: Trace) -> str:
     return (f'<div class="sv-rules" style="margin-top:10px;overflow-x:auto">'
             f'<div style="font-weight:600;margin-bottom:4px">Same draft, three rules{eps_note}: the chance each '
             f'rule keeps at least i of these drafted tokens, and the expected number kept</div>'
-            f'<table style="border-collapse:collapse;font-size:13px"><thead><tr><th></th>{head}'
+            f'<table class="sv-rules-table" style="border-collapse:collapse;font-size:13px"><thead><tr><th></th>{head}'
             f'<th style="text-align:right">E[kept]</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f'<div class="sv-muted" style="font-size:12.5px;margin-top:4px">{esc(WHY_ORDER)}{esc(greedy)}</div></div>')
 

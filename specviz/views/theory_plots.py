@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as th
-from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
+from .figures import FONT_COLOR, NO_DATA, empty_figure, safe_figure, wide_layout
 
 C_THEORY = "#1f77b4"
 C_SECOND = "#7f7f7f"
@@ -293,40 +293,64 @@ def theorem1_plot(trace: Any) -> go.Figure:
 def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
     """The rejection/bias trade-off: the Pareto line from (0, TV) to (TV, 0)
     (Yin et al. Thms 4–5) and measured points dict(label or epsilon, variant
-    "opt"/"uno", reject_prob, bias)."""
+    "opt"/"uno", reject_prob, bias[, tv]).
+
+    Points that carry their own ``tv`` (a run's mean TV(p, q) over the very positions its rejection and bias
+    were measured on) are drawn as fractions of it, against the front x + y = 1: runs at different ε visit
+    different positions, so one TV for all of them put exact points inside the shade (issue 56)."""
     title = "Rejection probability vs bias (Yin et al., Thms 4–5)"
     pts = [d for d in (points or []) if isinstance(d, dict)
            and as_number(d.get("reject_prob")) is not None and as_number(d.get("bias")) is not None]
     t = as_number(tv)
     if t is None and not pts:
         return empty_figure(title, f"{NO_DATA}: need TV(p, q) or measured points", wide=True)
+    own = bool(pts) and all((as_number(d.get("tv")) or 0) > 0 for d in pts)
 
     def build() -> go.Figure:
         fig = go.Figure()
-        if t is not None:
-            xs, ys = th.pareto_front(t)
+        scale = (lambda d: float(d["tv"])) if own else (lambda d: 1.0)  # noqa: E731
+        front = 1.0 if own else t
+        if front is not None:
+            xs, ys = th.pareto_front(front)
             fig.add_trace(go.Scatter(
                 x=xs, y=ys, mode="lines", name="Pareto front: rejection + bias = TV",
-                line=dict(color="black"), fill="tozeroy", fillcolor="rgba(0,0,0,0.06)",
+                line=dict(color=FONT_COLOR), fill="tozeroy", fillcolor="rgba(128,128,128,0.10)",
                 hovertemplate="reject %{x:.3f}<br>bias %{y:.3f}<extra>front</extra>",
             ))
-        for variant, color, symbol in (("opt", C_OPT, "circle"), ("uno", C_UNO, "square")):
+        top = 0.0
+        for variant, color, symbol, where in (("opt", C_OPT, "circle", ("top right", "bottom left")),
+                                              ("uno", C_UNO, "square", ("middle right", "top left"))):
             grp = [d for d in pts if str(d.get("variant", "opt")).lower() == variant]
             if not grp:
                 continue
-            labels = [str(d.get("label") if d.get("label") is not None else f"ε={as_number(d.get('epsilon')) or 0:g}") for d in grp]
+            labels = [str(d.get("label") if d.get("label") is not None else f"ε={as_number(d.get('epsilon')) or 0:g}")
+                      for d in grp]
+            xs = [float(d["reject_prob"]) / scale(d) for d in grp]
+            ys = [float(d["bias"]) / scale(d) for d in grp]
+            top = max([top, *xs, *ys])
             fig.add_trace(go.Scatter(
-                x=[float(d["reject_prob"]) for d in grp], y=[float(d["bias"]) for d in grp],
-                mode="markers+text", text=labels, textposition="top right",
+                x=xs, y=ys, mode="markers+text", text=labels,
+                textposition=[where[k % 2] for k in range(len(grp))],  # neighbours' labels on opposite sides
                 name=f"Decoding-{variant.upper()}", marker=dict(color=color, size=10, symbol=symbol),
-                hovertemplate="%{text}<br>P(reject) %{x:.3f}<br>bias TV(A, p) %{y:.3f}<extra>" + variant.upper() + "</extra>",
+                customdata=[[float(d["reject_prob"]), float(d["bias"]), scale(d)] for d in grp],
+                hovertemplate="%{text}<br>P(reject) %{customdata[0]:.3f}<br>bias TV(A, p) %{customdata[1]:.3f}"
+                              + ("<br>TV(p, q) of its positions %{customdata[2]:.3f}" if own else "")
+                              + "<extra>" + variant.upper() + "</extra>",
             ))
-        sub = "shaded: below the front, no rejection-based rule can reach"
-        if t is not None:
-            sub = f"TV(p, q) = {t:.3f}; " + sub
-        wide_layout(fig, title, sub, height=450)
-        fig.update_xaxes(title_text="rejection probability r = 1 − Σ q·b", rangemode="tozero")
-        fig.update_yaxes(title_text="bias TV(A, p)", rangemode="tozero")
+        if own:
+            tvs = [float(d["tv"]) for d in pts]
+            sub = (f"each ε's run over its own positions, as fractions of their mean TV(p, q) "
+                   f"({min(tvs):.3f}–{max(tvs):.3f})<br>OPT lands on the front r + bias = TV; UNO above it; "
+                   "the shade below is what no rejection-based rule reaches")
+        else:
+            sub = "shaded: below the front, no rejection-based rule can reach"
+            if t is not None:
+                sub = f"TV(p, q) = {t:.3f}; " + sub
+        wide_layout(fig, title, sub, height=470)
+        hi = max(top, front or 0.0) * 1.18 + 0.02
+        fig.update_xaxes(title_text="rejection r ÷ TV(p, q)" if own else "rejection probability r = 1 − Σ q·b",
+                         range=[-0.02 * hi, hi])
+        fig.update_yaxes(title_text="bias TV(A, p) ÷ TV(p, q)" if own else "bias TV(A, p)", range=[-0.02 * hi, hi])
         return fig
 
     return safe_figure(title, build)
