@@ -100,18 +100,58 @@ def compact_layout(
     return fig
 
 
+WIDE_WRAP = 62  # characters a line of a full-width chart's subtitle: a plot on a 400 px phone shows ~62 at 11 px
+LEGEND_WRAP = 44  # characters a legend entry's line: one entry must fit a phone's plot width
+
+
+def wrap_html(text: str, width: int) -> str:
+    """``text`` (plotly's HTML: <br> lines, a line wrapped in one tag such as <span style=…>…</span>) broken into
+    lines of at most ``width`` characters; a line with other markup inside is left as it is."""
+    import re
+
+    out: list[str] = []
+    for seg in text.split("<br>"):
+        m = re.fullmatch(r"(<(\w+)[^>]*>)([^<]*)(</\2>)", seg)
+        if m:
+            out += [f"{m.group(1)}{line}{m.group(4)}" for line in textwrap.wrap(m.group(3), width) or [m.group(3)]]
+        elif "<" not in seg:
+            out += textwrap.wrap(seg, width) or [seg]
+        else:
+            out.append(seg)
+    return "<br>".join(out)
+
+
 def wide_layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: Any) -> go.Figure:
-    """A full-width chart; ``kw`` goes to ``update_layout`` (the height, at least)."""
+    """A full-width chart; ``kw`` goes to ``update_layout`` (the height, at least).
+
+    Made to read on a 400 px phone as on a desktop: the subtitle is wrapped (and the top margin holds every line),
+    long legend entries are wrapped, and the legend sits at the foot of the figure with room for one entry a line,
+    so neither is cut off nor drawn over the x-axis title (issue 56)."""
     apply_look(fig)
     t: dict[str, Any] = dict(text=title)
+    lines = 0
     if subtitle:
-        t["subtitle"] = dict(text=subtitle)
+        subtitle = wrap_html(subtitle, WIDE_WRAP)
+        lines = subtitle.count("<br>") + 1
+        t["subtitle"] = dict(text=subtitle, font=dict(size=11))
+    legend_lines = 0
+    for trace in fig.data:
+        name = getattr(trace, "name", None)
+        if isinstance(name, str) and trace.showlegend is not False:
+            if len(name) > LEGEND_WRAP and "<br>" not in name:
+                trace.name = name = "<br>".join(textwrap.wrap(name, LEGEND_WRAP))
+            legend_lines += name.count("<br>") + 1
+    top = 62 + 16 * lines
+    bottom = 84 + 19 * legend_lines  # the x-axis title, then the legend's entries stacked as on a phone
+    if "height" in kw:  # the plot keeps the height the caller asked for
+        kw["height"] = kw["height"] + max(0, top - 90) + max(0, bottom - 120)
     fig.update_layout(
         title=t,
         hovermode="closest",
-        # Legend under the plot, clear of the x-axis title.
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
-        margin=dict(t=(110 if "<br>" in subtitle else 90) if subtitle else 60, b=120),
+        # Legend at the foot of the figure, clear of the x-axis title.
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, xanchor="left", x=0,
+                    font=dict(size=11)),
+        margin=dict(t=top, b=bottom),
         **kw,
     )
     return fig
@@ -160,9 +200,11 @@ __all__ = [
     "HEIGHT",
     "NO_DATA",
     "TEMPLATE",
+    "WIDE_WRAP",
     "apply_look",
     "compact_layout",
     "empty_figure",
     "safe_figure",
     "wide_layout",
+    "wrap_html",
 ]
