@@ -102,6 +102,32 @@ def test_a_uniformly_slow_draft_is_caught_by_the_counts():
     assert t.predicted > service_speedup(spec, std) * 1.3
 
 
+def test_identical_counts_give_the_same_count_based_figure_whatever_the_clocks_said():
+    """Three identical greedy races (the same counts) on a machine whose load came and went: the prompt's pass,
+    Python's time between passes and a few stalls differ; the count-based figure does not (it came out 1.17x,
+    1.31x and 1.34x while the prompt's measured time was in it)."""
+    figures = []
+    for k, (stall_every, stall_s, prompt_s) in enumerate([(0, 0.0, 0.1), (3, 0.3, 0.9), (2, 0.6, 2.5)]):
+        spec, std = _race(stall_every, stall_s)
+        for trace in (spec, std):
+            trace.t_prefill += prompt_s
+            trace.t_total += prompt_s + 0.05 * k * len(trace.rounds)  # more of Python's own time, too
+        figures.append(TM.assess_race(spec, std, prices=_probe()).predicted)
+    assert figures[0] is not None and figures[0] == figures[1] == figures[2]
+
+
+def test_a_probe_steeper_than_the_race_does_not_condemn_steady_clocks():
+    """The probe timed verify passes dearer than this race ran them (start-up): the two figures part, but every
+    pass ran at or under the probe's price, so the wall clock is quoted and the note says they are apart."""
+    spec, std = _race()
+    steep = _probe(verify_ms=600.0)  # a verify over 5 tokens priced ~2.3 steps; this race measured 1.08
+    t = TM.assess_race(spec, std, prices=steep, threads=2)
+    assert t.reliable and t.predicted < service_speedup(spec, std) * 0.75, (t.predicted, t.why)
+    spec.timing, std.timing = t, t
+    page = race_html(spec, std)
+    assert "trust the wall clock" in page and "≈" not in page.split("sv-speedup-v")[1][:20]
+
+
 def test_a_uniformly_busy_machine_predicts_what_an_idle_one_does():
     """Every pass 3× slower (the prompt pass too): the count-based figure is the idle race's."""
     idle_spec, idle_std = _race()
