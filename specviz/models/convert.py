@@ -1,7 +1,8 @@
 """GGUF -> safetensors conversion of the offline packs, and the cache directory that holds the result.
 
-The first use of a pack reassembles its GGUF file (:mod:`.packs`), dequantizes it with transformers
-and stores a plain safetensors checkpoint in **bfloat16** (half the disk and RAM of float32, and the
+The first use of a pack reassembles its GGUF file (:mod:`.packs`), dequantizes it (:mod:`.gguf_convert`,
+reading the file directly; transformers where that module does not handle a file) and stores a plain
+safetensors checkpoint in **bfloat16** (half the disk and RAM of float32, and the
 dtype we run on CPU anyway; bf16 rounding is far below the GGUF Q8_0 / Q4_K quantization error).  The
 .gguf is deleted afterwards; later loads read the safetensors cache and take seconds.
 
@@ -185,10 +186,12 @@ def _gguf_hooks(progress: ProgressFn | None, label: str) -> Iterator[None]:
         readers.clear()
 
 
-def _convert_pack(pack: OfflinePack, progress: ProgressFn | None = None) -> Path:
-    """GGUF parts -> safetensors cache (bf16). Atomic: the cache dir appears complete or not at all."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+def _convert_pack(pack: OfflinePack, progress: ProgressFn | None = None, *, direct: bool = True) -> Path:
+    """GGUF parts -> the pack's cache (bf16). Atomic: the cache dir appears complete or not at all.
 
+    ``direct``: written straight from the GGUF (:mod:`.gguf_convert`: the same files, byte for byte, in a
+    fraction of the time) where that module handles the file; transformers' conversion otherwise (and with
+    ``direct=False``: the tests' reference)."""
     final = pack_dir(pack)
     with _convert_lock():
         if cache_valid(final, pack):  # another process finished it while we waited
@@ -204,29 +207,10 @@ def _convert_pack(pack: OfflinePack, progress: ProgressFn | None = None) -> Path
         try:
             reassemble(pack, work / gguf_name, span(progress, 0.0, 0.1))
             t_join = time.perf_counter() - t0
-            report(progress, 0.1, f"Converting the {pack.display} tokenizer…")
-            try:
-                with _gguf_hooks(span(progress, 0.1, 0.8), pack.display), _quiet_gguf_warning():
-                    tokenizer = AutoTokenizer.from_pretrained(str(work), gguf_file=gguf_name)
-                    report(progress, 0.2, f"Dequantizing {pack.display} (GGUF → bfloat16)…")
-                    gguf_model = AutoModelForCausalLM.from_pretrained(str(work), gguf_file=gguf_name, dtype=CACHE_DTYPE)
-            except Exception as exc:
-                raise ModelError(f"Could not read the GGUF file of {pack.display}: {short_error(exc)}") from exc
+            eos = _direct(pack, work / gguf_name, out, progress) if direct else None
+            if eos is None:
+                eos = _with_transformers(pack, work, gguf_name, out, progress)
             (work / gguf_name).unlink(missing_ok=True)  # no longer needed: free the disk early
-
-            report(progress, 0.8, f"Writing the {pack.display} cache (safetensors)…")
-            model = _plain_copy(gguf_model)
-            del gguf_model
-            gc.collect()
-
-            eos = eos_ids(tokenizer, model.generation_config, extra_tokens=pack.extra_eos)
-            model.generation_config = GenerationConfig(
-                bos_token_id=model.config.bos_token_id,
-                eos_token_id=(eos if len(eos) > 1 else eos[0]) if eos else None,
-                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or [None])[0],
-            )
-            model.save_pretrained(str(out))
-            tokenizer.save_pretrained(str(out))
             seconds = time.perf_counter() - t0
             marker = {
                 "format": CACHE_FORMAT,
@@ -236,11 +220,11 @@ def _convert_pack(pack: OfflinePack, progress: ProgressFn | None = None) -> Path
                 "eos_token_ids": eos,
                 "convert_seconds": round(seconds, 1),
                 "transformers": __import__("transformers").__version__,
+                "converter": "gguf-direct" if direct and (out / ".direct").exists() else "transformers",
             }
+            (out / ".direct").unlink(missing_ok=True)
             # Marker last: a directory with the marker is a complete cache.
             (out / "specviz.json").write_text(json.dumps(marker, indent=1))
-            del model, tokenizer
-            gc.collect()
             final.parent.mkdir(parents=True, exist_ok=True)
             if final.exists():  # an invalid/old cache: replace it
                 shutil.rmtree(final)
@@ -255,6 +239,71 @@ def _convert_pack(pack: OfflinePack, progress: ProgressFn | None = None) -> Path
         finally:
             shutil.rmtree(work, ignore_errors=True)
             gc.collect()
+
+
+def _is_target(pack: OfflinePack) -> bool:
+    from .presets import PRESETS
+
+    return any(p.target == pack.ref for p in PRESETS.values())
+
+
+def _direct(pack: OfflinePack, gguf_path: Path, out: Path, progress: ProgressFn | None) -> list[int] | None:
+    """The cache written straight from the GGUF (:mod:`.gguf_convert`); its eos ids, or None where that module
+    does not handle the file (nothing written then).  A target's Q4_K / Q6_K records are cut at the same time,
+    where its int8 execution will take them (:func:`.q4k.prepare` finds them)."""
+    from . import gguf_convert
+    from .gguf_tokenizer import Unsupported
+    from .q4k import records_file
+
+    records = None
+    if _is_target(pack) and gguf_convert.records_wanted():
+        records = records_file(out)
+    report(progress, 0.1, f"Reading {pack.display} from its GGUF…")
+    try:
+        done = gguf_convert.write_cache(gguf_path, out, extra_eos=pack.extra_eos, dtype=CACHE_DTYPE, records=records,
+                                        records_source=f"{pack.key}-{pack.sha256[:12]}",
+                                        progress=span(progress, 0.1, 0.95), label=pack.display)
+    except Unsupported as exc:
+        log.info("%s: converting through transformers (%s is not read directly)", pack.display, exc)
+        for child in out.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        return None
+    (out / ".direct").touch()
+    return done["eos_token_ids"]
+
+
+def _with_transformers(pack: OfflinePack, work: Path, gguf_name: str, out: Path,
+                       progress: ProgressFn | None) -> list[int]:
+    """transformers' conversion (its GGUF tokenizer converter, its dequantization, save_pretrained): the way
+    every cache was written before :mod:`.gguf_convert`; its eos ids."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    report(progress, 0.1, f"Converting the {pack.display} tokenizer…")
+    try:
+        with _gguf_hooks(span(progress, 0.1, 0.8), pack.display), _quiet_gguf_warning():
+            tokenizer = AutoTokenizer.from_pretrained(str(work), gguf_file=gguf_name)
+            report(progress, 0.2, f"Dequantizing {pack.display} (GGUF → bfloat16)…")
+            gguf_model = AutoModelForCausalLM.from_pretrained(str(work), gguf_file=gguf_name, dtype=CACHE_DTYPE)
+    except Exception as exc:
+        raise ModelError(f"Could not read the GGUF file of {pack.display}: {short_error(exc)}") from exc
+    (work / gguf_name).unlink(missing_ok=True)  # no longer needed: free the disk early
+
+    report(progress, 0.8, f"Writing the {pack.display} cache (safetensors)…")
+    model = _plain_copy(gguf_model)
+    del gguf_model
+    gc.collect()
+
+    eos = eos_ids(tokenizer, model.generation_config, extra_tokens=pack.extra_eos)
+    model.generation_config = GenerationConfig(
+        bos_token_id=model.config.bos_token_id,
+        eos_token_id=(eos if len(eos) > 1 else eos[0]) if eos else None,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or [None])[0],
+    )
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    del model, tokenizer
+    gc.collect()
+    return eos
 
 
 def _plain_copy(gguf_model: torch.nn.Module) -> torch.nn.Module:

@@ -244,19 +244,26 @@ def _hf_name(gguf_name: str) -> str | None:
 def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
     """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name), of every Q6_K
     one (``<name>.q6k``) and of a Q6_K head; returns how many (0: none, and no file)."""
-    import gguf
+    from .gguf_file import GGUFFile
+
+    with GGUFFile(gguf_path) as gguf:
+        return extract_from(gguf, dest, source=source)
+
+
+def extract_from(gguf, dest: Path, *, source: str = "") -> int:
+    """:func:`extract` from a GGUF mapped already (:class:`.gguf_file.GGUFFile`: a pack's conversion cuts them)."""
     from safetensors.torch import save_file
 
     from . import q6k
+    from .gguf_file import Q4_K, Q6_K
 
-    reader = gguf.GGUFReader(str(gguf_path))
     out = {}
-    for t in reader.tensors:
+    for t in gguf.tensors.values():
         name = _hf_name(t.name)
-        if name is not None and name != "lm_head" and t.tensor_type == gguf.GGMLQuantizationType.Q4_K:
-            out[name] = records(np.asarray(t.data))
-        elif name is not None and t.tensor_type == gguf.GGMLQuantizationType.Q6_K:
-            out[name + Q6K_SUFFIX] = q6k.records(np.asarray(t.data))
+        if name is not None and name != "lm_head" and t.ggml_type == Q4_K:
+            out[name] = records(gguf.raw(t.name))
+        elif name is not None and t.ggml_type == Q6_K:
+            out[name + Q6K_SUFFIX] = q6k.records(gguf.raw(t.name))
     found = len(out)
     if found:
         dest.parent.mkdir(parents=True, exist_ok=True)

