@@ -179,3 +179,25 @@ def test_the_session_patch_is_pinned_to_the_tested_gradio(monkeypatch):
     monkeypatch.setattr(gr, "__version__", "99.0.0")
     assert sessions.install() is False and not getattr(StateHolder.update, sessions._INSTALLED, False)
     monkeypatch.setattr(StateHolder, "update", original)
+
+
+def test_a_session_whose_event_is_running_is_not_evicted_as_empty():
+    """A new visitor's first event (an upload being read) holds nothing yet: past the limit it is spared while its
+    event runs, so the run it is about to show is not written to a session Gradio already dropped."""
+    from types import SimpleNamespace
+
+    from gradio.state_holder import StateHolder
+
+    from specviz.serving import sessions
+
+    assert sessions.install()
+    with gr.Blocks() as demo:
+        gr.State(None)
+    demo.state_session_capacity = 2
+    holder = StateHolder()
+    holder.set_blocks(demo)
+    demo._queue = SimpleNamespace(event_ids_to_events={"e1": SimpleNamespace(session_hash="uploading")})
+    holder["uploading"]
+    for k in range(5):
+        holder[f"visit-{k}"]
+    assert "uploading" in holder and "visit-4" in holder and len(holder.session_data) == 2

@@ -47,16 +47,30 @@ def holds_something(session: Any) -> bool:
 def _evict(holder: Any, keep: str | None) -> None:
     """Drop sessions until the holder is within its capacity: empty ones first, oldest first."""
     data = holder.session_data
+    if len(data) <= holder.capacity:
+        return
+    busy = _in_flight(holder)  # a session whose event is running is not "empty": its state is about to be set
     while len(data) > holder.capacity:
-        victim = next((sid for sid, st in data.items() if sid != keep and not holds_something(st)), None)
+        victim = next((sid for sid, st in data.items()
+                       if sid != keep and sid not in busy and not holds_something(st)), None)
         if victim is None:
-            victim = next(iter(data))
+            victim = next((sid for sid in data if sid != keep and sid not in busy), None) or next(iter(data))
         try:
             holder.delete_state(victim)  # its gr.State delete callbacks: the store drops what it held
         except Exception:  # noqa: BLE001 -- a failing callback must not keep the session: the store sweeps it later
             log.warning("a delete callback failed for an evicted session", exc_info=False)
         data.pop(victim, None)
         holder.time_last_used.pop(victim, None)
+
+
+def _in_flight(holder: Any) -> set[str]:
+    """The sessions with an event queued or running (Gradio's queue, read without its lock: a snapshot)."""
+    queue = getattr(getattr(holder, "blocks", None), "_queue", None)
+    events = getattr(queue, "event_ids_to_events", None) or {}
+    try:
+        return {getattr(e, "session_hash", None) for e in list(events.values())} - {None}
+    except RuntimeError:  # changed while read: no protection this time
+        return set()
 
 
 def install() -> bool:

@@ -171,8 +171,10 @@ class TraceStore:
             while mine and own + nbytes > quota:
                 own -= self._pop(mine.pop(0))
             full = lambda: self.nbytes + nbytes > self.max_bytes or len(self._items) + 1 > self.max_entries  # noqa: E731
-            if full():
-                self._drop_dead(session)
+            # Entries of sessions Gradio dropped go at every put (at most STORE_ENTRIES checks of a dict): the
+            # store holds live visitors' runs only, and its memory follows them (a session evicted while its
+            # event still ran set its state on a session Gradio no longer held, with no callback to run).
+            self._drop_dead(session)
             while full() and mine:
                 own -= self._pop(mine.pop(0))
             while full():
