@@ -1,0 +1,183 @@
+"""Class rooms (issue 58): bounds, expiry, codes, the teacher's secret, and the points' validation."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from specviz.serving import rooms as R
+from specviz.serving.rooms import PointRefused, RoomError, RoomStore
+
+GOOD = {"alpha": 0.8, "mean_accepted_length": 3.2, "c": 0.2, "speedup": 1.6, "spread": 0.1, "gamma": 5,
+        "epsilon": 0.0, "temperature": 0.0, "tokens": 48, "flagged": False, "drafter": "draft_model"}
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def store(clock):
+    return RoomStore(max_rooms=3, size=2, hours=1.0, clock=clock)
+
+
+def started(store):
+    room = store.create()
+    store.set_experiment(room.code, room.secret, "gamma")
+    return room
+
+
+def test_codes_are_unguessable_and_readable(store):
+    assert len(R.CODE_ALPHABET) ** R.CODE_LENGTH >= 2**40
+    codes = {R.new_code() for _ in range(2000)}
+    assert len(codes) == 2000
+    assert all(len(c) == R.CODE_LENGTH and set(c) <= set(R.CODE_ALPHABET) for c in codes)
+    room = store.create()
+    assert room.secret != room.code and len(room.secret) >= 20 and room.code not in room.secret
+    # as typed from a projector: upper case, spaces, dashes
+    typed = "-".join([room.code[:3], room.code[3:6].upper(), room.code[6:]])
+    assert store.get(typed) is room
+    assert R.clean_code("short") == "" and R.clean_code(None) == "" and R.clean_code("0" * 9) == ""
+
+
+def test_rooms_are_bounded(store):
+    for _ in range(3):
+        store.create()
+    with pytest.raises(RoomError, match="SPECVIZ_CLASS_ROOMS"):
+        store.create()
+
+
+def test_a_room_is_bounded_by_its_size_and_frees_quiet_seats(store, clock):
+    room = store.create()
+    store.join(room.code, "a")
+    store.join(room.code, "b")
+    store.join(room.code, "a")  # a seat refreshed, not a new one
+    with pytest.raises(RoomError, match="full"):
+        store.join(room.code, "c")
+    clock.t += R.ATTENDEE_IDLE_S + 1
+    store.teacher(room.code, room.secret)  # the teacher keeps the room open
+    assert store.join(room.code, "c") is room
+    assert len(room.attendees) == 1
+
+
+def test_rooms_expire_without_teacher_activity(store, clock):
+    room = store.create()
+    store.join(room.code, "a")
+    clock.t += 3000
+    store.set_view(room.code, room.secret, "rec", 2)  # the teacher: 50 min more
+    clock.t += 3000
+    assert store.get(room.code) is room
+    clock.t += 700
+    assert store.expire() == 1
+    assert store.get(room.code) is None and len(store) == 0
+    with pytest.raises(RoomError, match="No class is open"):
+        store.join(room.code, "a")
+
+
+def test_unknown_and_closed_codes_are_refused_in_words(store):
+    with pytest.raises(RoomError, match="No class is open with the code"):
+        store.join("abcdefghj", "a")
+    room = store.create()
+    store.close(room.code, room.secret)
+    with pytest.raises(RoomError, match="No class is open"):
+        store.join(room.code, "a")
+
+
+def test_teacher_actions_need_the_secret(store, caplog):
+    room = store.create()
+    for bad in ("", "x" * 24, None, room.code):
+        with pytest.raises(RoomError, match="Only the teacher"):
+            store.set_view(room.code, bad, "rec", 3)
+    with pytest.raises(RoomError):
+        store.set_experiment(room.code, "nope", "gamma")
+    with pytest.raises(RoomError):
+        store.remove_point(room.code, "nope", 1)
+    with pytest.raises(RoomError):
+        store.close(room.code, "nope")
+    assert room.step == 1 and room.experiment is None and store.get(room.code) is room
+    assert "wrong secret" in caplog.text and "Traceback" not in caplog.text
+
+
+def test_the_view_follows_the_teacher_and_keeps_few_payloads(store):
+    room = store.create()
+    v0 = room.version
+    store.set_view(room.code, room.secret, "rec-a", 4)
+    assert (room.view_key, room.step, room.version) == ("rec-a", 4, v0 + 1)
+    store.set_view(room.code, room.secret, "rec-a", 4)  # nothing changed
+    assert room.version == v0 + 1
+    for i in range(R.VIEWS_KEPT + 2):
+        store.set_view(room.code, room.secret, f"run-{i}", 1, payload={"i": i})
+    assert len(room.payloads) == R.VIEWS_KEPT
+    assert store.payload(room.code, f"run-{R.VIEWS_KEPT + 1}") == {"i": R.VIEWS_KEPT + 1}
+    assert store.payload(room.code, "run-0") is None
+
+
+def test_a_point_per_race_and_a_bound_per_attendee(store):
+    room = started(store)
+    store.join(room.code, "a")
+    p = store.post_point(room.code, "a", "race-0001", GOOD)
+    assert p.values["alpha"] == 0.8 and p.values["experiment"] == "gamma" and room.posters() == 1
+    with pytest.raises(PointRefused, match="one point per race"):
+        store.post_point(room.code, "a", "race-0001", GOOD)
+    for i in range(2, R.POINTS_PER_ATTENDEE + 1):
+        store.post_point(room.code, "a", f"race-{i:04d}", GOOD)
+    with pytest.raises(PointRefused, match="the most one attendee may"):
+        store.post_point(room.code, "a", "race-9999", GOOD)
+    assert len(store.points(room.code)) == R.POINTS_PER_ATTENDEE
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"alpha": 1.5}, "outside"), ({"alpha": math.nan}, "outside"), ({"speedup": math.inf}, "outside"),
+    ({"speedup": 0.0}, "above 0"), ({"c": -1}, "outside"), ({"gamma": 0}, "below 1"),
+    ({"alpha": "0.8"}, "not a number"), ({"alpha": True}, "not a number"), ({"alpha": None}, "no alpha"),
+    ({"mean_accepted_length": 9.0}, "γ \\+ 1"), ({"flagged": "no"}, "true or false"), ({"drafter": ["x"]}, "not text"),
+])
+def test_forged_points_are_refused_in_one_line(store, caplog, change, why):
+    room = started(store)
+    store.join(room.code, "a")
+    caplog.set_level(logging.WARNING, logger="specviz.rooms")
+    with pytest.raises(PointRefused, match=why):
+        store.post_point(room.code, "a", "race-0001", {**GOOD, **change})
+    lines = [r for r in caplog.records if r.name == "specviz.rooms"]
+    assert len(lines) == 1 and "refused a point" in lines[0].getMessage() and not lines[0].exc_info
+    assert store.points(room.code) == []
+
+
+def test_points_need_a_joined_page_an_experiment_and_an_open_room(store):
+    room = store.create()
+    store.join(room.code, "a")
+    with pytest.raises(PointRefused, match="not started an experiment"):
+        store.post_point(room.code, "a", "race-0001", GOOD)
+    store.set_experiment(room.code, room.secret, "lose")
+    with pytest.raises(PointRefused, match="not joined"):
+        store.post_point(room.code, "stranger", "race-0001", GOOD)
+    with pytest.raises(PointRefused, match="identity"):
+        store.post_point(room.code, "a", "", GOOD)
+    with pytest.raises(PointRefused):
+        store.post_point(room.code, "a", "race-0001", "alpha=1")
+    with pytest.raises(RoomError):
+        store.set_experiment(room.code, room.secret, "no-such")
+    store.close(room.code, room.secret)
+    with pytest.raises(PointRefused, match="closed"):
+        store.post_point(room.code, "a", "race-0001", GOOD)
+
+
+def test_the_teacher_removes_a_point(store):
+    room = started(store)
+    store.join(room.code, "a")
+    p = store.post_point(room.code, "a", "race-0001", GOOD)
+    v = room.points_version
+    assert store.remove_point(room.code, room.secret, p.id) is True
+    assert store.remove_point(room.code, room.secret, p.id) is False
+    assert store.points(room.code) == [] and room.points_version == v + 1
