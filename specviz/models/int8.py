@@ -417,11 +417,11 @@ def known_int8_decision(name: str, dtype: torch.dtype) -> bool | None:
 
 
 def machine_busy() -> bool:
-    """Other processes keep the cores busy (1-minute load average above 3/4 of the cores)."""
-    try:
-        return os.getloadavg()[0] > 0.75 * (os.cpu_count() or 1)
-    except (AttributeError, OSError):  # no load average on this platform
-        return False
+    """Other processes keep the cores busy (their CPU over a short window above 3/4 of the cores); this process's
+    own work -- a first start's conversion, its kernel's compiler -- is not counted (:mod:`.busy`)."""
+    from .busy import machine_busy as other_work_busy
+
+    return other_work_busy()
 
 
 def starved(cpu_seconds: float, wall_seconds: float) -> bool:
