@@ -100,7 +100,9 @@ def compact_layout(
     return fig
 
 
-WIDE_WRAP = 62  # characters a line of a full-width chart's subtitle: a plot on a 400 px phone shows ~62 at 11 px
+# Characters a line of a full-width chart's subtitle: a chart on a 400 px phone is ~336 px wide and the page's
+# sans-serif takes ~7.2 px a character at 10 px (measured in Chromium: 54 characters at 11 px took 430 px).
+WIDE_WRAP = 40
 LEGEND_WRAP = 44  # characters a legend entry's line: one entry must fit a phone's plot width
 
 
@@ -111,9 +113,9 @@ def wrap_html(text: str, width: int) -> str:
 
     out: list[str] = []
     for seg in text.split("<br>"):
-        m = re.fullmatch(r"(<(\w+)[^>]*>)([^<]*)(</\2>)", seg)
+        m = re.fullmatch(r"((?:<[a-zA-Z][^>]*>)+)([^<]*)((?:</[a-zA-Z]+>)+)", seg)  # text in one or more tags
         if m:
-            out += [f"{m.group(1)}{line}{m.group(4)}" for line in textwrap.wrap(m.group(3), width) or [m.group(3)]]
+            out += [f"{m.group(1)}{line}{m.group(3)}" for line in textwrap.wrap(m.group(2), width) or [m.group(2)]]
         elif "<" not in seg:
             out += textwrap.wrap(seg, width) or [seg]
         else:
@@ -128,12 +130,13 @@ def wide_layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: A
     long legend entries are wrapped, and the legend sits at the foot of the figure with room for one entry a line,
     so neither is cut off nor drawn over the x-axis title (issue 56)."""
     apply_look(fig)
-    t: dict[str, Any] = dict(text=title)
+    # The title block hangs from the figure's top, so its subtitle lines grow down into the margin kept for them.
+    t: dict[str, Any] = dict(text=title, y=1, yref="container", yanchor="top", pad=dict(t=12))
     lines = 0
     if subtitle:
         subtitle = wrap_html(subtitle, WIDE_WRAP)
         lines = subtitle.count("<br>") + 1
-        t["subtitle"] = dict(text=subtitle, font=dict(size=11))
+        t["subtitle"] = dict(text=subtitle, font=dict(size=10))
     legend_lines = 0
     for trace in fig.data:
         name = getattr(trace, "name", None)
@@ -141,7 +144,7 @@ def wide_layout(fig: go.Figure, title: str, subtitle: str | None = None, **kw: A
             if len(name) > LEGEND_WRAP and "<br>" not in name:
                 trace.name = name = "<br>".join(textwrap.wrap(name, LEGEND_WRAP))
             legend_lines += name.count("<br>") + 1
-    top = 62 + 16 * lines
+    top = 66 + 15 * lines
     bottom = 84 + 19 * legend_lines  # the x-axis title, then the legend's entries stacked as on a phone
     if "height" in kw:  # the plot keeps the height the caller asked for
         kw["height"] = kw["height"] + max(0, top - 90) + max(0, bottom - 120)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ._fmt import esc
-from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
+from .figures import NO_DATA, WIDE_WRAP, empty_figure, safe_figure, wide_layout, wrap_html
 from .sweep_plots import error_bars, spread_text
 from .theory_plots import as_number
 
@@ -122,9 +122,12 @@ def mark_recorded(fig: go.Figure, label: str) -> go.Figure:
     """Say on a figure that its numbers were recorded elsewhere ("recorded on <machine>, <date>"): a first
     line of the subtitle, so it never collides with subplot titles or the legend."""
     sub = fig.layout.title.subtitle.text if fig.layout.title and fig.layout.title.subtitle else None
-    mark = f"<span style='color:#b45309'><i>{esc(label)}</i></span>"
+    mark = wrap_html(f"<span style='color:#b45309'><i>{esc(label)}</i></span>", WIDE_WRAP)  # fits a phone
+    lines = mark.count("<br>") + 1
     fig.update_layout(title_subtitle_text=mark + (f"<br>{sub}" if sub else ""),
-                      margin_t=(fig.layout.margin.t or 60) + 36)
+                      margin_t=(fig.layout.margin.t or 60) + 16 * lines + 4)
+    if fig.layout.height:
+        fig.update_layout(height=fig.layout.height + 16 * lines + 4)
     return fig
 
 
