@@ -108,7 +108,14 @@ def one_start(tokens: int, keep: bool, timeout: float = 600.0) -> dict:
         rec["page_s"] = round(time.perf_counter() - t0, 2)
         client = Client(url, verbose=False)
         prompt = f"Cold start {time.time_ns()}: write a limerick about empty caches."  # never recorded: a live run
-        result = client.predict(prompt, api_name="/trace", max_new_tokens=tokens, standard=False)
+        job = client.submit(prompt, api_name="/trace", max_new_tokens=tokens, standard=False)
+        while not job.done():  # the server may die (out of memory): say so rather than wait for ever
+            if proc.poll() is not None:
+                raise RuntimeError(f"the app exited ({proc.returncode}) before the run ended; see {log.name}")
+            if time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"no finished run after {timeout:.0f} s; see {log.name}")
+            time.sleep(0.05)
+        result = job.result()
         rec["served_s"] = round(time.perf_counter() - t0, 2)
         rec["replay"] = bool(result.get("replay"))
         spec = result.get("speculative") or {}

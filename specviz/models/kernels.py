@@ -42,7 +42,7 @@ ACT_SCALE, ACT_ZERO = 1.0 / 63.0, 64
 SOURCE = Path(__file__).with_name("csrc") / "int8_small.cpp"
 # one library: the int8 kernel, GGUF's Q4_K and Q6_K ones (.q4k, .q6k) and the lean decoder's small ops (.lean: glue)
 SOURCES = (SOURCE, SOURCE.with_name("q4k.cpp"), SOURCE.with_name("q6k.cpp"), SOURCE.with_name("glue.cpp"))
-HEADERS = (SOURCE.with_name("q4k.h"),)  # included by q4k.cpp and q6k.cpp: copied and hashed with them
+HEADERS = (SOURCE.with_name("q4k.h"), SOURCE.with_name("specviz_torch.h"))  # included by the sources: copied and hashed with them
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 

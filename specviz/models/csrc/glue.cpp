@@ -6,7 +6,7 @@
 // query's attention from its own visible slots in their order, by the same operations whatever else is in the
 // pass (a one-token step, a verify pass, a tree pass).  Float sums run in a fixed order (8 partial lanes,
 // then folded in order), compiled with -ffp-contract=off: no fused multiply-adds the compiler may or may not use.
-#include <torch/extension.h>
+#include "specviz_torch.h"
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>

@@ -13,7 +13,7 @@
 // tokens passes over it (4 rows x 2 tokens: 8 accumulators, within AVX2's 16 registers).  Each extra token still
 // costs vpmaddubsw + vpmaddwd + an add per 32 multiply-adds: without VNNI a verify pass is compute-bound, as
 // fbgemm's is (measured on the AVX2 EPYC: 6 tokens ~2.6x one).
-#include <torch/extension.h>
+#include "specviz_torch.h"
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>

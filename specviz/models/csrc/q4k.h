@@ -2,7 +2,7 @@
 // lane sum every kernel ends with (its bits), the activations' quantization to int8 blocks of 256 (llama.cpp's Q8_K
 // idea) and the driver that runs a kernel over every row four tokens at a time.  Compiled with -ffp-contract=off.
 #pragma once
-#include <torch/extension.h>
+#include "specviz_torch.h"
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
