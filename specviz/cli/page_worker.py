@@ -4,7 +4,7 @@
 
 Making the page of a big recording is ~17 s of CPU (7.9 MB on a 2-core EPYC) in plain Python and long
 C calls that hold the GIL; made in the server's process it stalled every replay streaming beside it.
-Here it runs in a child process at a lower priority (nice 10): the server hands it file paths (the
+Here it runs in a child process at a slightly lower priority (nice 2): the server hands it file paths (the
 recording it wrote, the page to write), so nothing big crosses a pipe, and reads back one line.
 
 The recording is loaded as the app loads an upload (every check), then drawn by the same
@@ -18,7 +18,10 @@ import os
 import sys
 from pathlib import Path
 
-NICE = 10  # below the server's threads: its streams and runs come first on a busy machine
+# A little below the server's threads, so its streams and runs come first, but not starved: at nice 10, under
+# three CPU hogs and a load average of 10, a small page's 4 s of CPU took over 120 s and the export failed.
+# The page is made in its own process for the GIL (the server's streams never wait on it), not for the priority.
+NICE = 2
 FAILED = 2  # the exit status of a page that could not be made (its reason on stderr, one line)
 
 
