@@ -519,7 +519,8 @@ def build() -> gr.Blocks:
 
 def cancel_run(request: gr.Request = None) -> None:
     """Stop pressed, or the page closed: the session's run in progress stops within a round or a prompt chunk."""
-    CANCELS.cancel(getattr(request, "session_hash", None))
+    if CANCELS.cancel(getattr(request, "session_hash", None)):
+        log.info("a run was cancelled: its page closed or pressed Stop")
 
 
 def session_alive(demo: gr.Blocks, session: str) -> bool:

@@ -19,10 +19,13 @@ Prints a JSON report (the CPU named) and writes it with ``--out``.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import socket
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -32,14 +35,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_events import Page, new_session  # noqa: E402
 from soak import Server, _cpu  # noqa: E402
 
-FILLER = ("def handle_request(request):\n    # validate the payload, look the user up, then answer\n"
-          "    user = lookup(request.user_id)\n    return respond(user, request.payload)\n\n")
-
-
 def long_prompt(tokens: int) -> str:
     """About ``tokens`` tokens of code (Qwen's tokenizer: ~4 characters a token here), then a question."""
-    body = FILLER * max(1, int(tokens * 4.6) // len(FILLER))  # ~4.6 characters a token of this filler
-    return body + "Summarise what the code above does in one sentence."
+    # Numbers: Qwen's tokenizer reads each digit as a token, so ~2,000 tokens fit the page's 8,000 characters.
+    n = max(1, int(tokens / 5.0))  # "417, " is about 5 tokens
+    body = "readings = [" + ", ".join(str(100 + (37 * i) % 900) for i in range(n)) + "]\n"
+    return body + "What is the largest reading? Answer in one sentence."
+
+
+def _open_stream(url: str, path: str) -> http.client.HTTPConnection:
+    """A GET whose response is read in the background (a browser's open stream)."""
+    host, port = urllib.parse.urlsplit(url).hostname, urllib.parse.urlsplit(url).port
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    conn.request("GET", path)
+    return conn
+
+
+def _drain(conn: http.client.HTTPConnection) -> None:
+    try:
+        resp = conn.getresponse()
+        while resp.read(256):
+            pass
+    except (OSError, AttributeError, ValueError, http.client.HTTPException):  # hung up: the visitor went away
+        pass
+
+
+def _hang_up(conn: http.client.HTTPConnection) -> None:
+    """Close the connection now, as a closed browser tab does (no draining of the stream)."""
+    try:
+        conn.sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
+    conn.close()
 
 
 def trace(url: str, prompt: str, preset: str, max_new: int) -> tuple[float, dict | None, str | None]:
@@ -98,19 +125,17 @@ def main() -> int:
                            "trigger_id": run["targets"][0][0]}).encode()
         httpx.post(page.url + "gradio_api/queue/join", content=body, headers={"Content-Type": "application/json"},
                    timeout=60)
-        stream = urllib.request.urlopen(page.url + f"gradio_api/queue/data?session_hash={session}", timeout=600)
+        stream = _open_stream(page.url, f"/gradio_api/queue/data?session_hash={session}")
+        # A browser's page also holds Gradio's heartbeat open; its end is how the server knows the page closed.
+        beat = _open_stream(page.url, f"/gradio_api/heartbeat/{session}")
         deadline = time.perf_counter() + args.hold
-        def read() -> None:
-            try:
-                for _ in iter(stream.readline, b""):
-                    pass
-            except (OSError, AttributeError, ValueError):  # closed under it: the visitor went away
-                pass
-
-        threading.Thread(target=read, daemon=True).start()
+        for conn in (stream, beat):
+            threading.Thread(target=_drain, args=(conn,), daemon=True).start()
         time.sleep(max(0.0, deadline - time.perf_counter()))
         gone = time.perf_counter()
-        stream.close()  # the visitor closes the page
+        for conn in (stream, beat):  # the visitor closes the page: its event stream and its heartbeat end at once
+            _hang_up(conn)
+        report["disconnected_at"] = time.strftime("%H:%M:%S")
         took, rec, err = trace(server.url, "def g(y):", args.preset, 1)
         own = ((rec or {}).get("speculative") or {}).get("t_total", 0.0) + \
             (((rec or {}).get("standard") or {}).get("t_total", 0.0))
@@ -124,8 +149,11 @@ def main() -> int:
         two = long_prompt(270)
         took, rec, err = trace(server.url, two, args.preset, 1)
         std = (rec or {}).get("standard") or {}
-        report["chunk"] = {"prompt_tokens": std.get("prompt_tokens"), "chunks_s": std.get("target_prefill"),
-                           "one_chunk_s": round((std.get("target_prefill") or 0.0) / 2, 2), "error": err}
+        spec = (rec or {}).get("speculative") or {}
+        # the speculative run's target: two chunks of the prompt before its first pass (core.kv.feed_prompt)
+        report["chunk"] = {"prompt_tokens": spec.get("prompt_tokens"), "target_chunks_s": spec.get("target_prefill"),
+                           "one_chunk_s": round((spec.get("target_prefill") or 0.0) / 2, 2),
+                           "draft_prompt_s": spec.get("draft_prefill"), "error": err}
         print(json.dumps(report["chunk"]), flush=True)
         log = (work / "server.log").read_text(errors="replace")
         report["tracebacks"] = log.count("Traceback")

@@ -49,6 +49,25 @@ def test_feed_prompt_feeds_chunks_and_leaves_the_last_one(pair, monkeypatch):
     assert short.feeds == [] and short.cached == 0  # one chunk or less: fed whole by the first pass, as before
 
 
+def test_chunks_are_sized_by_the_time_they_take(pair, monkeypatch):
+    """On a slow (or loaded) machine the chunks shrink to about CHUNK_SECONDS each, so a stop lands that soon."""
+    from specviz.core import kv
+
+    monkeypatch.setenv("SPECVIZ_PROMPT_CHUNK", "64")
+    monkeypatch.setattr(kv, "CHUNK_SECONDS", 0.05)
+    lm = CountingLM(pair.target, pair.device)
+    real = CachedLM.feed
+
+    def slow(self, ids, keep=1, hidden=False):
+        time.sleep(0.01 * (len(ids) - self.cached))  # 10 ms a token: 5 tokens make 0.05 s
+        return real(self, ids, keep, hidden)
+
+    monkeypatch.setattr(CountingLM, "feed", lambda self, ids, keep=1, hidden=False: (
+        self.feeds.append(len(ids) - self.cached), slow(self, ids, keep, hidden))[1])
+    feed_prompt(lm, PROMPT, lambda: False)
+    assert lm.feeds[0] == kv.FIRST_CHUNK and all(8 <= n <= 8 for n in lm.feeds[1:]), lm.feeds  # 5 → at least 8
+
+
 def test_a_stop_lands_within_one_chunk(pair, monkeypatch):
     monkeypatch.setenv("SPECVIZ_PROMPT_CHUNK", "16")
     lm = CountingLM(pair.target, pair.device)
