@@ -25,7 +25,7 @@ INSTALL_COMMAND = "pip install -r requirements.txt && python app.py"
 
 # Images made from the running app by a script, not by hand: while one is absent (the script has not been run
 # in this checkout) the link test passes over it and test_screenshots_exist says so as a skip.
-GENERATED_IMAGES = {"docs/images/race.png": "scripts/screenshots.py"}
+GENERATED_IMAGES = {"docs/images/race.png": "scripts/screenshots.py", "docs/images/step.png": "scripts/screenshots.py"}
 
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HTML_SRC = re.compile(r"<(?:img|a)\b[^>]*?\b(?:src|href)=\"([^\"]+)\"", re.I)
@@ -93,13 +93,27 @@ def test_every_link_and_image_resolves(doc):
     assert not broken, f"{doc.relative_to(ROOT)}: broken links: {broken}"
 
 
-def test_screenshots_exist():
-    missing = [f"{img} (made by python {script})" for img, script in GENERATED_IMAGES.items()
-               if not (ROOT / img).is_file()]
-    if missing:
-        pytest.skip(f"not made yet: {', '.join(missing)}")
+def test_screenshots_exist_and_were_made_from_the_current_app():
+    """The README's pictures come from scripts/screenshots.py, whose manifest records each image's bytes and the
+    app it was made from (its components' elem_ids and its style sheet): a page changed since fails here, and the
+    script makes them again."""
+    import hashlib
+    import json
+    import struct
+    import sys
+
+    manifest = json.loads((ROOT / "docs" / "images" / "manifest.json").read_text())
     for img in GENERATED_IMAGES:
-        assert (ROOT / img).stat().st_size > 10_000, f"{img} looks empty"
+        path = ROOT / img
+        assert path.is_file(), f"{img} is missing: python {GENERATED_IMAGES[img]}"
+        entry = manifest["images"][path.name]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], f"{img} is not the script's"
+        assert list(struct.unpack(">II", path.read_bytes()[16:24])) == entry["size"]
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from screenshots import app_fingerprint
+
+    assert manifest["app_fingerprint"] == app_fingerprint(), (
+        "the page changed since the screenshots were made: run python scripts/screenshots.py")
 
 
 @pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
