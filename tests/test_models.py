@@ -33,7 +33,7 @@ from specviz.models import (
     resolve_preset,
     token_text,
 )
-from specviz.models import convert, int8, loading, packs
+from specviz.models import convert, gguf_convert, int8, loading, packs
 from specviz.models.pair import resolve_device, resolve_dtype
 from specviz.models.tiny import build_tiny_pair, build_tokenizer
 from specviz.core.text import _byte_decoder
@@ -521,7 +521,8 @@ def test_conversion_failure_leaves_no_cache(tmp_path, monkeypatch, cache):
     def boom(model):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(convert, "_plain_copy", boom)
+    monkeypatch.setattr(convert, "_plain_copy", boom)  # transformers' conversion
+    monkeypatch.setattr(gguf_convert, "dequantized", lambda *a: boom(None))  # the direct one (models.gguf_convert)
     with pytest.raises(ModelError) as err:
         convert.ensure_offline(pack, None)
     assert "disk on fire" in str(err.value) and pack.display in str(err.value)
