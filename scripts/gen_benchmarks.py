@@ -73,6 +73,8 @@ KINDS = (("bench-", "bench (`python -m specviz.cli.bench`)"), ("crowd-", "a room
          ("race-", "the race idle and under load (`--race-under-load`)"),
          ("gpu-", "GPU checks (`scripts/gpu_check.sh` and its parts)"),
          ("draft-", "draft precision against acceptance"), ("hostile-", "hostile inputs (`scripts/hostile.py`)"),
+         ("soak-", "a public page's visitors (`scripts/soak.py`)"),
+         ("long-prompt-", "a long prompt's time limit and a closed page (`scripts/long_prompt.py`)"),
          ("sweep-wait", "live runs during a sweep (`scripts/sweep_wait.py`)"))
 
 

@@ -260,7 +260,11 @@ def _cpu() -> str:
         name = re.search(r"model name\s*:\s*(.*)", text).group(1).strip()
         flags = set(re.search(r"flags\s*:\s*(.*)", text).group(1).split())
         isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8") if f in flags]
-        return f"{name}, {os.cpu_count()} cores ({', '.join(isa)})"
+        family = int(re.search(r"cpu family\s*:\s*(\d+)", text).group(1))
+        model = int(re.search(r"^model\s*:\s*(\d+)", text, re.M).group(1))
+        zen = {23: "Zen 1/2", 25: "Zen 3/4", 26: "Zen 5"}.get(family) if "AMD" in name else None
+        return (f"{name} (cpu family {family}, model {model}{': ' + zen if zen else ''}), {os.cpu_count()} cores "
+                f"({', '.join(isa)})")
     except (OSError, AttributeError):
         return "unknown"
 
