@@ -48,9 +48,11 @@ PHASES = {
     "tokenizer": re.compile(r"[Tt]okenizer of (.+?) (?:built|converted) in ([\d.]+) s"),
     "converted": re.compile(r"Converted (.+?) in ([\d.]+) s"),
     "int8 weights stored": re.compile(r"Stored the int8 weights in (\S+)"),
-    "kernel built": re.compile(r"kernel (?:built|ready).* in ([\d.]+) s"),
-    "kernel build started": re.compile(r"building specviz's kernel in the background"),
-    "probe": re.compile(r"Probe of (.+?):|Target .+ as .+ on one thread"),
+    "kernel build started": re.compile(r"building specviz's kernel"),
+    "kernel built": re.compile(r"specviz's kernel built in ([\d.]+) s"),
+    "probe": re.compile(r"Target .+ runs as .+ probing took|Target .+ as .+ on one thread|[Mm]easuring how .+ runs fastest"),
+    "busy: not measured": re.compile(r"machine is busy"),
+    "wrote cache": re.compile(r"Wrote the cache of (.+?) from its GGUF"),
     "loaded": re.compile(r"Loaded .+ → .+ in ([\d.]+) s"),
     "default pair ready": re.compile(r"default pair ready"),
     "weights prepared": re.compile(r"weights prepared"),
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=2, help="max_new_tokens of the timed run (1-4)")
     ap.add_argument("--keep", action="store_true", help="keep each start's cache directory")
     ap.add_argument("--json", type=Path, help="write the starts and their medians here")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds a start may take to serve its run")
     args = ap.parse_args(argv)
     import compileall
 
@@ -152,17 +155,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu}; load average before: {os.getloadavg()[0]:.1f}", flush=True)
     starts = []
     for k in range(args.starts):
-        rec = one_start(args.tokens, args.keep)
+        try:
+            rec = one_start(args.tokens, args.keep, timeout=args.timeout)
+        except RuntimeError as exc:  # a start that failed or ran out of time: said, and the others still run
+            print(f"start {k + 1}: FAILED: {exc}", flush=True)
+            starts.append({"failed": str(exc)})
+            continue
         print(f"start {k + 1}: page {rec['page_s']} s, first live run served {rec['served_s']} s"
               f" (target {rec['target_exec']}), probe recorded: {rec['probe']} (at the run: {rec['probe_at_run']})"
               + (" (a replay!)" if rec["replay"] else "") + f"; log {rec['log']}", flush=True)
         for p in rec["phases"]:
             print(f"    {p['at_s']:7.1f} s  {p['phase']:<22} {p['line']}")
         starts.append(rec)
-    summary = {"cpu": cpu, "starts": starts,
-               "median_page_s": statistics.median(s["page_s"] for s in starts),
-               "median_served_s": statistics.median(s["served_s"] for s in starts)}
-    print(f"median: page {summary['median_page_s']} s, first live run {summary['median_served_s']} s on {cpu}")
+    done = [s for s in starts if "served_s" in s]
+    if not done:
+        print(f"no start served a run on {cpu}")
+        return 1
+    summary = {"cpu": cpu, "starts": starts, "failed": len(starts) - len(done),
+               "median_page_s": statistics.median(s["page_s"] for s in done),
+               "median_served_s": statistics.median(s["served_s"] for s in done)}
+    print(f"median: page {summary['median_page_s']} s, first live run {summary['median_served_s']} s on {cpu}"
+          f" ({len(done)} of {len(starts)} starts served; load average now {os.getloadavg()[0]:.1f})")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     return 0

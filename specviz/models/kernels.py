@@ -123,12 +123,20 @@ def _build():
             tmp.write_bytes(src.read_bytes())
             tmp.replace(source)  # atomic: a process building beside this one never reads half a file
     with _build_lock(where):
+        import time
+
+        built = (where / "specviz_int8_small.so").exists()
+        t0 = time.perf_counter()
+        if not built:
+            log.info("building specviz's kernel (a first start; the C++ compiler runs once) in %s", where)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             load(name="specviz_int8_small", sources=[str(where / src.name) for src in SOURCES],
                  build_directory=str(where),
                  is_python_module=False, extra_ldflags=["-fopenmp"], verbose=False,
                  extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"])
+        if not built:
+            log.info("specviz's kernel built in %.1f s", time.perf_counter() - t0)
     _STATE["op"] = torch.ops.specviz.int8_small
     return _STATE["op"]
 
