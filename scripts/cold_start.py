@@ -74,6 +74,18 @@ def timeline(log_text: str, launched_at: float) -> list[dict]:
     return out
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds the app and its finished children (the kernel's compiler) have used: on a machine shared
+    with other work, a figure the others' load moves much less than the wall clock."""
+    try:
+        import psutil
+
+        t = psutil.Process(pid).cpu_times()
+        return round(t.user + t.system + t.children_user + t.children_system, 1)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def probe_recorded(cache: Path) -> bool:
     try:
         entries = json.loads((cache / "probe.json").read_text())
@@ -119,6 +131,8 @@ def one_start(tokens: int, keep: bool, timeout: float = 600.0) -> dict:
             time.sleep(0.05)
         result = job.result()
         rec["served_s"] = round(time.perf_counter() - t0, 2)
+        rec["cpu_s"] = cpu_seconds(proc.pid)
+        rec["load_avg"] = round(os.getloadavg()[0], 1)
         rec["replay"] = bool(result.get("replay"))
         spec = result.get("speculative") or {}
         rec["target_exec"] = (spec.get("models") or {}).get("target_exec")
@@ -162,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             starts.append({"failed": str(exc)})
             continue
         print(f"start {k + 1}: page {rec['page_s']} s, first live run served {rec['served_s']} s"
+              f" ({rec['cpu_s']} CPU s of the app and its compiler; load average {rec['load_avg']})"
               f" (target {rec['target_exec']}), probe recorded: {rec['probe']} (at the run: {rec['probe_at_run']})"
               + (" (a replay!)" if rec["replay"] else "") + f"; log {rec['log']}", flush=True)
         for p in rec["phases"]:
