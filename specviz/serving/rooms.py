@@ -42,9 +42,9 @@ VIEWS_KEPT = 3  # the teacher's last few shown runs, so an attendee who explores
 
 # The experiments a teacher may set: key -> (title, the task as the attendees read it).
 EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "gamma": ("Everyone picks γ", "Pick a γ from 1 to 10, choose the example “chat” and press Run. "
+    "gamma": ("Everyone picks γ", "Pick a γ from 1 to 10, choose the example “Chat” and press Run. "
               "Your race lands on the teacher's plot."),
-    "epsilon": ("Find the ε where α reaches 0.95", "On the translation example, raise the over-acceptance ε "
+    "epsilon": ("Find the ε where α reaches 0.95", "On the example “Translation, sampled”, raise the over-acceptance ε "
                 "until α reaches 0.95; every race you run is a point."),
     "lose": ("Make speculation lose", "Change any setting so that speculative decoding is slower than "
              "standard decoding (a speedup below 1×)."),

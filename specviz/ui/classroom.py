@@ -291,6 +291,9 @@ def post_race(st: Any, state: Any, request: gr.Request = None) -> str:
     spec, std = state.get("spec"), state.get("std")
     if spec is None or std is None or not spec.rounds or spec.stop_reason in ("time_limit", "stopped"):
         return live.status_html("Refused: only a finished race (both decoders to the end) can be posted.", "error")
+    if V.race_speedup(spec, std) is None:
+        return live.status_html("Refused: this race has no measured speedup (its standard run did not finish).",
+                                "error")
     try:
         ROOMS.join(room.code, session)
         point = ROOMS.post_point(room.code, session, race_identity(spec, std), point_values(spec, std))
@@ -343,8 +346,9 @@ def class_plot(room: R.Room | None) -> go.Figure:
     fig.add_hline(y=1.0, line=dict(color="#bbb", width=1))
     fig.update_xaxes(title="γ (draft length)" if by_gamma else "α (acceptance rate)")
     fig.update_yaxes(title="speedup over standard decoding", rangemode="tozero")
-    return wide_layout(fig, title, f"{len(pts)} races from {room.posters()} of {len(room.attendees)} attendees; "
-                       "textbook v = 1", height=420)
+    races = f"{len(pts)} race{'s' if len(pts) != 1 else ''}"
+    return wide_layout(fig, title, f"{races} from {room.posters()} of {len(room.attendees)} attendees; the curve: "
+                       "the textbook theorem (a verify pass costs one step, v = 1)", height=420)
 
 
 def count_html(room: R.Room | None) -> str:
@@ -426,7 +430,8 @@ def build_bar() -> ClassUI:
     ui = ClassUI()
     ui.room = gr.State(None)
     with gr.Row(visible=False, elem_id="sv-class-bar", equal_height=True) as ui.bar:
-        ui.bar_text = gr.HTML("", elem_id="sv-class-bar-text")
+        with gr.Column(scale=3, min_width=300):  # a phone stacks the switch under the text
+            ui.bar_text = gr.HTML("", elem_id="sv-class-bar-text")
         ui.follow = gr.Radio([FOLLOW, EXPLORE], value=FOLLOW, show_label=False, visible=False, scale=0,
                              min_width=300, elem_id="sv-class-follow")
     ui.poll = gr.Timer(POLL_S, active=False)
