@@ -578,7 +578,11 @@ def attendee_sync(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], 
             if frame is not None:
                 out.update(views.write(frame))
         elif round_number(step, _rounds_of(state) or 2**31) != round_number(room.step, _rounds_of(state) or 1):
-            out[step_c] = round_number(room.step, _rounds_of(state) or 1)
+            # The round's narration comes with the step: the step's own change events (one at a time for the
+            # whole server) redraw the rest, but the page reads the right round at once.
+            i = round_number(room.step, _rounds_of(state) or 1)
+            narration, step_round = live.step_views(state.get("spec"), i)
+            out.update(views.write(LiveFrame(step=i, narration=narration, step_round=step_round)))
     return out
 
 

@@ -1,0 +1,345 @@
+"""Load a class (issue 58) through the page's own events: one teacher, N attendees following and racing.
+
+    python scripts/classroom.py --attendees 60
+
+Starts one server (scripts/soak_server.py, the tiny pair offered; or `--url` to use a running one), then:
+
+1. the teacher's page opens (the page's start event), starts a class and sets the experiment "Everyone picks γ";
+2. N attendees' pages open and join with the code; each polls its room once a second (the page's gr.Timer event,
+   with the values a browser sends, the step it shows included) and, as a browser does, fires the step's change
+   events when the poll moves its step;
+3. the teacher steps through the recording (`--steps` Next presses, `--step-every` seconds apart, each followed by
+   the step's change events); the delay from the teacher's page showing a round to each attendee's poll
+   returning it is measured;
+4. every attendee runs one race on the tiny pair (γ = 5 for most, a random γ for `--unique` of them: identical
+   settings are replayed from the cache) and posts it; the teacher's page refreshes its plot (its own timer
+   event, every 2 s) and the time from each race's end to its point counted there is measured.
+
+Reports: p50/p95/max of both delays, failed events, tracebacks in the server log, RSS before and after, the CPU.
+Exit status 1 when a target is missed (p95 follow ≤ 2 s, every point within 5 s, 0 tracebacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from page_events import Page, new_session  # noqa: E402
+from soak import Server, _cpu, _start_event  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLLOW = "Follow the teacher"
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+class Session:
+    """One browser tab: its events go through one event stream (Gradio's queue/data, per session), matched by
+    event id, so a poll, a race and a step's change events may be pending at once, as in a browser."""
+
+    def __init__(self, page: Page, name: str | None = None):
+        self.page, self.name = page, name or new_session()
+        self.lock = threading.Lock()
+        self.waiting: dict[str, cf.Future] = {}
+        self.early: dict[str, dict] = {}
+        self.reader: threading.Thread | None = None
+
+    def _read(self) -> None:
+        url = self.page.url + f"gradio_api/queue/data?session_hash={self.name}"
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=600) as r:
+                    for line in r:
+                        if not line.startswith(b"data: "):
+                            continue
+                        msg = json.loads(line[6:])
+                        if msg.get("msg") == "process_completed":
+                            out = msg.get("output") or {}
+                            result = {"ok": bool(msg.get("success")), "output": out.get("data"),
+                                      "error": out.get("error"), "http": 200}
+                            with self.lock:
+                                fut = self.waiting.pop(msg.get("event_id"), None)
+                                if fut is None:  # completed before its join's answer was read
+                                    self.early[msg.get("event_id")] = result
+                            if fut is not None:
+                                fut.set_result(result)
+            except (OSError, ValueError) as exc:
+                with self.lock:
+                    pending, self.waiting = self.waiting, {}
+                    self.reader = None
+                for fut in pending.values():
+                    fut.set_result({"ok": False, "output": None, "error": f"stream: {exc}", "http": 200})
+                return
+            with self.lock:
+                if not self.waiting:
+                    self.reader = None
+                    return
+
+    def fire(self, dep: dict, data: list, timeout: float = 600.0) -> dict:
+        body = json.dumps({"data": data, "fn_index": dep["id"], "session_hash": self.name, "event_data": None,
+                           "trigger_id": dep["targets"][0][0]}, allow_nan=True).encode()
+        fut: cf.Future = cf.Future()
+        try:
+            join = httpx.post(self.page.url + "gradio_api/queue/join", content=body,
+                              headers={"Content-Type": "application/json"}, timeout=60)
+        except httpx.HTTPError as exc:
+            return {"ok": False, "output": None, "error": f"join: {exc}", "http": 0}
+        if join.status_code != 200:
+            return {"ok": False, "output": None, "error": join.text[:300], "http": join.status_code}
+        event_id = join.json().get("event_id")
+        with self.lock:
+            if event_id in self.early:
+                return self.early.pop(event_id)
+            self.waiting[event_id] = fut
+            if self.reader is None:
+                self.reader = threading.Thread(target=self._read, daemon=True)
+                self.reader.start()
+        try:
+            return fut.result(timeout=timeout)
+        except cf.TimeoutError:
+            return {"ok": False, "output": None, "error": "timed out", "http": 200}
+
+
+class Class:
+    def __init__(self, page: Page):
+        self.page = page
+        comps = page.components
+        self.by_elem = {p["props"].get("elem_id"): cid for cid, p in comps.items() if p.get("props", {}).get("elem_id")}
+        deps = page.cfg["dependencies"]
+        self.step_id = self.by_elem["sv-step"]
+        ticks = [d for d in deps if d.get("backend_fn", True) and any(t[1] == "tick" for t in d["targets"])]
+        self.poll = max(ticks, key=lambda d: len(d["outputs"]))  # the attendee's: the Live tab's views too
+        self.refresh = min(ticks, key=lambda d: len(d["outputs"]))
+        self.start_page = _start_event(page)
+        self.start = page.event("click", elem_id="sv-class-start")
+        self.join = page.event("click", elem_id="sv-class-join")
+        self.experiment = page.event("input", elem_id="sv-class-experiment")
+        self.next = page.event("click", elem_id="sv-next")
+        self.run = page.event("click", elem_id="sv-run")
+        self.post = page.event("click", elem_id="sv-class-post")
+        self.step_changes = [d for d in deps if d.get("backend_fn", True)
+                             and any(t[0] == self.step_id and t[1] == "change" for t in d["targets"])]
+
+    def data(self, dep: dict, values: dict[int, object]) -> list:
+        """The event's inputs as a browser sends them: states as null, the given components' values, defaults."""
+        out = []
+        for cid in dep["inputs"]:
+            props = self.page.components.get(cid, {}).get("props", {})
+            out.append(values[cid] if cid in values else props.get("value"))
+        return out
+
+    def fire(self, dep: dict, session: Session, values: dict[int, object] | None = None) -> dict:
+        return session.fire(dep, self.data(dep, values or {}))
+
+    def output(self, dep: dict, result: dict, cid: int):
+        """The value one output got (None: left alone)."""
+        data = result.get("output") or []
+        try:
+            v = data[dep["outputs"].index(cid)]
+        except (ValueError, IndexError):
+            return None
+        if isinstance(v, dict) and v.get("__type__") == "update":
+            return v.get("value")
+        return v
+
+    def stepped(self, session: Session, step: int, wait: bool = True) -> None:
+        """What a browser sends when its step slider changed: the step's change events, at once."""
+        pool = cf.ThreadPoolExecutor(len(self.step_changes))
+        for dep in self.step_changes:
+            pool.submit(self.fire, dep, session, {self.step_id: step})
+        pool.shutdown(wait=wait)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--attendees", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=8, help="the teacher's Next presses")
+    ap.add_argument("--step-every", type=float, default=3.0)
+    ap.add_argument("--unique", type=int, default=6, help="attendees who race a γ of their own (the others γ = 5)")
+    ap.add_argument("--race-window", type=float, default=30.0, help="attendees start their races within this many s")
+    ap.add_argument("--max-new", type=int, default=16, help="tokens each race generates")
+    ap.add_argument("--url", help="a running server (else one is started)")
+    ap.add_argument("--out", type=Path, help="write the figures here as JSON")
+    args = ap.parse_args()
+
+    server = None
+    log_dir = Path(tempfile.mkdtemp(prefix="specviz-classroom-"))
+    if not args.url:
+        server = Server({"SPECVIZ_SHOW_TINY": "1", "SPECVIZ_PRELOAD": "0"}, log_dir / "server.log",
+                        log_dir / "stats.jsonl")
+        url = server.url
+    else:
+        url = args.url
+    failures: list[str] = []
+    fail_lock = threading.Lock()
+
+    def note(what: str, r: dict) -> dict:
+        if not r.get("ok"):
+            with fail_lock:
+                failures.append(f"{what}: {str(r.get('error'))[:200]}")
+        return r
+
+    try:
+        page = Page(url)
+        cls = Class(page)
+        from specviz.models import TINY_PRESET
+
+        rss0 = server.rss() if server else None
+        teacher = Session(page)
+        note("teacher page", cls.fire(cls.start_page, teacher))
+        r = note("start a class", cls.fire(cls.start, teacher, {cls.step_id: 1}))
+        m = re.search(r'data-code=\\?"(\w+)', json.dumps(r.get("output")))
+        if not m:
+            raise SystemExit(f"no class code in the start event's answer: {str(r)[:500]}")
+        code = m.group(1)
+        note("experiment", cls.fire(cls.experiment, teacher, {cls.by_elem["sv-class-experiment"]: "gamma"}))
+        print(f"class {code} started; {args.attendees} attendees joining", flush=True)
+
+        sessions = [Session(page) for _ in range(args.attendees)]
+        shown = {s: 1 for s in sessions}  # the step each attendee's page shows
+        following = {s: True for s in sessions}
+        seen_at: dict[tuple[str, int], float] = {}
+        stop = threading.Event()
+
+        def open_and_join(s: str) -> None:
+            note("attendee page", cls.fire(cls.start_page, s))
+            note("join", cls.fire(cls.join, s, {cls.by_elem["sv-class-code-in"]: code}))
+
+        with cf.ThreadPoolExecutor(16) as ex:
+            list(ex.map(open_and_join, sessions))
+        print(f"{len(sessions)} attendees joined; RSS {server.rss() / 2**20:.0f} MiB" if server else "joined", flush=True)
+
+        def poller(s: str) -> None:
+            follow_id = cls.by_elem["sv-class-follow"]
+            while not stop.is_set():
+                t0 = time.monotonic()
+                r = note("poll", cls.fire(cls.poll, s, {follow_id: FOLLOW if following[s] else "Let me explore",
+                                                       cls.step_id: shown[s]}))
+                new = cls.output(cls.poll, r, cls.step_id)
+                if isinstance(new, dict):
+                    new = new.get("value")
+                if isinstance(new, (int, float)) and int(new) != shown[s]:
+                    shown[s] = int(new)
+                    seen_at.setdefault((s, int(new)), time.monotonic())
+                    cls.stepped(s, int(new), wait=False)  # the browser's next tick does not wait for them
+                if cls.output(cls.poll, r, follow_id) == "Let me explore":
+                    following[s] = False
+                stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))  # a gr.Timer(1.0): the next tick after this one
+
+        threads = [threading.Thread(target=poller, args=(s,), daemon=True) for s in sessions]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+
+        # The teacher steps.
+        step, shown_at = 1, {}
+        for _ in range(args.steps):
+            r = note("teacher next", cls.fire(cls.next, teacher, {cls.step_id: step}))
+            new = cls.output(cls.next, r, cls.step_id)
+            if isinstance(new, (int, float)):
+                step = int(new)
+            shown_at[step] = time.monotonic()  # the teacher's page shows it; its change events follow
+            cls.stepped(teacher, step)
+            time.sleep(args.step_every)
+        time.sleep(3)
+        delays = [seen_at[(s, k)] - t for k, t in shown_at.items() for s in sessions if (s, k) in seen_at]
+        missed = sum(1 for k in shown_at for s in sessions if (s, k) not in seen_at and shown[s] < k)
+        print(f"follow: {len(delays)} attendee steps, p50 {pct(delays, .5):.2f} s, p95 {pct(delays, .95):.2f} s, "
+              f"max {max(delays):.2f} s; {missed} never seen", flush=True)
+
+        # The experiment: every attendee races once and posts it.
+        counts: list[tuple[float, int]] = []
+
+        def teacher_refresh() -> None:
+            seen = None
+            while not stop.is_set():
+                t0 = time.monotonic()
+                r = note("teacher refresh", cls.fire(cls.refresh, teacher))
+                html = json.dumps(r.get("output"))
+                m = re.search(r'data-points=\\"(\d+)', html)
+                if m:
+                    counts.append((time.monotonic(), int(m.group(1))))
+                stop.wait(max(0.0, 2.0 - (time.monotonic() - t0)))
+
+        threading.Thread(target=teacher_refresh, daemon=True).start()
+        unique = set(random.sample(sessions, min(args.unique, len(sessions))))
+        ends: list[float] = []
+        race_s: list[float] = []
+        posted = 0
+
+        def race(s: str) -> None:
+            nonlocal posted
+            time.sleep(random.uniform(0, args.race_window))
+            gamma = random.randint(1, 10) if s in unique else 5
+            following[s] = False  # Run leaves the teacher's view (the page does so in the browser)
+            t0 = time.monotonic()
+            r = note("race", cls.fire(cls.run, s, {cls.by_elem["sv-preset"]: TINY_PRESET,
+                                                  cls.by_elem["sv-gamma"]: gamma, cls.by_elem["sv-max-new"]: args.max_new}))
+            end = time.monotonic()
+            race_s.append(end - t0)
+            p = note("post", cls.fire(cls.post, s))
+            if "Posted to the class" in json.dumps(p.get("output"), ensure_ascii=False):
+                with fail_lock:
+                    ends.append(end)
+                    posted += 1
+            else:
+                with fail_lock:
+                    failures.append(f"post refused: {json.dumps(p.get('output'), ensure_ascii=False)[:200]}")
+
+        with cf.ThreadPoolExecutor(len(sessions)) as ex:
+            list(ex.map(race, sessions))
+        time.sleep(5)
+        stop.set()
+        ends.sort()
+        visible = []
+        for k, end in enumerate(ends, 1):
+            at = next((t for t, n in counts if n >= k and t >= end), None)
+            visible.append((at - end) if at is not None else float("inf"))
+        rss1 = server.rss() if server else None
+        tracebacks = server.tracebacks() if server else None
+        figures = {
+            "cpu": _cpu(), "attendees": len(sessions), "steps": len(shown_at),
+            "follow_p50_s": pct(delays, .5), "follow_p95_s": pct(delays, .95), "follow_max_s": max(delays),
+            "follow_never_seen": missed, "races": len(race_s), "race_p50_s": pct(race_s, .5),
+            "race_p95_s": pct(race_s, .95), "points_posted": posted,
+            "point_visible_p50_s": pct(visible, .5), "point_visible_p95_s": pct(visible, .95),
+            "point_visible_max_s": max(visible) if visible else None,
+            "points_on_teacher_page": counts[-1][1] if counts else 0,
+            "failed_events": len(failures), "tracebacks": tracebacks,
+            "rss_before_mib": round(rss0 / 2**20) if rss0 else None, "rss_after_mib": round(rss1 / 2**20) if rss1 else None,
+        }
+        print(json.dumps(figures, indent=1))
+        for f in failures[:10]:
+            print("  failed:", f)
+        if args.out:
+            args.out.write_text(json.dumps(figures, indent=1))
+        ok = (figures["follow_p95_s"] or 99) <= 2.0 and all(v <= 5.0 for v in visible) and not tracebacks \
+            and posted == len(sessions)
+        print("PASS" if ok else "FAIL (targets: p95 follow ≤ 2 s, every point within 5 s, 0 tracebacks)")
+        return 0 if ok else 1
+    finally:
+        if server:
+            server.stop()
+            print(f"server log: {server.log_path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
