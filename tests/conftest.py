@@ -104,6 +104,9 @@ TIERS: dict[str, tuple[str, ...]] = {
     "test_present_browser.py": ("browser", "server"),
     "test_challenges_browser.py": ("browser", "server"),
     "test_export_browser.py": ("browser",),
+    "test_layout_browser.py": ("browser", "server"),
+    "test_links_browser.py": ("browser", "server"),
+    "test_classroom_browser.py": ("browser", "server"),
 }
 
 
@@ -170,7 +173,8 @@ def pytest_collection_modifyitems(config, items):
 # --------------------------------------------------------------------------------------------------
 
 APP_MODULES = ("test_api.py", "test_browser.py", "test_challenges_browser.py", "test_crowd.py",
-               "test_export_browser.py", "test_load.py", "test_present_browser.py", "test_shootout_browser.py")
+               "test_export_browser.py", "test_load.py", "test_present_browser.py", "test_shootout_browser.py",
+               "test_layout_browser.py", "test_links_browser.py", "test_classroom_browser.py")
 _SHARED = contextlib.ExitStack()  # the running server and browser, closed after the last APP_MODULES test
 
 
