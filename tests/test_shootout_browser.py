@@ -17,7 +17,8 @@ def test_sweeps_tab_shows_the_recording_then_a_fresh_shootout(page, server, shot
     assert rec.when() in page.inner_text("#sv-sweep-status")
     assert rec.when() in page.inner_text("#sv-shootout-table")
     page.wait_for_selector("#sv-shootout-plot .js-plotly-plot")
-    assert rec.when() in page.locator("#sv-shootout-plot").text_content()
+    squash = lambda text: "".join(text.split())  # noqa: E731 -- the chart wraps the line for phones
+    assert squash(rec.when()) in squash(page.locator("#sv-shootout-plot").text_content())
     page.screenshot(path=str(shots / "sweeps-recorded.png"), full_page=True)
     page.get_by_role("tab", name="How it works").click()
     page.wait_for_selector("#sv-how >> text=Draft heads")
