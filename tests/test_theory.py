@@ -402,7 +402,7 @@ def test_speedup_curves_measured_and_edge_cases():
     # α and c default to the measured run's own.
     fig = tp.speedup_curves(None, None, measured={"alpha": 0.6, "c": 0.05, "gamma": 4, "speedup": 1.5})
     assert by_name(fig, "optimal γ").x[0] == 4
-    assert "no γ helps" in tp.speedup_curves(0.1, 0.3).layout.title.subtitle.text
+    assert "no γ helps" in tp.speedup_curves(0.1, 0.3).layout.title.subtitle.text.replace("<br>", " ")
     assert is_message(tp.speedup_curves(None, None))
     assert is_message(tp.speedup_curves(None, 0.1, measured={}))
     assert is_message(tp.speedup_curves(2.0, 0.1))  # bad input: a message, not an exception
@@ -461,7 +461,7 @@ def test_pareto_points_with_their_own_tv_land_on_the_front_at_every_epsilon():
     for x, y in zip(opt.x, opt.y):
         assert x + y == pytest.approx(1.0, abs=0.01)
     assert all(x + y >= 1.0 - 0.01 for x, y in zip(uno.x, uno.y))
-    assert "own positions" in fig.layout.title.subtitle.text
+    assert "own positions" in fig.layout.title.subtitle.text.replace("<br>", " ")
     assert fig.layout.xaxis.range[1] > max(opt.x) and fig.layout.yaxis.range[1] > max(opt.y)  # no label cut
 
 
@@ -470,7 +470,7 @@ def test_batch_plot():
     fig = tp.batch_plot(p, q, M_max=6, n_mc=2000, seed=1)
     assert list(by_name(fig, "exact: Π TV(q, r<sub>m−1</sub>)").y) == pytest.approx(th.batch_rejection_exact(p, q, 6))
     assert len(by_name(fig, "Monte Carlo (2,000 runs)").y) == 6
-    assert "Monte Carlo" in fig.layout.title.subtitle.text
+    assert "Monte Carlo" in fig.layout.title.subtitle.text.replace("<br>", " ")
     assert is_message(tp.batch_plot(None, None))
     assert is_message(tp.batch_plot([1.0, -1.0], [0.5, 0.5]))
 
@@ -506,7 +506,7 @@ def test_gamma_sweep_plot_draws_theory_with_the_verify_cost_measured_at_each_gam
     assert list(own.y) == pytest.approx(list(curve.y))
     best = max(vs, key=lambda g: th.expected_speedup(0.9, g, 0.2, vs[g]))
     assert by_name(fig, "optimal γ").x[0] == best
-    assert "1.05–2.00 standard steps" in fig.layout.title.subtitle.text
+    assert "1.05–2.00 standard steps" in fig.layout.title.subtitle.text.replace("<br>", " ")
 
 
 def test_theory_tab_draws_the_verify_factor_beside_the_textbook():
@@ -514,9 +514,9 @@ def test_theory_tab_draws_the_verify_factor_beside_the_textbook():
     with_v = by_name(fig, "expected speedup (verify = 2.60 steps)")
     assert with_v.y[3] == pytest.approx(th.expected_speedup(0.8, 4, 0.05, 2.6))
     assert by_name(fig, "textbook (verify = 1 step)").y[3] == pytest.approx(th.expected_speedup(0.8, 4, 0.05))
-    assert "verify = 2.60 steps" in fig.layout.title.subtitle.text
+    assert "verify = 2.60 steps" in fig.layout.title.subtitle.text.replace("<br>", " ")
     # No γ pays when a verify pass costs more than every draft accepted could yield.
-    assert "no γ helps" in tp.speedup_curves(0.5, 0.05, 16, None, v=2.5).layout.title.subtitle.text
+    assert "no γ helps" in tp.speedup_curves(0.5, 0.05, 16, None, v=2.5).layout.title.subtitle.text.replace("<br>", " ")
     assert [t.name for t in tp.speedup_curves(0.8, 0.05).data if t.name.startswith("textbook")] == []
 
 
