@@ -614,8 +614,11 @@ def test_a_busy_first_start_serves_the_fallback_unmeasured_as_fast_as_a_warm_one
     assert pair.target_exec == fallback and pair.probe is not None and not pair.probe.measured
     assert pair.probe.choice == fallback and not pair.probe.curves
     assert probe.known(this_machine("cpu"), target.ref, torch.bfloat16) is None  # a quiet start measures
-    if plain_matches():  # deferred as a warm start's (where onednn's product is fbgemm's to the bit)
+    from specviz.models import kernels
+
+    if plain_matches() and not kernels.int8_rows(built=True):  # deferred as a warm start's (onednn = fbgemm here)
         assert unpacked(pair.target)
+    # (where specviz's kernel is built already, its form takes no packing: the linears have it at once)
     # ... and the next, quiet, start measures and records
     clear_cache()
     monkeypatch.setattr(int8, "machine_busy", lambda: False)

@@ -224,7 +224,7 @@ def verify_curve(model: torch.nn.Module, vocab: int, ks: tuple[int, ...] = PROBE
 
 
 def _probe_path():
-    from ..models.convert import cache_dir
+    from ..models.cache_paths import cache_dir
 
     return cache_dir() / "probe.json"
 

@@ -12,7 +12,7 @@ The package is split by concern; import from here unless you need a module's int
 * :mod:`.tiny` -- the tiny random pair for tests and demos.
 """
 
-from .convert import cache_dir
+from .cache_paths import cache_dir
 from .loading import clear_cache, load_pair
 from .pair import ModelError, ModelPair, ProgressFn, short_error
 from .presets import (

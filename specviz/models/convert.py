@@ -35,6 +35,7 @@ from typing import Any, Iterator
 
 import torch
 
+from .cache_paths import CACHE_FORMAT, cache_dir, gguf_copy, pack_dir  # noqa: F401 (re-exported)
 from .packs import part_paths, reassemble
 from .pair import ModelError, ProgressFn, report, short_error, span
 from .presets import OFFLINE_PACKS, OfflinePack
@@ -42,29 +43,7 @@ from .tokens import eos_ids
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1  # bump when the layout of a converted cache changes; old caches are rebuilt
 CACHE_DTYPE = torch.bfloat16
-
-
-def cache_dir() -> Path:
-    """``$SPECVIZ_CACHE`` or the platform's user cache directory for specviz."""
-    env = os.environ.get("SPECVIZ_CACHE")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("specviz"))
-
-
-def pack_dir(pack: OfflinePack) -> Path:
-    """Where the converted cache of ``pack`` lives (whether or not it exists yet)."""
-    # The hash in the name means a different pack version never reuses a stale conversion.
-    return cache_dir() / "models" / f"{pack.key}-{pack.sha256[:12]}"
-
-
-def gguf_copy(pack: OfflinePack) -> Path:
-    """Where a reassembled copy of ``pack``'s GGUF file is kept (the llama.cpp bench's; whether or not it exists)."""
-    return cache_dir() / "gguf" / f"{pack.key}-{pack.sha256[:12]}.gguf"
 
 
 def cache_valid(path: Path, pack: OfflinePack) -> bool:

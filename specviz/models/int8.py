@@ -35,7 +35,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .convert import CACHE_FORMAT, cache_dir
+from .cache_paths import CACHE_FORMAT, cache_dir
 from .int8_target import (FUSED_GROUPS, WORKERS, FusedPart, TokenInt8Linear, int8_channel_weight,  # noqa: F401
                           fuse_by_name, fuse_token_linears, in_threads, pack_all, plain_all, unpacked)
 from .pair import short_error

@@ -93,7 +93,7 @@ def source_digest() -> str:
 def _build_dir() -> Path:
     """One build per torch version and source text: checkouts with the same source share it (the source is
     copied in, so the build never depends on where a checkout lies or when git touched its file)."""
-    from .convert import cache_dir  # the specviz cache ($SPECVIZ_CACHE or platformdirs)
+    from .cache_paths import cache_dir  # the specviz cache ($SPECVIZ_CACHE or platformdirs)
 
     return Path(cache_dir()) / "kernels" / f"torch-{torch.__version__}-{source_digest()}"
 

@@ -226,7 +226,7 @@ def records_file(source_dir: Path) -> Path:
 
 
 def _pack_of(source_dir: Path):
-    from .convert import pack_dir
+    from .cache_paths import pack_dir
     from .presets import OFFLINE_PACKS
 
     return next((p for p in OFFLINE_PACKS.values() if pack_dir(p) == Path(source_dir)), None)
@@ -286,7 +286,7 @@ def prepare(source_dir: Path, progress=None) -> Path | None:
     """The records file of the offline pack converted into ``source_dir``, made from its GGUF the first time
     (reassembled from the pack's parts, ~10 s, then deleted); None where the model is no offline pack or has
     no Q4_K matrix."""
-    from .convert import cache_dir, gguf_copy
+    from .cache_paths import cache_dir, gguf_copy
 
     dest = records_file(source_dir)
     if dest.exists():
