@@ -88,7 +88,7 @@ PRESETS: dict[str, Preset] = {
             "offline:qwen2.5-coder-1.5b",
             True,
             "Qwen2.5-Coder-0.5B-Instruct drafts for Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M). Weights come "
-            "from pip packages and run without network; the first use converts them (about a minute).",
+            "from pip packages and run without network; the first use converts them (a few minutes on 2 cores).",
             typical_alpha=0.8,
             params_b=(0.49, 1.54),
         ),
