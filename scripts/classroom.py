@@ -37,8 +37,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from page_events import Page, new_session  # noqa: E402
-from soak import Server, _cpu, _start_event  # noqa: E402
+from page_events import Page, completed, new_session  # noqa: E402
+from soak import Server, _cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLLOW = "Follow the teacher"
@@ -72,9 +72,7 @@ class Session:
                             continue
                         msg = json.loads(line[6:])
                         if msg.get("msg") == "process_completed":
-                            out = msg.get("output") or {}
-                            result = {"ok": bool(msg.get("success")), "output": out.get("data"),
-                                      "error": out.get("error"), "http": 200}
+                            result = completed(msg)
                             with self.lock:
                                 fut = self.waiting.pop(msg.get("event_id"), None)
                                 if fut is None:  # completed before its join's answer was read
@@ -128,7 +126,7 @@ class Class:
         ticks = [d for d in deps if d.get("backend_fn", True) and any(t[1] == "tick" for t in d["targets"])]
         self.poll = max(ticks, key=lambda d: len(d["outputs"]))  # the attendee's: the Live tab's views too
         self.refresh = min(ticks, key=lambda d: len(d["outputs"]))
-        self.start_page = _start_event(page)
+        self.start_page = page.start_event()
         self.start = page.event("click", elem_id="sv-class-start")
         self.join = page.event("click", elem_id="sv-class-join")
         self.experiment = page.event("input", elem_id="sv-class-experiment")

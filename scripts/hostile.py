@@ -313,10 +313,7 @@ def raw_get(url: str, target: str) -> tuple[int, str]:
 
 def battery_links(url: str, page: Page) -> Tally:
     t = Tally("links: deep links with garbage and over-long queries")
-    start = next(d for d in page.cfg["dependencies"] if d.get("backend_fn", True)
-                 and any(tr[1] == "load" for tr in d["targets"])
-                 and any(page.components.get(c, {}).get("props", {}).get("elem_id") == "sv-present-toggle"
-                         for c in d["outputs"]))
+    start = page.start_event()
     queries = ["rec=../../../../etc/passwd", "rec=%00", "rec=" + "A" * 5000, "example=-1", "example=1e999",
                "example=NaN", "round=NaN", "round=-99999999999999999999", "round=1e308", "round=inf", "present=maybe",
                "rec=1-code-greedy&round=" + "9" * 500, "%ZZ%", "a=%ff%fe%fd", "rec=<script>alert(1)</script>",

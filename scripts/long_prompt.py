@@ -145,12 +145,11 @@ def main() -> int:
                                 "without_a_cancel_it_would_wait_s": round(max(0.0, args.job_seconds - args.hold), 1)}
         print(json.dumps(report["disconnect"]), flush=True)
 
-        # 3. one chunk's time here: a prompt of two chunks and a bit, one new token (the target's pass over it)
+        # 3. the chunks' time here: a prompt past one chunk, one new token (the target's chunks before its first
+        # pass, core.kv.feed_prompt; sized by time, so "one_chunk_s" is their mean over two)
         two = long_prompt(270)
         took, rec, err = trace(server.url, two, args.preset, 1)
-        std = (rec or {}).get("standard") or {}
         spec = (rec or {}).get("speculative") or {}
-        # the speculative run's target: two chunks of the prompt before its first pass (core.kv.feed_prompt)
         report["chunk"] = {"prompt_tokens": spec.get("prompt_tokens"), "target_chunks_s": spec.get("target_prefill"),
                            "one_chunk_s": round((spec.get("target_prefill") or 0.0) / 2, 2),
                            "draft_prompt_s": spec.get("draft_prefill"), "error": err}

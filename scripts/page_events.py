@@ -42,6 +42,13 @@ class Page:
                 return dep
         raise LookupError(f"no {trigger} event on {elem_id or label}")
 
+    def start_event(self) -> dict:
+        """The page's start: its load event that opens the URL's deep link (the one that sets presenter mode)."""
+        return next(d for d in self.cfg["dependencies"] if d.get("backend_fn", True)
+                    and any(t[1] == "load" for t in d["targets"])
+                    and any(self.components.get(c, {}).get("props", {}).get("elem_id") == "sv-present-toggle"
+                            for c in d["outputs"]))
+
     def defaults(self, dep: dict, **by_elem_id: Any) -> list:
         """The event's input values as the page starts with them, some replaced (by the inputs' elem_ids)."""
         data = []
@@ -60,14 +67,15 @@ class Page:
         return {"path": up.json()[0], "orig_name": path.name, "meta": {"_type": "gradio.FileData"}}
 
     def fire(self, dep: dict, data: list, session: str | None = None, timeout: float = 600.0,
-             raw_body: bytes | None = None) -> dict:
+             raw_body: bytes | None = None, query: dict[str, str] | None = None) -> dict:
         """Send the event from `session` and wait for its end: {"ok": bool, "output": [...] or None,
-        "error": str or None, "http": status of the join}.  `raw_body` replaces the JSON body (forged ones)."""
+        "error": str or None, "http": status of the join}.  `raw_body` replaces the JSON body (forged ones);
+        `query`: the page's query string, sent on the join as Gradio's client sends a deep link's."""
         session = session or new_session()
         body = raw_body if raw_body is not None else json.dumps(
             {"data": data, "fn_index": dep["id"], "session_hash": session, "event_data": None,
              "trigger_id": dep["targets"][0][0]}, allow_nan=True).encode()
-        join = httpx.post(self.url + "gradio_api/queue/join", content=body,
+        join = httpx.post(self.url + "gradio_api/queue/join", content=body, params=query or None,
                           headers={"Content-Type": "application/json"}, timeout=60)
         if join.status_code != 200:
             return {"ok": False, "output": None, "error": join.text[:300], "http": join.status_code}
@@ -79,12 +87,16 @@ class Page:
                         continue
                     msg = json.loads(line[6:])
                     if msg.get("msg") == "process_completed":
-                        out = msg.get("output") or {}
-                        return {"ok": bool(msg.get("success")), "output": out.get("data"),
-                                "error": out.get("error"), "http": 200}
+                        return completed(msg)
         except OSError as exc:
             return {"ok": False, "output": None, "error": f"stream: {exc}", "http": 200}
         return {"ok": False, "output": None, "error": "the stream ended without a result", "http": 200}
+
+
+def completed(msg: dict) -> dict:
+    """An event's result from its "process_completed" message, as `Page.fire` returns it."""
+    out = msg.get("output") or {}
+    return {"ok": bool(msg.get("success")), "output": out.get("data"), "error": out.get("error"), "http": 200}
 
 
 def text_of(output: Any) -> str:

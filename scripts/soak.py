@@ -96,35 +96,6 @@ class Server:
             self.proc.kill()
 
 
-def _start_event(page: Page) -> dict:
-    return next(d for d in page.cfg["dependencies"] if d.get("backend_fn", True)
-                and any(t[1] == "load" for t in d["targets"])
-                and any(page.components.get(c, {}).get("props", {}).get("elem_id") == "sv-present-toggle"
-                        for c in d["outputs"]))
-
-
-def fire(page: Page, dep: dict, data: list, session: str, query: dict | None = None, timeout: float = 300) -> dict:
-    """Page.fire, with the page's query string on the join request (as Gradio's client sends a deep link's)."""
-    if not query:
-        return page.fire(dep, data, session, timeout=timeout)
-    body = json.dumps({"data": data, "fn_index": dep["id"], "session_hash": session, "event_data": None,
-                       "trigger_id": dep["targets"][0][0]}).encode()
-    q = "&".join(f"{k}={urllib.request.quote(v)}" for k, v in query.items())
-    join = httpx.post(page.url + f"gradio_api/queue/join?{q}", content=body,
-                      headers={"Content-Type": "application/json"}, timeout=60)
-    if join.status_code != 200:
-        return {"ok": False, "output": None, "error": join.text[:300], "http": join.status_code}
-    with urllib.request.urlopen(page.url + f"gradio_api/queue/data?session_hash={session}", timeout=timeout) as r:
-        for line in r:
-            if line.startswith(b"data: "):
-                msg = json.loads(line[6:])
-                if msg.get("msg") == "process_completed":
-                    out = msg.get("output") or {}
-                    return {"ok": bool(msg.get("success")), "output": out.get("data"), "error": out.get("error"),
-                            "http": 200}
-    return {"ok": False, "output": None, "error": "the stream ended without a result", "http": 200}
-
-
 def page_view(output: list | None) -> str:
     """A page's outputs, comparable across sessions: file names and upload paths aside."""
     text = text_of(output)
@@ -178,11 +149,11 @@ def main() -> int:
 
     try:
         page = Page(server.url)
-        start = _start_event(page)
+        start = page.start_event()
         pick = page.event("change", elem_id="sv-recordings")
         upload = page.event("upload", elem_id="sv-upload")
         download = page.event("click", elem_id="sv-export-page")
-        first = fire(page, start, [], new_session())
+        first = page.fire(start, [], new_session())
         assert first["ok"], first["error"]
         first_view = page_view(first["output"])
 
@@ -192,7 +163,7 @@ def main() -> int:
             if kind == "pick":
                 r = page.fire(pick, [rng.choice(RECORDINGS).name], s)
             else:
-                r = fire(page, start, [], s, LINKS[1 + k % (len(LINKS) - 1)] if kind == "link" else None)
+                r = page.fire(start, [], s, query=LINKS[1 + k % (len(LINKS) - 1)] if kind == "link" else None)
                 if r["ok"] and "sv-status-error" in text_of(r["output"]):
                     r = {"ok": False, "error": "the page opened with an error"}
             note(f"visit:{kind}", r)
@@ -228,7 +199,7 @@ def main() -> int:
                     print(f"  {done + 500} events, {time.time() - t0:.0f} s: RSS {server.rss() / 2**20:.0f} MiB, "
                           f"store {st.get('store')}, Gradio sessions {st.get('sessions')}", flush=True)
         time.sleep(2)
-        last = fire(page, start, [], new_session())
+        last = page.fire(start, [], new_session())
         same = last["ok"] and page_view(last["output"]) == first_view
         rss_end = server.rss()
         stats = server.stats()

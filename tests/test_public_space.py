@@ -75,14 +75,6 @@ def test_a_failing_liveness_check_keeps_entries_and_never_locks_the_store():
     assert len(store) == 2
 
 
-def start_event(page):
-    """The page's start (its load event that opens the deep link: it sets presenter mode)."""
-    return next(d for d in page.cfg["dependencies"] if d.get("backend_fn", True)
-                and any(t[1] == "load" for t in d["targets"])
-                and any(page.components.get(c, {}).get("props", {}).get("elem_id") == "sv-present-toggle"
-                        for c in d["outputs"]))
-
-
 @pytest.mark.server
 @pytest.mark.slow
 def test_the_page_opens_after_the_store_is_filled_through_the_server(tmp_path):
@@ -103,7 +95,7 @@ def test_the_page_opens_after_the_store_is_filled_through_the_server(tmp_path):
         small = min(RECORDINGS, key=lambda p: p.stat().st_size)
         answers = [page.fire(upload, [page.upload(small)], new_session()) for _ in range(6)]
         assert all(a["ok"] for a in answers), [a["error"] for a in answers]
-        load = start_event(page)
+        load = page.start_event()
         for _ in range(20):
             r = page.fire(load, [], new_session())
             assert r["ok"] and "Recorded example" in text_of(r["output"]), r["error"]
