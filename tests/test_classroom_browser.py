@@ -15,7 +15,6 @@ import pytest
 from playwright import sync_api  # noqa: F401  (requirements-test.txt)
 
 from specviz.models import TINY_PRESET
-from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.server import launch_app
 from tests.test_browser import assert_no_traceback, open_accordion, pick, set_number, tiny_recording  # noqa: F401
 
@@ -29,22 +28,12 @@ def server(tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 @pytest.fixture
-def pages(chromium):
+def pages(browser):
     made = []
 
     def new(width=1280, height=720):
-        ctx = chromium.new_context(viewport={"width": width, "height": height})
+        ctx = browser.new_context(viewport={"width": width, "height": height})
         pg = ctx.new_page()
         pg.set_default_timeout(UI_S * 1000)
         pg.svx_errors = []
