@@ -135,9 +135,9 @@ def test_a_target_on_its_gguf_matrices_is_never_replayed_as_int8s_own(monkeypatc
     settings = RunForm(prompt="hi").check().settings
     monkeypatch.setattr(service, "_EXECUTIONS", {})
     monkeypatch.setattr(service, "_WEIGHTS", {})
-    monkeypatch.setattr(q4k, "enabled", lambda: False)
+    monkeypatch.setattr(q4k, "expected", lambda: False)
     own = run_key(preset, "hi", settings, target_exec="int8")
-    monkeypatch.setattr(q4k, "enabled", lambda: True)  # asked for: before the pair loads, predicted
+    monkeypatch.setattr(q4k, "expected", lambda: True)  # asked for: before the pair loads, predicted
     stored = run_key(preset, "hi", settings, target_exec="int8")
     assert own.target_exec.startswith("int8@") and stored.target_exec.startswith("int8+gguf@") and own != stored
     assert run_key(preset, "hi", settings, target_exec="fp32").target_exec.startswith("fp32@")  # int8 only

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import gguf_tokenizer
+from . import gguf_dequant, gguf_tokenizer
 from .gguf_file import F16, F32, GGUFFile
 
 log = logging.getLogger("specviz.models")
@@ -71,9 +71,8 @@ def check(gguf: GGUFFile) -> None:
 
 def dequantized(gguf: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
     """Tensor ``name`` as ``dtype``, as transformers' GGUF loading makes it for a Qwen2 file
-    (``modeling_gguf_pytorch_utils.load_gguf_checkpoint``): gguf-py's float32 dequantization, then the cast."""
-    from gguf import GGMLQuantizationType, dequantize
-
+    (``modeling_gguf_pytorch_utils.load_gguf_checkpoint``): gguf-py's float32 dequantization, then the cast
+    (:mod:`.gguf_dequant` computes the same values in torch)."""
     info = gguf.tensors[name]
     raw = gguf.raw(name)
     if info.ggml_type == F32:
@@ -81,8 +80,36 @@ def dequantized(gguf: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
     elif info.ggml_type == F16:
         values = torch.from_numpy(raw.view(np.float16).astype(np.float32))
     else:
-        values = torch.from_numpy(dequantize(raw, GGMLQuantizationType(info.ggml_type)))
+        return gguf_dequant.dequantize(raw, info.ggml_type, info.shape, dtype)
     return values.reshape(info.shape).to(dtype)
+
+
+def dequantize_all(gguf: GGUFFile, dtype: torch.dtype, progress=None, label: str = "",
+                   workers: int = 0) -> dict[str, torch.Tensor]:
+    """Every tensor of the file as ``dtype``, under transformers' names.  ``workers`` = 0: one tensor at a time,
+    each on every intra-op thread; n: n tensors at a time, each on one thread (no barrier between threads to
+    spin at where other work shares the cores: measured beside a busy process, 4x faster on 2 cores)."""
+    names = list(gguf.tensors)
+    state: dict[str, torch.Tensor] = {}
+
+    def done(i: int, name: str, tensor: torch.Tensor) -> None:
+        state[hf_name(name)] = tensor
+        if progress and i % 16 == 0:  # in order, from this thread: the fractions only grow
+            progress(i / len(names), f"{label}: dequantizing tensor {i}/{len(names)}")
+
+    if workers <= 0:
+        for i, name in enumerate(names):
+            done(i, name, dequantized(gguf, name, dtype))
+        return state
+    threads = torch.get_num_threads()
+    try:
+        with ThreadPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,),
+                                thread_name_prefix="specviz-dequantize") as pool:
+            for i, (name, tensor) in enumerate(zip(names, pool.map(lambda n: dequantized(gguf, n, dtype), names))):
+                done(i, name, tensor)
+    finally:
+        torch.set_num_threads(threads)  # (MKL's count is the process's: set back)
+    return state
 
 
 def model_config(metadata: dict[str, Any], dtype: torch.dtype, tied: bool) -> Any:
@@ -121,6 +148,17 @@ def eos_list(metadata: dict[str, Any], extra_tokens: tuple[str, ...]) -> list[in
     return ids
 
 
+def generation_config(metadata: dict[str, Any], config: Any, extra_eos: tuple[str, ...]) -> tuple[Any, list[int]]:
+    """(transformers' GenerationConfig as the conversion saves it, the eos ids)."""
+    from transformers import GenerationConfig
+
+    eos = eos_list(metadata, extra_eos)
+    pad = _int(metadata.get("tokenizer.ggml.padding_token_id"))
+    return GenerationConfig(bos_token_id=config.bos_token_id,
+                            eos_token_id=(eos if len(eos) > 1 else eos[0]) if eos else None,
+                            pad_token_id=pad if pad is not None else (eos or [None])[0]), eos
+
+
 def write_cache(gguf_path: Path, out: Path, *, extra_eos: tuple[str, ...] = (), dtype: torch.dtype = torch.bfloat16,
                 records: Path | None = None, records_source: str = "", progress=None, label: str = "") -> dict:
     """Write the converted cache of the GGUF at ``gguf_path`` into the directory ``out`` (config, generation
@@ -128,7 +166,6 @@ def write_cache(gguf_path: Path, out: Path, *, extra_eos: tuple[str, ...] = (), 
     Returns {"eos_token_ids", "seconds": {phase: s}}.  :class:`.gguf_tokenizer.Unsupported` before anything is
     written where the file is not one this module converts."""
     from safetensors.torch import save_file
-    from transformers import GenerationConfig
 
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -150,18 +187,9 @@ def write_cache(gguf_path: Path, out: Path, *, extra_eos: tuple[str, ...] = (), 
         tied = "output.weight" not in gguf.tensors
         config = model_config(meta, dtype, tied)
         config.save_pretrained(str(out))
-        eos = eos_list(meta, extra_eos)
-        pad = _int(meta.get("tokenizer.ggml.padding_token_id"))
-        GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=(eos if len(eos) > 1 else eos[0]) if eos else None,
-                         pad_token_id=pad if pad is not None else (eos or [None])[0]).save_pretrained(str(out))
-        # two threads (numpy's work releases the interpreter lock): 0.5B 11.6 -> 9.4 s on the busy 2-core EPYC
-        names = list(gguf.tensors)
-        state: dict[str, torch.Tensor] = {}
-        with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
-            for i, (name, tensor) in enumerate(zip(names, pool.map(lambda n: dequantized(gguf, n, dtype), names))):
-                state[hf_name(name)] = tensor
-                if progress and i % 16 == 0:  # in order, from this thread: the fractions only grow
-                    progress(i / len(names), f"{label}: dequantizing tensor {i}/{len(names)}")
+        generation, eos = generation_config(meta, config, extra_eos)
+        generation.save_pretrained(str(out))
+        state = dequantize_all(gguf, dtype, progress, label)
         seconds["dequantize"] = time.perf_counter() - t
         t = time.perf_counter()
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -183,12 +211,10 @@ def write_cache(gguf_path: Path, out: Path, *, extra_eos: tuple[str, ...] = (), 
 
 def records_wanted() -> bool:
     """Whether the int8 target will take its GGUF's matrices as stored (:func:`.q4k.enabled`), judged without
-    building the kernel: asked for, and a CPU the kernel is for."""
-    from . import kernels
+    building the kernel (:func:`.q4k.expected`)."""
+    from . import q4k
 
-    if os.environ.get("SPECVIZ_Q4K", "1").strip() == "0" or os.environ.get("SPECVIZ_KERNEL", "1") == "0":
-        return False
-    return not kernels._why_not(kernels._cpu_flags())
+    return q4k.expected()
 
 
 def marker(pack: Any, eos: list[int], seconds: float, dtype: torch.dtype, cache_format: int) -> str:

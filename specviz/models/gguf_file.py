@@ -49,10 +49,14 @@ class GGUFFile:
     """The metadata (``.metadata``: key -> value; arrays of strings as lists of str, numeric ones as numpy) and
     the tensors (``.tensors``: name -> :class:`TensorInfo`; :meth:`raw`: their bytes) of a GGUF file, mapped."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, data: bytes | bytearray | None = None):
+        """The file at ``path``, mapped; or, given ``data``, the file's bytes held in memory (``path`` names it)."""
         self.path = Path(path)
-        with open(self.path, "rb") as fh:
-            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        if data is None:
+            with open(self.path, "rb") as fh:
+                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        else:
+            self._map = data
         self._buf = memoryview(self._map)
         self.metadata: dict[str, Any] = {}
         self.tensors: dict[str, TensorInfo] = {}
@@ -134,7 +138,8 @@ class GGUFFile:
         """Unmap the file, unless a view of it is still held (then the mapping goes with the last view)."""
         try:
             self._buf.release()
-            self._map.close()
+            if isinstance(self._map, mmap.mmap):
+                self._map.close()
         except BufferError:
             pass
 

