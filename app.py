@@ -72,6 +72,7 @@ RECORDINGS = sorted((ASSETS / "traces").glob("*.json"))
 QUEUE_SIZE = env_int("SPECVIZ_QUEUE_SIZE", 64)
 RUN_WORKERS = env_int("SPECVIZ_WORKERS", 32)
 MAX_THREADS = RUN_WORKERS + 24  # every running event holds a thread; the other events need some too
+GRADIO_QUEUE_ENV = {"GRADIO_ANALYTICS_MAX_EVENTS": "2000", "GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000"}
 MAX_UPLOAD = "10mb"  # Gradio refuses bigger uploads; the page draws recordings up to live.MAX_DRAW_BYTES
 STATE_TTL_S = 3 * 3600  # a session's shown run is dropped from the store this long after it last changed
 # Gradio keeps, per session, a copy of the page's config with the last value of every output it was
@@ -390,12 +391,16 @@ def build() -> gr.Blocks:
         example_of = json.dumps({e["prompt"]: e["label"] for e in EXAMPLES})
         prompt.input(None, [prompt], [example], js=f"(p) => ({example_of})[p] ?? null", api_visibility="private")
 
-        step.change(lambda s, i: (*step_views((s or {}).get("spec"), i), tree_ui.mask_for((s or {}).get("spec"), i)),
-                    [state, step], [narration, step_round, tree_mask], api_visibility="private")
-        step.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
+        # A round's views are drawn once per recording and round (ui.round_memo), so a class's pages stepping
+        # together are served at once, not one at a time for the whole server (issue 58): no concurrency limit.
+        # Outside Gradio's queue, too (one request, no event stream): each attendee's page fires these at every step.
+        step.change(picture_ui.on_step, [state, step], [narration, step_round, tree_mask, pos_pick, picture],
+                    queue=False, api_visibility="private")
         step.change(None, [step], None, js=present.SCROLL_ROUND_JS, api_visibility="private")  # the panel follows
-        pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], api_visibility="private")
-        state.change(picture_ui.for_step, [state, step], [pos_pick, picture], api_visibility="private")
+        pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], queue=False,
+                        api_visibility="private")
+        state.change(picture_ui.for_step, [state, step], [pos_pick, picture], concurrency_limit=None,
+                     api_visibility="private")
         copy_btn.click(lambda st, i, pr: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,
                                                           recordings=RECORDINGS, present=pr),
                        [state, step, present_box], [link_box],
@@ -518,6 +523,11 @@ def build() -> gr.Blocks:
 
         # The named API endpoint: one decode, streaming then returning both traces as JSON.
         gr.api(api_trace, api_name="trace", concurrency_limit=RUN_WORKERS, concurrency_id="runs")
+    # Gradio summarises its recorded events (a pandas table of up to GRADIO_ANALYTICS_MAX_EVENTS rows, for its
+    # monitoring page) after every event by default: tens of ms per event once thousands are recorded, the
+    # largest cost of a class's polls (issue 58).  Here: at most 2,000 events, summarised every 1,000 events.
+    for name, value in GRADIO_QUEUE_ENV.items():
+        os.environ.setdefault(name, value)  # read by the queue made here; the operator's own values stand
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     # The store's entries belong to Gradio sessions: one Gradio no longer holds (evicted, expired) is freed first
     # when room is needed, whatever dropped it (ui.store, issue 55).

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
+import os
 import random
 import re
 import sys
@@ -34,6 +35,7 @@ import urllib.request
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
@@ -42,6 +44,15 @@ from soak import Server, _cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLLOW = "Follow the teacher"
+# One pool of connections for every simulated page (a new client per event cost this script, which shares the
+# server's cores, a TLS context and a connection each time; browsers run on the attendees' own machines).
+CLIENT = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+
+
+def server_cpu(server: Server) -> float:
+    """CPU seconds the server process has used (user and system)."""
+    t = psutil.Process(server.proc.pid).cpu_times()
+    return t.user + t.system
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -95,9 +106,19 @@ class Session:
         body = json.dumps({"data": data, "fn_index": dep["id"], "session_hash": self.name, "event_data": None,
                            "trigger_id": dep["targets"][0][0]}, allow_nan=True).encode()
         fut: cf.Future = cf.Future()
+        if dep.get("queue") is False:  # outside the queue: one request, its answer the result (as a browser does)
+            try:
+                r = CLIENT.post(self.page.url + "gradio_api/run/predict", content=body,
+                                headers={"Content-Type": "application/json"}, timeout=timeout)
+            except httpx.HTTPError as exc:
+                return {"ok": False, "output": None, "error": f"predict: {exc}", "http": 0}
+            out = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+            return {"ok": r.status_code == 200, "output": out.get("data"), "error": out.get("error") or
+                    (None if r.status_code == 200 else r.text[:300]), "http": r.status_code,
+                    "changed": out.get("changed_state_ids") or []}
         try:
-            join = httpx.post(self.page.url + "gradio_api/queue/join", content=body,
-                              headers={"Content-Type": "application/json"}, timeout=60)
+            join = CLIENT.post(self.page.url + "gradio_api/queue/join", content=body,
+                               headers={"Content-Type": "application/json"}, timeout=60)
         except httpx.HTTPError as exc:
             return {"ok": False, "output": None, "error": f"join: {exc}", "http": 0}
         if join.status_code != 200:
@@ -124,8 +145,15 @@ class Class:
         deps = page.cfg["dependencies"]
         self.step_id = self.by_elem["sv-step"]
         ticks = [d for d in deps if d.get("backend_fn", True) and any(t[1] == "tick" for t in d["targets"])]
-        self.poll = max(ticks, key=lambda d: len(d["outputs"]))  # the attendee's: the Live tab's views too
-        self.refresh = min(ticks, key=lambda d: len(d["outputs"]))
+        self.poll = max(ticks, key=lambda d: len(d["inputs"]))  # the attendee's: the page's follow, state, step
+        self.refresh = min(ticks, key=lambda d: len(d["inputs"]))
+        # The poll's outputs are States; when one changes, the browser fires its change event (the sync, with
+        # the Live tab's views or the round's as outputs).
+        self.state_changes: dict[int, list[dict]] = {}  # a State's id: its change events
+        for d in deps:
+            for cid, kind in (tuple(t) for t in d["targets"]):
+                if kind == "change" and d.get("backend_fn", True) and comps.get(cid, {}).get("type") == "state":
+                    self.state_changes.setdefault(cid, []).append(d)
         self.start_page = page.start_event()
         self.start = page.event("click", elem_id="sv-class-start")
         self.join = page.event("click", elem_id="sv-class-join")
@@ -158,6 +186,18 @@ class Class:
             return v.get("value")
         return v
 
+    def follow(self, dep: dict, result: dict, session: Session, values: dict[int, object],
+               depth: int = 0) -> list[tuple[dict, dict]]:
+        """What a browser does after an event: it fires the change events of the States the event changed (in
+        turn, as their answers come); every (event, result), this one first."""
+        done = [(dep, result)]
+        if depth >= 3:
+            return done
+        for sid in result.get("changed", []):
+            for d in self.state_changes.get(sid, []):
+                done += self.follow(d, self.fire(d, session, values), session, values, depth + 1)
+        return done
+
     def stepped(self, session: Session, step: int, wait: bool = True) -> None:
         """What a browser sends when its step slider changed: the step's change events, at once."""
         pool = cf.ThreadPoolExecutor(len(self.step_changes))
@@ -176,6 +216,7 @@ def main() -> int:
     ap.add_argument("--max-new", type=int, default=16, help="tokens each race generates")
     ap.add_argument("--url", help="a running server (else one is started)")
     ap.add_argument("--out", type=Path, help="write the figures here as JSON")
+    ap.add_argument("--follow-only", action="store_true", help="stop after the follow phase (no races)")
     args = ap.parse_args()
 
     server = None
@@ -201,6 +242,7 @@ def main() -> int:
         from specviz.models import TINY_PRESET
 
         rss0 = server.rss() if server else None
+        load0 = [round(x, 2) for x in os.getloadavg()]  # the machine's load (another job's would disturb the figures)
         teacher = Session(page)
         note("teacher page", cls.fire(cls.start_page, teacher))
         r = note("start a class", cls.fire(cls.start, teacher, {cls.step_id: 1}))
@@ -229,19 +271,23 @@ def main() -> int:
             follow_id = cls.by_elem["sv-class-follow"]
             while not stop.is_set():
                 t0 = time.monotonic()
-                r = note("poll", cls.fire(cls.poll, s, {follow_id: FOLLOW if following[s] else "Let me explore",
-                                                       cls.step_id: shown[s]}))
-                new = cls.output(cls.poll, r, cls.step_id)
+                values = {follow_id: FOLLOW if following[s] else "Let me explore", cls.step_id: shown[s]}
+                # the poll, then (when the page differs from the room's) the sync its State's change fires
+                answers = cls.follow(cls.poll, note("poll", cls.fire(cls.poll, s, values)), s, values)
+                for dep, r in answers[1:]:
+                    note("sync", r)
+                new = next((v for dep, r in answers if (v := cls.output(dep, r, cls.step_id)) is not None), None)
                 if isinstance(new, dict):
                     new = new.get("value")
                 if isinstance(new, (int, float)) and int(new) != shown[s]:
                     shown[s] = int(new)
                     seen_at.setdefault((s, int(new)), time.monotonic())
                     cls.stepped(s, int(new), wait=False)  # the browser's next tick does not wait for them
-                if cls.output(cls.poll, r, follow_id) == "Let me explore":
+                if any(cls.output(dep, r, follow_id) == "Let me explore" for dep, r in answers):
                     following[s] = False
                 stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))  # a gr.Timer(1.0): the next tick after this one
 
+        cpu0 = (server_cpu(server) if server else 0.0, time.process_time(), time.monotonic())
         threads = [threading.Thread(target=poller, args=(s,), daemon=True) for s in sessions]
         for t in threads:
             t.start()
@@ -260,8 +306,20 @@ def main() -> int:
         time.sleep(3)
         delays = [seen_at[(s, k)] - t for k, t in shown_at.items() for s in sessions if (s, k) in seen_at]
         missed = sum(1 for k in shown_at for s in sessions if (s, k) not in seen_at and shown[s] < k)
+        cpu_s = {"server": round(server_cpu(server) - cpu0[0], 1) if server else None,
+                 "load_script": round(time.process_time() - cpu0[1], 1), "wall": round(time.monotonic() - cpu0[2], 1)}
         print(f"follow: {len(delays)} attendee steps, p50 {pct(delays, .5):.2f} s, p95 {pct(delays, .95):.2f} s, "
-              f"max {max(delays):.2f} s; {missed} never seen", flush=True)
+              f"max {max(delays):.2f} s; {missed} never seen; CPU s {cpu_s}", flush=True)
+        if args.follow_only:
+            stop.set()
+            figures = {"cpu": _cpu(), "attendees": len(sessions), "steps": len(shown_at),
+                       "follow_p50_s": pct(delays, .5), "follow_p95_s": pct(delays, .95), "follow_max_s": max(delays),
+                       "follow_never_seen": missed, "follow_cpu_s": cpu_s, "failed_events": len(failures),
+                       "failures": failures[:10], "load_avg": [round(x, 2) for x in os.getloadavg()]}
+            print(json.dumps(figures, indent=1))
+            if args.out:
+                args.out.write_text(json.dumps(figures, indent=1))
+            return 0 if (figures["follow_p95_s"] or 99) <= 2.0 else 1
 
         # The experiment: every attendee races once and posts it.
         counts: list[tuple[float, int]] = []
@@ -293,6 +351,11 @@ def main() -> int:
                                                   cls.by_elem["sv-gamma"]: gamma, cls.by_elem["sv-max-new"]: args.max_new}))
             end = time.monotonic()
             race_s.append(end - t0)
+            new = cls.output(cls.run, r, cls.step_id)  # the race's rounds: the page's step is the race's now
+            if isinstance(new, dict):
+                new = new.get("value")
+            if isinstance(new, (int, float)):
+                shown[s] = int(new)
             p = note("post", cls.fire(cls.post, s))
             if "Posted to the class" in json.dumps(p.get("output"), ensure_ascii=False):
                 with fail_lock:
@@ -323,10 +386,16 @@ def main() -> int:
             "points_on_teacher_page": counts[-1][1] if counts else 0,
             "failed_events": len(failures), "tracebacks": tracebacks,
             "rss_before_mib": round(rss0 / 2**20) if rss0 else None, "rss_after_mib": round(rss1 / 2**20) if rss1 else None,
+            "follow_cpu_s": cpu_s, "load_avg_before": load0, "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         }
+        kinds: dict[str, int] = {}
+        for f in failures:
+            kind = re.sub(r"\d+", "N", f)[:120]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        figures["failures_by_kind"] = kinds
         print(json.dumps(figures, indent=1))
-        for f in failures[:10]:
-            print("  failed:", f)
+        for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:10]:
+            print(f"  failed ×{n}:", kind)
         if args.out:
             args.out.write_text(json.dumps(figures, indent=1))
         ok = (figures["follow_p95_s"] or 99) <= 2.0 and all(v <= 5.0 for v in visible) and not tracebacks \

@@ -96,7 +96,8 @@ class Page:
 def completed(msg: dict) -> dict:
     """An event's result from its "process_completed" message, as `Page.fire` returns it."""
     out = msg.get("output") or {}
-    return {"ok": bool(msg.get("success")), "output": out.get("data"), "error": out.get("error"), "http": 200}
+    return {"ok": bool(msg.get("success")), "output": out.get("data"), "error": out.get("error"), "http": 200,
+            "changed": out.get("changed_state_ids") or []}  # states whose change events a browser now fires
 
 
 def text_of(output: Any) -> str:

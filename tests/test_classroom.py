@@ -1,4 +1,5 @@
-"""Class rooms (issue 58): bounds, expiry, codes, the teacher's secret, and the points' validation."""
+"""Class rooms (issue 58): bounds, expiry, codes, the teacher's secret, and the points' validation; an
+attendee's poll, which rebuilds none of the page's outputs unless the page must move."""
 
 from __future__ import annotations
 
@@ -181,3 +182,48 @@ def test_the_teacher_removes_a_point(store):
     assert store.remove_point(room.code, room.secret, p.id) is True
     assert store.remove_point(room.code, room.secret, p.id) is False
     assert store.points(room.code) == [] and room.points_version == v + 1
+
+
+def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
+    """Gradio rebuilds every output an event leaves alone (~1 ms each): the poll's outputs are two States, set
+    only when the page must move to the teacher's round (a sync of a few outputs) or recording (every view)."""
+    import dataclasses
+    from pathlib import Path
+
+    import gradio as gr
+
+    from specviz.ui import classroom as C
+    from specviz.ui.frames import LiveFrame, Slots
+    from specviz.ui.store import Shown
+
+    recs = sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.json"))
+    ui = C.ClassUI(**{f.name: object() for f in dataclasses.fields(C.ClassUI)})
+    views = Slots(LiveFrame, **{f.name: object() for f in dataclasses.fields(LiveFrame)})
+    step = views["step"]
+    small = frozenset([step, views["narration"], views["step_round"], ui.bar_text, ui.poll, ui.follow, ui.room,
+                       ui.task, ui.seen, ui.want_all])
+    room = C.ROOMS.create()
+    try:
+        teacher = {"code": room.code, "role": "teacher", "secret": room.secret}
+        shown = Shown.shipped(recs[0])
+        C.teacher_view(teacher, shown, 3)
+        st = {"code": room.code, "role": "attendee"}
+
+        def poll(state, at, fn=C.attendee_poll):
+            return fn(ui, views, step, recs, st, C.FOLLOW, state, at, room.version, None, small)
+
+        skip = gr.skip()
+        assert poll(shown, 3) == {ui.want: skip, ui.want_all: skip}  # in line: nothing at all
+        out = poll(shown, 2)  # another round: the few outputs' sync
+        assert isinstance(out[ui.want], int) and out[ui.want_all] == skip
+        synced = poll(shown, 2, C.attendee_step)
+        assert set(synced) <= small and synced[step] == 3
+        assert synced[views["narration"]] == C.live.step_views(shown.get("spec"), 3)[0]
+        out = poll(None, 1)  # another recording (here: none shown yet): every view's sync
+        assert out[ui.want] == skip and isinstance(out[ui.want_all], int)
+        handed = poll(None, 1, C.attendee_step)  # the round's sync cannot: it hands over
+        assert list(handed) == [ui.want_all] and handed[ui.want_all] != out[ui.want_all]
+        full = C.attendee_sync(ui, views, step, recs, st, C.FOLLOW, None, 1, room.version, None)
+        assert len(full) > len(small) and full[views["state"]] == shown  # the full sync writes every view
+    finally:
+        C.ROOMS.close(room.code, room.secret)

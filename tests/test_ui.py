@@ -211,3 +211,21 @@ def test_the_example_dropdown_names_the_example_the_form_shows_or_none(page):
     typed = [fn for fn in demo.fns.values() if fn.targets == [(prompt._id, "input")] and example in fn.outputs]
     assert len(typed) == 1 and typed[0].fn is None
     assert json.dumps({e["prompt"]: e["label"] for e in app.EXAMPLES}) in typed[0].js
+
+
+def test_step_modes_views_are_served_to_every_page_at_once(page):
+    """A class's pages step together (issue 58): the round's views (drawn once per recording and round,
+    ui.round_memo) are served to every page at once, outside Gradio's queue, not one at a time for the server;
+    so is the teacher's step sent to the room (every attendee's page fires it too, where it does nothing)."""
+    from specviz.ui import classroom, picture_ui
+
+    demo, by_id = page
+    step = by_id["sv-step"]
+    on_step = [fn for fn in demo.fns.values() if (step._id, "change") in [tuple(t) for t in fn.targets]
+               and fn.fn is not None]
+    assert sorted(fn.fn.__name__ for fn in on_step) == ["on_step", "teacher_view"]
+    assert all(fn.queue is False for fn in on_step)
+    assert next(fn for fn in on_step if fn.fn.__name__ == "teacher_view").fn is classroom.teacher_view
+    for handler in (picture_ui.for_position, picture_ui.for_step):
+        fns = [fn for fn in demo.fns.values() if fn.fn is handler]
+        assert fns and all(fn.queue is False or fn.concurrency_limit is None for fn in fns)

@@ -27,6 +27,7 @@ import functools
 import hashlib
 import html
 import io
+import itertools
 import json
 import logging
 import tempfile
@@ -413,6 +414,8 @@ class ClassUI:
     count: Any = None
     plot: Any = None
     seen: Any = None
+    want: Any = None  # gr.State: a new number when the attendee's page must move to the teacher's round
+    want_all: Any = None  # gr.State: a new number when it must show another recording (every view of the Live tab)
     teacher_poll: Any = None
     pick: Any = None
     remove: Any = None
@@ -437,6 +440,7 @@ def build_bar() -> ClassUI:
     ui.poll = gr.Timer(POLL_S, active=False)
     ui.teacher_poll = gr.Timer(TEACHER_POLL_S, active=False)
     ui.seen = gr.State(-1)
+    ui.want, ui.want_all = gr.State(0), gr.State(0)
     return ui
 
 
@@ -586,6 +590,38 @@ def attendee_sync(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], 
     return out
 
 
+_WANTS = itertools.count(1)
+
+
+def _changes_nothing(out: dict) -> bool:
+    return all(isinstance(v, dict) and v == {"__type__": "update"} for v in out.values())  # gr.skip()s only
+
+
+def attendee_poll(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], st: Any, follow: Any, state: Any,
+                  step: Any, seen: Any = None, request: gr.Request = None, small: frozenset = frozenset()) -> dict:
+    """An attendee's poll, cheap for a room of sixty.  Gradio rebuilds each component an event leaves alone (a
+    skipped output costs about a millisecond of the server's one interpreter lock), so with the Live tab's views as
+    the poll's outputs, sixty polls a second saturated the server and the teacher's step reached pages seconds late.
+    The poll's outputs are two States, set to a new number only when the page differs from what the room shows:
+    ``ui.want`` when the round (or the bar) is what differs, its change event syncing those few outputs
+    (``small``); ``ui.want_all`` when the recording does, its change event syncing every view.  Most polls change
+    nothing and rebuild nothing."""
+    out = attendee_sync(ui, views, step_c, recordings, st, follow, state, step, seen, request)
+    if _changes_nothing(out):
+        return {ui.want: gr.skip(), ui.want_all: gr.skip()}
+    if set(out) <= small:
+        return {ui.want: next(_WANTS), ui.want_all: gr.skip()}
+    return {ui.want: gr.skip(), ui.want_all: next(_WANTS)}
+
+
+def attendee_step(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], st: Any, follow: Any, state: Any,
+                  step: Any, seen: Any = None, request: gr.Request = None, small: frozenset = frozenset()) -> dict:
+    """``ui.want``'s change: the sync, with the few outputs a new round needs (``small``); if by now the page needs
+    more (the teacher showed another recording meanwhile), ``ui.want_all`` changes instead."""
+    out = attendee_sync(ui, views, step_c, recordings, st, follow, state, step, seen, request)
+    return out if set(out) <= small else {ui.want_all: next(_WANTS)}
+
+
 def teacher_refresh(ui: ClassUI, st: Any, seen: Any) -> dict:
     """The teacher's plot, count and points list, redrawn when points came or went."""
     room = _room(st) if isinstance(st, dict) and st.get("role") == "teacher" else None
@@ -655,12 +691,28 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
     ui.code_in.submit(join, [ui.code_in], outs, **quick)
     ui.close.click(functools.partial(close_class, ui), [ui.room], outs, **quick)
     # The teacher's page: every round or run it shows goes to its room (nothing happens on other pages).
-    step.change(teacher_view, [ui.room, state, step], None, **quick)
+    # (outside Gradio's queue: every attendee's page fires it at every step too, where it does nothing)
+    step.change(teacher_view, [ui.room, state, step], None, api_visibility="private", show_progress="hidden",
+                queue=False)
     state.change(teacher_view, [ui.room, state, step], None, **quick)
     # The attendees' pages: a poll a second; following again catches up at once; a Run of one's own leaves.
     sync_in, sync_outs = [ui.room, ui.follow, state, step, ui.seen], [*views.outputs, ui.bar_text, ui.poll,
                                                                       ui.follow, ui.room, ui.task, ui.seen]
-    ui.poll.tick(sync, sync_in, sync_outs, **quick)
+    # A poll's outputs are two States (most polls change neither: nothing is rebuilt); a new round syncs the few
+    # outputs in `small`, another recording every view (attendee_poll).
+    small_outs = [step, views["narration"], views["step_round"], ui.bar_text, ui.poll, ui.follow, ui.room, ui.task,
+                  ui.seen, ui.want_all]
+    small = frozenset(small_outs)
+
+    def poll(st: Any, follow: Any, state_v: Any, step_v: Any, seen: Any, request: gr.Request = None) -> dict:
+        return attendee_poll(ui, views, step, recordings, st, follow, state_v, step_v, seen, request, small)
+
+    def to_round(st: Any, follow: Any, state_v: Any, step_v: Any, seen: Any, request: gr.Request = None) -> dict:
+        return attendee_step(ui, views, step, recordings, st, follow, state_v, step_v, seen, request, small)
+
+    ui.poll.tick(poll, sync_in, [ui.want, ui.want_all], **quick)
+    ui.want.change(to_round, sync_in, small_outs, **quick)
+    ui.want_all.change(sync, sync_in, sync_outs, **quick)
     ui.follow.input(sync, sync_in, sync_outs, **quick)
     # In the browser, at once (the Radio shows only on an attendee's page): the poll must not replace the race.
     run_btn.click(None, None, None, api_visibility="private", show_progress="hidden",
