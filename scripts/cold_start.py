@@ -8,8 +8,9 @@ prompt no recording holds (a live run, not a replay).  It reports, per start:
 - page: launch -> the page answers HTTP 200;
 - served: launch -> that run's finished recording arrives (the goal: median <= 30 s);
 - probe: whether ``<cache>/probe.json`` holds a measured probe after the run (and when it appeared);
-- phases: the server log's own per-phase lines (conversion, tokenizer, records, kernel build, ...), each with
-  the seconds since launch at which it was logged.
+- phases: the server log's own per-phase lines (the ready pair read from the GGUFs, then the prepared pair's
+  conversion, records, kernel build, probe, ...), each with the seconds since launch at which it was logged;
+- target_exec: what the timed run's target ran as ("bf16": the ready pair, specviz.serving.first_start).
 
     python scripts/cold_start.py --starts 3
     python scripts/cold_start.py --starts 1 --keep        # keep the caches and logs (paths printed)
@@ -47,6 +48,9 @@ PHASES = {
     "gguf read": re.compile(r"Read the GGUF of (.+?) in ([\d.]+) s"),
     "tokenizer": re.compile(r"[Tt]okenizer of (.+?) (?:built|converted) in ([\d.]+) s"),
     "converted": re.compile(r"Converted (.+?) in ([\d.]+) s"),
+    "dequantized (ready)": re.compile(r"Dequantized (.+?) from its GGUF in ([\d.]+) s"),
+    "ready pair": re.compile(r"Ready: .+ read from their GGUFs"),
+    "prepared pair swapped in": re.compile(r"The prepared pair replaces the ready one"),
     "int8 weights stored": re.compile(r"Stored the int8 weights in (\S+)"),
     "kernel build started": re.compile(r"building specviz's kernel"),
     "kernel built": re.compile(r"specviz's kernel built in ([\d.]+) s"),
@@ -94,6 +98,17 @@ def probe_recorded(cache: Path) -> bool:
     return any(bool((e or {}).get("measured", True)) for e in (entries.values() if isinstance(entries, dict) else []))
 
 
+def peak_rss_gb(pid: int) -> float | None:
+    """The app's peak resident memory so far (Linux VmHWM), in GB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 2**20, 2)
+    except OSError:
+        pass
+    return None
+
+
 def one_start(tokens: int, keep: bool, timeout: float = 600.0) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -137,10 +152,18 @@ def one_start(tokens: int, keep: bool, timeout: float = 600.0) -> dict:
         spec = result.get("speculative") or {}
         rec["target_exec"] = (spec.get("models") or {}).get("target_exec")
         rec["probe_at_run"] = probe_recorded(cache)
-        deadline = time.perf_counter() + 180  # the probe, the background kernel build, the packing: a while longer
-        while time.perf_counter() < deadline and not (probe_recorded(cache) and "weights prepared" in Path(log.name).read_text(errors="replace")):
+        # the prepared pair (conversion, kernel build, probe, packing) comes a while later: wait for it too
+        deadline = time.perf_counter() + 400
+
+        def prepared() -> bool:
+            text = Path(log.name).read_text(errors="replace")
+            swapped = "Ready: " not in text or "The prepared pair replaces the ready one" in text
+            return probe_recorded(cache) and "weights prepared" in text and swapped
+
+        while time.perf_counter() < deadline and not prepared():
             time.sleep(1.0)
         rec["probe"] = probe_recorded(cache)
+        rec["peak_rss_gb"] = peak_rss_gb(proc.pid)
         rec["after_s"] = round(time.perf_counter() - t0, 1)
     finally:
         proc.terminate()
@@ -177,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"start {k + 1}: page {rec['page_s']} s, first live run served {rec['served_s']} s"
               f" ({rec['cpu_s']} CPU s of the app and its compiler; load average {rec['load_avg']})"
-              f" (target {rec['target_exec']}), probe recorded: {rec['probe']} (at the run: {rec['probe_at_run']})"
+              f" (target {rec['target_exec']}), probe recorded: {rec['probe']} (at the run: {rec['probe_at_run']}),"
+              f" peak RSS {rec['peak_rss_gb']} GB"
               + (" (a replay!)" if rec["replay"] else "") + f"; log {rec['log']}", flush=True)
         for p in rec["phases"]:
             print(f"    {p['at_s']:7.1f} s  {p['phase']:<22} {p['line']}")

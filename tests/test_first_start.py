@@ -15,8 +15,8 @@ import threading
 import pytest
 import torch
 
-from specviz.models import DEFAULT_PRESET, TINY_PRESET, ModelError, convert, load_pair, packs, warm
-from specviz.models.first_start import ready_pair, wanted
+from specviz.models import DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, convert, load_pair, packs, warm
+from specviz.models.first_start import ready_pair, run_dtype, wanted
 from specviz.serving import first_start as server_start
 from tests.test_models import cache, gguf_pack, make_pack, part_file  # noqa: F401  (fixtures)
 
@@ -42,9 +42,14 @@ def test_the_ready_pair_is_the_converted_pair_in_memory(tmp_path, monkeypatch, c
     assert not wanted(draft.ref, target.ref, torch.device("meta")) and not wanted("tiny:a", target.ref, torch.device("cpu"))
     ready = ready_pair("custom", draft.ref, target.ref)
     assert not list(cache.rglob("*.gguf")) and not convert.pack_dir(target).exists()  # nothing written
-    assert ready.target_exec == "bf16" and ready.dtype == torch.bfloat16 and ready.draft_quant is None
+    execution = {torch.bfloat16: "bf16", torch.float32: "fp32"}[run_dtype()]
+    assert ready.target_exec == execution and ready.dtype == torch.bfloat16 and ready.draft_quant is None
+    assert next(ready.target.parameters()).dtype == run_dtype() and next(ready.draft.parameters()).dtype == torch.bfloat16
 
-    converted = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16")
+    # the converted pair in the same execution: fp32 holds the bf16 cache's values (and so do the ready models)
+    converted = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec=execution)
+    for model in (ready.draft, ready.target):
+        assert all(torch.equal(p, p.to(torch.bfloat16).to(p.dtype)) for p in model.parameters())
     assert not wanted(draft.ref, target.ref, torch.device("cpu"))  # converted now: the load itself is quick
     for mine, theirs in ((ready.draft, converted.draft), (ready.target, converted.target)):
         a, b = mine.state_dict(), theirs.state_dict()
@@ -74,11 +79,14 @@ def _fake_ready(monkeypatch, pair):
 
     monkeypatch.setattr(first_start, "wanted", lambda *a: True)
     monkeypatch.setattr(first_start, "ready_pair", lambda *a, **k: pair)
+    converted = []
+    monkeypatch.setattr(first_start, "convert_packs", lambda *refs: converted.append(refs))
+    return converted
 
 
 def test_the_ready_pair_serves_flagged_until_the_prepared_pair_replaces_it(monkeypatch, fresh_server_state):
-    ready, prepared = load_pair(TINY_PRESET), object()
-    _fake_ready(monkeypatch, ready)
+    ready = load_pair(TINY_PRESET)
+    converted = _fake_ready(monkeypatch, ready)
     go, calls = threading.Event(), []
 
     def load_full():
@@ -92,7 +100,7 @@ def test_the_ready_pair_serves_flagged_until_the_prepared_pair_replaces_it(monke
     go.set()
     assert server_start.wait(30)
     assert calls == [1] and server_start.serving() is None and not warm.preparing(ready)
-    del prepared
+    assert converted == [(PRESETS[DEFAULT_PRESET].draft, PRESETS[DEFAULT_PRESET].target)]  # first, at a low priority
 
 
 def test_a_failed_prepared_load_leaves_the_ready_pair_serving(monkeypatch, fresh_server_state):

@@ -8,10 +8,11 @@ probed: about 170 s on the 2-core AMD EPYC (Zen 3).  Most of that is preparation
 * each pack's parts are read into memory, checked (size and sha256) and parsed (:class:`.gguf_file.GGUFFile`);
   nothing is written;
 * the tokenizer is built by ``tokenizers`` from the GGUF's vocabulary and merges (:mod:`.gguf_tokenizer`);
-* every tensor is dequantized in torch (:mod:`.gguf_dequant`: gguf-py's values to the bit) into a bf16
-  transformers model (the same weights a converted cache holds, byte for byte);
+* every tensor is dequantized in torch (:mod:`.gguf_dequant`: gguf-py's values to the bit) and rounded to bf16
+  as a converted cache holds it, into transformers models: the draft in bf16, the target in bf16 where the CPU
+  has native bf16 (AMX, AVX512-BF16), else in float32 holding the same values (:func:`run_dtype`);
 
-so the target runs as "bf16": the same model as the converted pair's bf16 target, on the stock kernels.  The
+so the pair is the converted pair's bf16 or fp32 execution to the bit, on the stock kernels.  The
 server (:mod:`specviz.serving.first_start`) serves it while the full load (conversion, kernel, probe) runs in
 the background at a low priority, then swaps the prepared pair in.
 """
@@ -21,20 +22,33 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import gguf_convert, gguf_tokenizer
-from .convert import needs_conversion, offline_pack
+from . import executions, gguf_convert, gguf_tokenizer
+from .convert import needs_conversion, offline_pack, source_of
 from .gguf_file import GGUFFile
 from .packs import read
 from .pair import ModelPair, ProgressFn, log, report, span
 from .tokens import converted_tokenizer, eos_ids
 
-DTYPE = torch.bfloat16  # what a converted cache holds: the ready target is its bf16 execution
+DTYPE = torch.bfloat16  # what a converted cache holds: every weight is rounded to it, as there
+NATIVE_BF16 = frozenset({"amx_bf16", "avx512_bf16"})
+
+
+def run_dtype() -> torch.dtype:
+    """What the ready target runs in: bf16 where the CPU computes it natively, else float32 holding the bf16 values.
+    Without native bf16 (AVX2 CPUs) a prompt's pass is ~3x faster in float32 (the 1.5B target, 45 tokens: 2.1 s
+    against 6.2 on the 2-core Zen 3 EPYC), which is most of a first run; one token's step is slower there (380 ms
+    against 242), and it takes twice the memory (6 GB).  The draft stays bf16, as a converted pair loads it."""
+    from .kernels import _cpu_flags
+
+    return DTYPE if NATIVE_BF16 & _cpu_flags() else torch.float32
+
+
 WORKERS = max(1, min(4, os.cpu_count() or 1))  # tensors dequantized at once (gguf_convert.dequantize_all)
 
 
@@ -46,16 +60,22 @@ def wanted(draft_ref: str, target_ref: str, device: torch.device) -> bool:
             and any(needs_conversion(ref) for ref in (draft_ref, target_ref)))
 
 
-def _model(gguf: GGUFFile, label: str, extra_eos: tuple[str, ...], progress: ProgressFn | None) -> Any:
+def convert_packs(draft_ref: str, target_ref: str) -> None:
+    """Write both packs' converted caches (the prepared pair's load then finds them: :func:`.convert.source_of`)."""
+    for ref in (draft_ref, target_ref):
+        source_of(ref, None)
+
+
+def _model(gguf: GGUFFile, label: str, extra_eos: tuple[str, ...], run: torch.dtype, progress: ProgressFn | None) -> Any:
     import transformers
 
     gguf_convert.check(gguf)
-    config = gguf_convert.model_config(gguf.metadata, DTYPE, "output.weight" not in gguf.tensors)
+    config = gguf_convert.model_config(gguf.metadata, run, "output.weight" not in gguf.tensors)
     t = time.perf_counter()
-    state = gguf_convert.dequantize_all(gguf, DTYPE, progress, label, workers=WORKERS)
+    state = gguf_convert.dequantize_all(gguf, DTYPE, progress, label, workers=WORKERS, widen=None if run == DTYPE else run)
     log.info("Dequantized %s from its GGUF in %.1f s", label, time.perf_counter() - t)
     model_class = getattr(transformers, config.architectures[0])  # (gguf_convert.ARCHITECTURES: Qwen2ForCausalLM)
-    model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=DTYPE)
+    model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=run)
     del state
     model.generation_config, _ = gguf_convert.generation_config(gguf.metadata, config, extra_eos)
     model.requires_grad_(False)
@@ -82,33 +102,31 @@ def _tokenizer(metadata: dict[str, Any], label: str) -> Any:
 
 
 def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn | None = None) -> ModelPair:
-    """The pair ``draft_ref`` -> ``target_ref`` (two offline packs) as bf16 transformers models made in memory
-    from their GGUFs.  :class:`.gguf_tokenizer.Unsupported` where a file is not one this module reads, and the
+    """The pair ``draft_ref`` -> ``target_ref`` (two offline packs) as transformers models made in memory from
+    their GGUFs (:func:`run_dtype`).  :class:`.gguf_tokenizer.Unsupported` where a file is not one this module reads, and the
     loaders' ModelError where a pack is missing or damaged."""
     t0 = time.perf_counter()
     from transformers import TokenizersBackend  # noqa: F401  (here: transformers' lazy imports are not thread-safe)
 
     made: dict[str, tuple[Any, str]] = {}
-    # The tokenizer is built (in Rust, mostly without the interpreter lock) while the draft is dequantized,
-    # and the target's file is read and checked (hashlib: likewise) meanwhile too.
+    # The target's file is read and checked (hashlib: mostly without the interpreter lock) and the tokenizer
+    # built (in Rust: likewise) while the draft is dequantized.
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="specviz-ready") as pool:
-        files = {role: pool.submit(_read, offline_pack(ref)) for role, ref in (("draft", draft_ref), ("target", target_ref))}
-        # (its modelling code imported now, while the files are read: that takes the interpreter lock, hashing not)
-        getattr(__import__("transformers"), gguf_convert.ARCHITECTURES["qwen2"])
-        tokenizer_built: Future | None = None
-        vocabulary = None
-        for role, ref, (lo, hi) in (("draft", draft_ref, (0.0, 0.3)), ("target", target_ref, (0.3, 0.95))):
-            pack = offline_pack(ref)
+        target_file = pool.submit(_read, offline_pack(target_ref))
+        draft_file = _read(offline_pack(draft_ref))
+        vocabulary = draft_file.metadata["tokenizer.ggml.tokens"]
+        tokenizer_built = pool.submit(_tokenizer, draft_file.metadata, offline_pack(draft_ref).display)
+        getattr(__import__("transformers"), gguf_convert.ARCHITECTURES["qwen2"])  # its modelling code (lock-bound)
+        for role, file, (lo, hi) in (("draft", draft_file, (0.0, 0.3)), ("target", target_file, (0.3, 0.95))):
+            pack = offline_pack(draft_ref if role == "draft" else target_ref)
             step = span(progress, lo, hi)
             report(step, 0.0, f"Reading {pack.display} from its GGUF…")
-            gguf = files[role].result()
+            gguf = file if isinstance(file, GGUFFile) else file.result()
             try:
-                if tokenizer_built is None:
-                    tokenizer_built = pool.submit(_tokenizer, gguf.metadata, pack.display)
-                    vocabulary = gguf.metadata["tokenizer.ggml.tokens"]
-                elif gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
+                if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
                     raise gguf_tokenizer.Unsupported("the two packs' vocabularies differ")
-                made[role] = (_model(gguf, pack.display, pack.extra_eos, span(step, 0.1, 1.0)), pack.display)
+                run = run_dtype() if role == "target" else DTYPE  # (the draft: as a converted pair loads it)
+                made[role] = (_model(gguf, pack.display, pack.extra_eos, run, span(step, 0.1, 1.0)), pack.display)
             finally:
                 gguf.close()
         tokenizer = tokenizer_built.result()
@@ -121,7 +139,7 @@ def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn
     pair = ModelPair(preset=label, draft_name=draft_name, target_name=target_name, draft=draft, target=target,
                      tokenizer=tokenizer, device=torch.device("cpu"), dtype=DTYPE, draft_quant=None,
                      eos_token_ids=eos, context_length=ctx, vocab_size=widths.pop(),
-                     load_seconds=time.perf_counter() - t0, target_exec="bf16")
+                     load_seconds=time.perf_counter() - t0, target_exec=executions.dtype_name(run_dtype()))
     report(progress, 1.0, f"Ready: {draft_name} → {target_name} read from their GGUFs in {pair.load_seconds:.1f} s "
-           "(bf16; the prepared pair follows)")
+           f"({pair.target_exec}; the prepared pair follows)")
     return pair

@@ -3,10 +3,10 @@
 A Space's disk is empty at every wake-up.  The prepared default pair (converted caches, int8 weights and Q4_K
 records, specviz's kernel compiled, the machine probed) took about 170 s of a 2-core CPU before its first live
 run.  Here the server's preload (:mod:`.preload`, through :func:`.service.get_pair`) first makes the *ready
-pair* (:func:`specviz.models.first_start.ready_pair`: the same weights as bf16 transformers models, read from
-the GGUFs into memory) and serves it; the full load runs meanwhile in a thread at the lowest CPU priority
-(the compiler it starts inherits it), and once it is done, the next run gets the prepared pair and the ready
-pair is let go.  A race run on the ready pair says so: its target is "bf16", and its timings are flagged
+pair* (:func:`specviz.models.first_start.ready_pair`: the same weights as transformers models in bf16 or fp32,
+read from the GGUFs into memory) and serves it; the full load runs meanwhile in the background (its conversion, most of its
+CPU time, at the lowest CPU priority), and once it is done, the next run gets the prepared pair and the ready
+pair is let go.  A race run on the ready pair says so: its target is "bf16" or "fp32", and its timings are flagged
 (the server was still preparing; :func:`specviz.models.warm.preparing`).
 
 ``SPECVIZ_READY=0`` turns this off (the first run then waits for the full load, as before).
@@ -62,8 +62,19 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         done = warm.flag_until(pair)
         _READY.append(pair)
 
+    def convert() -> None:
+        warm.lowest_priority()  # (its OpenMP threads inherit it)
+        try:
+            first_start.convert_packs(draft_ref, target_ref)
+        except Exception as exc:  # noqa: BLE001 -- the full load converts again, and says why it cannot
+            log.info("Converting at a low priority failed (%s); the full load tries again", exc)
+
     def work() -> None:
-        warm.lowest_priority()
+        # The conversion (most of the CPU time) at the lowest priority, in a thread of its own: a thread cannot
+        # get its priority back unprivileged, and the rest -- the probe's timings above all -- must not be starved.
+        converting = threading.Thread(target=convert, daemon=True, name="specviz-convert")
+        converting.start()
+        converting.join()
         try:
             full = load_full()
             log.info("The prepared pair replaces the ready one (%s)", full.target_exec)
