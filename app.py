@@ -392,8 +392,8 @@ def build() -> gr.Blocks:
         prompt.input(None, [prompt], [example], js=f"(p) => ({example_of})[p] ?? null", api_visibility="private")
 
         # A round's views are drawn once per recording and round (ui.round_memo), so a class's pages stepping
-        # together are served at once, not one at a time for the whole server (issue 58): no concurrency limit.
-        # Outside Gradio's queue, too (one request, no event stream): each attendee's page fires these at every step.
+        # together are served at once (issue 58): outside Gradio's queue (one request, no event stream, no
+        # concurrency limit), as each attendee's page fires these at every step.
         step.change(picture_ui.on_step, [state, step], [narration, step_round, tree_mask, pos_pick, picture],
                     queue=False, api_visibility="private")
         step.change(None, [step], None, js=present.SCROLL_ROUND_JS, api_visibility="private")  # the panel follows

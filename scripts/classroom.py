@@ -72,6 +72,7 @@ class Session:
         self.waiting: dict[str, cf.Future] = {}
         self.early: dict[str, dict] = {}
         self.reader: threading.Thread | None = None
+        self.known: dict[int, object] = {}  # components' values the page shows (those whose change matters here)
 
     def _read(self) -> None:
         url = self.page.url + f"gradio_api/queue/data?session_hash={self.name}"
@@ -147,8 +148,10 @@ class Class:
         ticks = [d for d in deps if d.get("backend_fn", True) and any(t[1] == "tick" for t in d["targets"])]
         self.poll = max(ticks, key=lambda d: len(d["inputs"]))  # the attendee's: the page's follow, state, step
         self.refresh = min(ticks, key=lambda d: len(d["inputs"]))
-        # The poll's outputs are States; when one changes, the browser fires its change event (the sync, with
-        # the Live tab's views or the round's as outputs).
+        # The poll's outputs: a new value there fires their change events in the page (the syncs).
+        self.value_changes: dict[int, list[dict]] = {
+            cid: [d for d in deps if d.get("backend_fn", True) and [cid, "change"] in [list(t) for t in d["targets"]]]
+            for cid in self.poll["outputs"]}
         self.state_changes: dict[int, list[dict]] = {}  # a State's id: its change events
         for d in deps:
             for cid, kind in (tuple(t) for t in d["targets"]):
@@ -193,9 +196,14 @@ class Class:
         done = [(dep, result)]
         if depth >= 3:
             return done
-        for sid in result.get("changed", []):
-            for d in self.state_changes.get(sid, []):
-                done += self.follow(d, self.fire(d, session, values), session, values, depth + 1)
+        fired = [d for sid in result.get("changed", []) for d in self.state_changes.get(sid, [])]
+        for cid, value in zip(dep["outputs"], result.get("output") or []):
+            if cid in self.value_changes and not (isinstance(value, dict) and value.get("__type__") == "update") \
+                    and session.known.get(cid) != value:  # a component's new value: its change events
+                session.known[cid] = value
+                fired += self.value_changes[cid]
+        for d in fired:
+            done += self.follow(d, self.fire(d, session, values), session, values, depth + 1)
         return done
 
     def stepped(self, session: Session, step: int, wait: bool = True) -> None:
@@ -256,6 +264,7 @@ def main() -> int:
         sessions = [Session(page) for _ in range(args.attendees)]
         shown = {s: 1 for s in sessions}  # the step each attendee's page shows
         following = {s: True for s in sessions}
+        racing: set = set()
         seen_at: dict[tuple[str, int], float] = {}
         stop = threading.Event()
 
@@ -271,6 +280,9 @@ def main() -> int:
             follow_id = cls.by_elem["sv-class-follow"]
             while not stop.is_set():
                 t0 = time.monotonic()
+                if s in racing:  # its race's last frame sets the step and its slider: known when the race ends
+                    stop.wait(0.2)
+                    continue
                 values = {follow_id: FOLLOW if following[s] else "Let me explore", cls.step_id: shown[s]}
                 # the poll, then (when the page differs from the room's) the sync its State's change fires
                 answers = cls.follow(cls.poll, note("poll", cls.fire(cls.poll, s, values)), s, values)
@@ -346,6 +358,7 @@ def main() -> int:
             time.sleep(random.uniform(0, args.race_window))
             gamma = random.randint(1, 10) if s in unique else 5
             following[s] = False  # Run leaves the teacher's view (the page does so in the browser)
+            racing.add(s)
             t0 = time.monotonic()
             r = note("race", cls.fire(cls.run, s, {cls.by_elem["sv-preset"]: TINY_PRESET,
                                                   cls.by_elem["sv-gamma"]: gamma, cls.by_elem["sv-max-new"]: args.max_new}))
@@ -356,6 +369,7 @@ def main() -> int:
                 new = new.get("value")
             if isinstance(new, (int, float)):
                 shown[s] = int(new)
+            racing.discard(s)
             p = note("post", cls.fire(cls.post, s))
             if "Posted to the class" in json.dumps(p.get("output"), ensure_ascii=False):
                 with fail_lock:

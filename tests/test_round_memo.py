@@ -6,6 +6,7 @@ import threading
 import weakref
 from pathlib import Path
 
+import gradio as gr
 import pytest
 
 from specviz.ui import live, picture_ui, tree_ui
@@ -13,6 +14,7 @@ from specviz.ui.round_memo import ROUNDS, RoundMemo
 from specviz.ui.store import Shown
 from specviz.views.acceptance import acceptance_figure, position_choices
 
+SENT = gr.Plot(render=False)
 TRACES = sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.json"))
 
 
@@ -48,12 +50,12 @@ def test_every_page_stepping_to_a_round_is_served_the_same_views_an_uncached_dra
         # ... and what an uncached draw gives
         narration, step_round = live.step_views(spec, i)
         assert (first[0], first[1]) == (narration, step_round)
-        assert _json(first[2]) == _json(tree_ui.mask_for(spec, i))
+        assert first[2].plot == SENT.postprocess(tree_ui.mask_for(spec, i)).plot  # as Gradio sends the figure
         rnd = spec.rounds[i - 1]
         choices = position_choices(rnd)
         pick = choices[-1][1] if choices else None
         assert first[3].choices == [(label, value) for label, value in choices] and first[3].value == pick
-        assert _json(first[4]) == _json(acceptance_figure(spec, rnd, pick))
+        assert first[4].plot == SENT.postprocess(acceptance_figure(spec, rnd, pick)).plot
         assert _json(picture_ui.for_position(shown, i, 0)) == _json(acceptance_figure(spec, rnd, 0))
     # A round the page sent out of range is the round it is clamped to (the same entry), not a new one.
     misses = ROUNDS.misses
@@ -64,7 +66,7 @@ def test_every_page_stepping_to_a_round_is_served_the_same_views_an_uncached_dra
 def test_another_recording_at_the_same_round_is_drawn_for_itself(shown):
     other = Shown.shipped(TRACES[1])
     a, b = picture_ui.on_step(shown, 2), picture_ui.on_step(other, 2)
-    assert a[0] != b[0] and _json(a[4]) != _json(b[4])
+    assert a[0] != b[0] and a[4].plot != b[4].plot
     assert picture_ui.on_step(None, 2)[0] == live.step_views(None, 2)[0]  # nothing shown
 
 

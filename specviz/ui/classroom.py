@@ -295,6 +295,11 @@ def post_race(st: Any, state: Any, request: gr.Request = None) -> str:
     if V.race_speedup(spec, std) is None:
         return live.status_html("Refused: this race has no measured speedup (its standard run did not finish).",
                                 "error")
+    if trusted_speedup(spec, V.race_speedup(spec, std)) is None:  # flagged clocks, no count-based figure
+        log.info("class %s: refused a flagged race without a count-based speedup: %s", room.code,
+                 getattr(spec.timing, "why", ""))
+        return live.status_html("Refused: the machine was too busy to time this race (its clocks were flagged) and "
+                                "it has no count-based speedup to quote instead; run it again.", "error")
     try:
         ROOMS.join(room.code, session)
         point = ROOMS.post_point(room.code, session, race_identity(spec, std), point_values(spec, std))
@@ -414,8 +419,8 @@ class ClassUI:
     count: Any = None
     plot: Any = None
     seen: Any = None
-    want: Any = None  # gr.State: a new number when the attendee's page must move to the teacher's round
-    want_all: Any = None  # gr.State: a new number when it must show another recording (every view of the Live tab)
+    want: Any = None  # a hidden number, new when the attendee's page must move to the teacher's round
+    want_all: Any = None  # a hidden number, new when it must show another recording (every view of the Live tab)
     teacher_poll: Any = None
     pick: Any = None
     remove: Any = None
@@ -440,7 +445,8 @@ def build_bar() -> ClassUI:
     ui.poll = gr.Timer(POLL_S, active=False)
     ui.teacher_poll = gr.Timer(TEACHER_POLL_S, active=False)
     ui.seen = gr.State(-1)
-    ui.want, ui.want_all = gr.State(0), gr.State(0)
+    # (in the page, hidden: a new value fires their change events there, after a poll outside Gradio's queue)
+    ui.want, ui.want_all = (gr.Number(0, visible="hidden", show_label=False, container=False) for _ in range(2))
     return ui
 
 
@@ -602,10 +608,10 @@ def attendee_poll(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], 
     """An attendee's poll, cheap for a room of sixty.  Gradio rebuilds each component an event leaves alone (a
     skipped output costs about a millisecond of the server's one interpreter lock), so with the Live tab's views as
     the poll's outputs, sixty polls a second saturated the server and the teacher's step reached pages seconds late.
-    The poll's outputs are two States, set to a new number only when the page differs from what the room shows:
-    ``ui.want`` when the round (or the bar) is what differs, its change event syncing those few outputs
+    The poll's outputs are two hidden numbers, set to a new value only when the page differs from what the room
+    shows: ``ui.want`` when the round (or the bar) is what differs, its change event syncing those few outputs
     (``small``); ``ui.want_all`` when the recording does, its change event syncing every view.  Most polls change
-    nothing and rebuild nothing."""
+    nothing; the poll runs outside Gradio's queue (one request, no event stream: half the cost of a queued one)."""
     out = attendee_sync(ui, views, step_c, recordings, st, follow, state, step, seen, request)
     if _changes_nothing(out):
         return {ui.want: gr.skip(), ui.want_all: gr.skip()}
@@ -698,8 +704,8 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
     # The attendees' pages: a poll a second; following again catches up at once; a Run of one's own leaves.
     sync_in, sync_outs = [ui.room, ui.follow, state, step, ui.seen], [*views.outputs, ui.bar_text, ui.poll,
                                                                       ui.follow, ui.room, ui.task, ui.seen]
-    # A poll's outputs are two States (most polls change neither: nothing is rebuilt); a new round syncs the few
-    # outputs in `small`, another recording every view (attendee_poll).
+    # A poll's outputs are two hidden numbers (most polls change neither: nothing is drawn or sent); a new round
+    # syncs the few outputs in `small`, another recording every view (attendee_poll).
     small_outs = [step, views["narration"], views["step_round"], ui.bar_text, ui.poll, ui.follow, ui.room, ui.task,
                   ui.seen, ui.want_all]
     small = frozenset(small_outs)
@@ -710,8 +716,9 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
     def to_round(st: Any, follow: Any, state_v: Any, step_v: Any, seen: Any, request: gr.Request = None) -> dict:
         return attendee_step(ui, views, step, recordings, st, follow, state_v, step_v, seen, request, small)
 
-    ui.poll.tick(poll, sync_in, [ui.want, ui.want_all], **quick)
-    ui.want.change(to_round, sync_in, small_outs, **quick)
+    direct = dict(api_visibility="private", show_progress="hidden", queue=False)  # one request each, no stream
+    ui.poll.tick(poll, sync_in, [ui.want, ui.want_all], **direct)
+    ui.want.change(to_round, sync_in, small_outs, **direct)
     ui.want_all.change(sync, sync_in, sync_outs, **quick)
     ui.follow.input(sync, sync_in, sync_outs, **quick)
     # In the browser, at once (the Radio shows only on an attendee's page): the poll must not replace the race.

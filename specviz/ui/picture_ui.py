@@ -53,6 +53,16 @@ def step_texts(state: Any, idx: Any) -> tuple[str, str, Any]:
     return ROUNDS.get(shown, ("texts", i), lambda: (*live.step_views(shown, i), tree_ui.mask_for(shown, i)))
 
 
+_PLOT = gr.Plot(render=False)
+
+
 def on_step(state: Any, idx: Any) -> tuple[str, str, Any, Any, Any]:
-    """Every view of step mode for round ``idx``: (narration, round, mask, position picker, picture)."""
-    return (*step_texts(state, idx), *for_step(state, idx))
+    """Every view of step mode for round ``idx``: (narration, round, mask, position picker, picture); the two
+    figures as Gradio sends them (its Plot's postprocess, a JSON string: made once per round, not per page)."""
+    narration, step_round, mask = step_texts(state, idx)
+    picker, picture = for_step(state, idx)
+    spec = (state or {}).get("spec")
+    n = len(spec.rounds) if spec else 0
+    i = round_number(idx, n) if n else 0
+    sent = ROUNDS.get(spec if n else None, ("sent", i), lambda: (_PLOT.postprocess(mask), _PLOT.postprocess(picture)))
+    return narration, step_round, sent[0], picker, sent[1]
