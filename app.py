@@ -394,11 +394,13 @@ def build() -> gr.Blocks:
         # A round's views are drawn once per recording and round (ui.round_memo), so a class's pages stepping
         # together are served at once (issue 58): outside Gradio's queue (one request, no event stream, no
         # concurrency limit), as each attendee's page fires these at every step.
-        step.change(picture_ui.on_step, [state, step], [narration, step_round, tree_mask, pos_pick, picture],
-                    queue=False, api_visibility="private")
+        # On a class teacher's page, the same event tells the room the round shown (classroom.teacher_view).
+        step.change(classroom.on_step, [class_ui.room, state, step], [narration, step_round, tree_mask, pos_pick,
+                                                                      picture], queue=False, api_visibility="private")
         step.change(None, [step], None, js=present.SCROLL_ROUND_JS, api_visibility="private")  # the panel follows
-        pos_pick.change(picture_ui.for_position, [state, step, pos_pick], [picture], queue=False,
-                        api_visibility="private")
+        # A position the visitor picks (not one a step picked: that step's picture came with it).
+        pos_pick.input(picture_ui.for_position, [state, step, pos_pick], [picture], queue=False,
+                       api_visibility="private")
         state.change(picture_ui.for_step, [state, step], [pos_pick, picture], concurrency_limit=None,
                      api_visibility="private")
         copy_btn.click(lambda st, i, pr: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,

@@ -215,17 +215,16 @@ def test_the_example_dropdown_names_the_example_the_form_shows_or_none(page):
 
 def test_step_modes_views_are_served_to_every_page_at_once(page):
     """A class's pages step together (issue 58): the round's views (drawn once per recording and round,
-    ui.round_memo) are served to every page at once, outside Gradio's queue, not one at a time for the server;
-    so is the teacher's step sent to the room (every attendee's page fires it too, where it does nothing)."""
+    ui.round_memo) are served to every page at once, outside Gradio's queue, in one event that also tells a
+    teacher's room the round (every attendee's page fires it too); a picked position only when the visitor picks."""
     from specviz.ui import classroom, picture_ui
 
     demo, by_id = page
     step = by_id["sv-step"]
     on_step = [fn for fn in demo.fns.values() if (step._id, "change") in [tuple(t) for t in fn.targets]
                and fn.fn is not None]
-    assert sorted(fn.fn.__name__ for fn in on_step) == ["on_step", "teacher_view"]
-    assert all(fn.queue is False for fn in on_step)
-    assert next(fn for fn in on_step if fn.fn.__name__ == "teacher_view").fn is classroom.teacher_view
-    for handler in (picture_ui.for_position, picture_ui.for_step):
-        fns = [fn for fn in demo.fns.values() if fn.fn is handler]
-        assert fns and all(fn.queue is False or fn.concurrency_limit is None for fn in fns)
+    assert [fn.fn for fn in on_step] == [classroom.on_step] and on_step[0].queue is False
+    assert len(on_step[0].outputs) == 5
+    positions = [fn for fn in demo.fns.values() if fn.fn is picture_ui.for_position]
+    assert [t[1] for fn in positions for t in fn.targets] == ["input"] and positions[0].queue is False
+    assert all(fn.concurrency_limit is None for fn in demo.fns.values() if fn.fn is picture_ui.for_step)

@@ -50,7 +50,7 @@ from ..views import html as V
 from ..views import plots as P
 from ..views import race_plots as RP
 from ..views.figures import empty_figure, wide_layout
-from . import live
+from . import live, picture_ui
 from .frames import SKIP, LiveFrame, round_number
 from .store import Shown
 from .tree_ui import live_tree, mask_for, tree_figures
@@ -565,6 +565,13 @@ def teacher_view(st: Any, state: Any, step: Any) -> None:
         log.info("class %s: the teacher's view not sent: %s", st.get("code"), exc)
 
 
+def on_step(st: Any, state: Any, step: Any) -> tuple[Any, ...]:
+    """A step (any page's): step mode's views of the round (picture_ui.on_step); on a teacher's page, the room
+    follows (`teacher_view`).  One event, where two would cost every attendee's page a request at every step."""
+    teacher_view(st, state, step)
+    return picture_ui.on_step(state, step)
+
+
 def attendee_sync(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], st: Any, follow: Any, state: Any,
                   step: Any, seen: Any = None, request: gr.Request = None) -> dict:
     """An attendee's poll: while following, show the teacher's recording at the teacher's round (only what
@@ -697,9 +704,7 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
     ui.code_in.submit(join, [ui.code_in], outs, **quick)
     ui.close.click(functools.partial(close_class, ui), [ui.room], outs, **quick)
     # The teacher's page: every round or run it shows goes to its room (nothing happens on other pages).
-    # (outside Gradio's queue: every attendee's page fires it at every step too, where it does nothing)
-    step.change(teacher_view, [ui.room, state, step], None, api_visibility="private", show_progress="hidden",
-                queue=False)
+    # (a step's: on_step, app.py's step-mode event, which every page fires at every step)
     state.change(teacher_view, [ui.room, state, step], None, **quick)
     # The attendees' pages: a poll a second; following again catches up at once; a Run of one's own leaves.
     sync_in, sync_outs = [ui.room, ui.follow, state, step, ui.seen], [*views.outputs, ui.bar_text, ui.poll,
