@@ -3,8 +3,8 @@
 On fake offline packs (real tiny Qwen2 GGUFs, tests/test_models.py): the ready pair's weights are the converted
 cache's, to the bit, and it computes what the converted pair computes in bf16; reading a pack into memory
 checks it as reassembling it does.  The server's side (specviz.serving.first_start): the ready pair serves,
-its races are flagged, and the prepared pair replaces it when made -- or, where that fails, the ready pair
-keeps serving.
+its races are flagged, it is let go once the models are converted (before the prepared pair loads: never both
+in memory), and its target's dtype follows the memory available.
 """
 
 from __future__ import annotations
@@ -79,31 +79,35 @@ def _fake_ready(monkeypatch, pair):
 
     monkeypatch.setattr(first_start, "wanted", lambda *a: True)
     monkeypatch.setattr(first_start, "ready_pair", lambda *a, **k: pair)
+    monkeypatch.setattr(first_start, "build_kernel", lambda: None)
     converted = []
     monkeypatch.setattr(first_start, "convert_packs", lambda *refs: converted.append(refs))
     return converted
 
 
-def test_the_ready_pair_serves_flagged_until_the_prepared_pair_replaces_it(monkeypatch, fresh_server_state):
+def test_the_ready_pair_serves_flagged_until_the_models_are_converted(monkeypatch, fresh_server_state):
     ready = load_pair(TINY_PRESET)
     converted = _fake_ready(monkeypatch, ready)
-    go, calls = threading.Event(), []
+    go, loading = threading.Event(), threading.Event()
+    from specviz.models import first_start
+
+    monkeypatch.setattr(first_start, "convert_packs", lambda *refs: (go.wait(30), converted.append(refs)))
 
     def load_full():
-        calls.append(1)
-        assert go.wait(30)
+        loading.set()
         return type("P", (), {"target_exec": "int8"})()
 
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready
     assert server_start.serving() is ready and warm.preparing(ready)  # its races say the server was preparing
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready  # once
-    go.set()
-    assert server_start.wait(30)
-    assert calls == [1] and server_start.serving() is None and not warm.preparing(ready)
-    assert converted == [(PRESETS[DEFAULT_PRESET].draft, PRESETS[DEFAULT_PRESET].target)]  # first, at a low priority
+    assert not loading.is_set()
+    go.set()  # converted: the ready pair goes, then the prepared pair loads (never both in memory)
+    assert server_start.wait(30) and loading.is_set()
+    assert server_start.serving() is None and not warm.preparing(ready)
+    assert converted == [(PRESETS[DEFAULT_PRESET].draft, PRESETS[DEFAULT_PRESET].target)]
 
 
-def test_a_failed_prepared_load_leaves_the_ready_pair_serving(monkeypatch, fresh_server_state):
+def test_a_failed_prepared_load_is_logged_and_the_next_run_loads(monkeypatch, fresh_server_state, caplog):
     ready = load_pair(TINY_PRESET)
     _fake_ready(monkeypatch, ready)
 
@@ -112,7 +116,20 @@ def test_a_failed_prepared_load_leaves_the_ready_pair_serving(monkeypatch, fresh
 
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready
     assert server_start.wait(30)
-    assert server_start.serving() is ready and not warm.preparing(ready)
+    assert server_start.serving() is None and not warm.preparing(ready)
+    assert "could not be made: disk full" in caplog.text
+
+
+def test_the_ready_target_dtype_follows_the_memory(monkeypatch):
+    from specviz.models import first_start, kernels
+
+    params = (0.49, 1.54)
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2"})  # no native bf16: fp32 where it fits
+    assert first_start.run_dtype(24 * 10**9, params) == torch.float32
+    assert first_start.run_dtype(10 * 10**9, params) == torch.bfloat16  # (fp32 needs 12.2 GB, bf16 9.1)
+    assert first_start.run_dtype(6 * 10**9, params) is None
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2", "avx512_bf16"})
+    assert first_start.run_dtype(24 * 10**9, params) == torch.bfloat16
 
 
 def test_no_ready_pair_where_it_cannot_stand_in(monkeypatch, fresh_server_state):

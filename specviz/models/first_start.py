@@ -39,14 +39,30 @@ DTYPE = torch.bfloat16  # what a converted cache holds: every weight is rounded 
 NATIVE_BF16 = frozenset({"amx_bf16", "avx512_bf16"})
 
 
-def run_dtype() -> torch.dtype:
-    """What the ready target runs in: bf16 where the CPU computes it natively, else float32 holding the bf16 values.
+def run_dtype(available: int | None = None, params_b: tuple[float, float] | None = None) -> torch.dtype | None:
+    """What the ready target runs in: bf16 where the CPU computes it natively, else float32 holding the bf16 values
+    -- where the memory ``available`` holds it (:func:`fits`), else bf16; None where not even that fits.
     Without native bf16 (AVX2 CPUs) a prompt's pass is ~3x faster in float32 (the 1.5B target, 45 tokens: 2.1 s
     against 6.2 on the 2-core Zen 3 EPYC), which is most of a first run; one token's step is slower there (380 ms
-    against 242), and it takes twice the memory (6 GB).  The draft stays bf16, as a converted pair loads it."""
+    against 242), and it takes twice the memory.  The draft stays bf16, as a converted pair loads it."""
     from .kernels import _cpu_flags
 
-    return DTYPE if NATIVE_BF16 & _cpu_flags() else torch.float32
+    wide = DTYPE if NATIVE_BF16 & _cpu_flags() else torch.float32
+    if available is None or params_b is None:
+        return wide
+    for dtype in dict.fromkeys((wide, DTYPE)):
+        if fits(available, params_b, dtype):
+            return dtype
+    return None
+
+
+def fits(available: int, params_b: tuple[float, float], dtype: torch.dtype) -> bool:
+    """Whether the ready pair (draft bf16, target ``dtype``) and the conversion beside it (the target's bf16
+    weights and its Q4_K records, written meanwhile) fit in ``available`` bytes with 1 GB to spare."""
+    draft, target = (p * 1e9 for p in params_b)
+    ready = 2 * draft + target * torch.finfo(dtype).bits / 8
+    converting = 2 * target + 1e9
+    return ready + converting + 1e9 <= available
 
 
 WORKERS = max(1, min(4, os.cpu_count() or 1))  # tensors dequantized at once (gguf_convert.dequantize_all)
@@ -64,6 +80,14 @@ def convert_packs(draft_ref: str, target_ref: str) -> None:
     """Write both packs' converted caches (the prepared pair's load then finds them: :func:`.convert.source_of`)."""
     for ref in (draft_ref, target_ref):
         source_of(ref, None)
+
+
+def build_kernel() -> None:
+    """Compile specviz's kernel where the prepared pair will use it (:func:`.q4k.expected`), not at all elsewhere."""
+    from . import kernels, q4k
+
+    if q4k.expected():
+        kernels.matches()
 
 
 def _model(gguf: GGUFFile, label: str, extra_eos: tuple[str, ...], run: torch.dtype, progress: ProgressFn | None) -> Any:
@@ -101,11 +125,13 @@ def _tokenizer(metadata: dict[str, Any], label: str) -> Any:
     return tok
 
 
-def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn | None = None) -> ModelPair:
+def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn | None = None,
+               run: torch.dtype | None = None) -> ModelPair:
     """The pair ``draft_ref`` -> ``target_ref`` (two offline packs) as transformers models made in memory from
-    their GGUFs (:func:`run_dtype`).  :class:`.gguf_tokenizer.Unsupported` where a file is not one this module reads, and the
-    loaders' ModelError where a pack is missing or damaged."""
+    their GGUFs; the target in ``run`` (None: :func:`run_dtype`).  :class:`.gguf_tokenizer.Unsupported` where a
+    file is not one this module reads, and the loaders' ModelError where a pack is missing or damaged."""
     t0 = time.perf_counter()
+    run = run or run_dtype()
     from transformers import TokenizersBackend  # noqa: F401  (here: transformers' lazy imports are not thread-safe)
 
     made: dict[str, tuple[Any, str]] = {}
@@ -125,8 +151,8 @@ def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn
             try:
                 if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
                     raise gguf_tokenizer.Unsupported("the two packs' vocabularies differ")
-                run = run_dtype() if role == "target" else DTYPE  # (the draft: as a converted pair loads it)
-                made[role] = (_model(gguf, pack.display, pack.extra_eos, run, span(step, 0.1, 1.0)), pack.display)
+                dtype = run if role == "target" else DTYPE  # (the draft: as a converted pair loads it)
+                made[role] = (_model(gguf, pack.display, pack.extra_eos, dtype, span(step, 0.1, 1.0)), pack.display)
             finally:
                 gguf.close()
         tokenizer = tokenizer_built.result()
@@ -139,7 +165,7 @@ def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn
     pair = ModelPair(preset=label, draft_name=draft_name, target_name=target_name, draft=draft, target=target,
                      tokenizer=tokenizer, device=torch.device("cpu"), dtype=DTYPE, draft_quant=None,
                      eos_token_ids=eos, context_length=ctx, vocab_size=widths.pop(),
-                     load_seconds=time.perf_counter() - t0, target_exec=executions.dtype_name(run_dtype()))
+                     load_seconds=time.perf_counter() - t0, target_exec=executions.dtype_name(run))
     report(progress, 1.0, f"Ready: {draft_name} → {target_name} read from their GGUFs in {pair.load_seconds:.1f} s "
            f"({pair.target_exec}; the prepared pair follows)")
     return pair

@@ -4,10 +4,14 @@ A Space's disk is empty at every wake-up.  The prepared default pair (converted 
 records, specviz's kernel compiled, the machine probed) took about 170 s of a 2-core CPU before its first live
 run.  Here the server's preload (:mod:`.preload`, through :func:`.service.get_pair`) first makes the *ready
 pair* (:func:`specviz.models.first_start.ready_pair`: the same weights as transformers models in bf16 or fp32,
-read from the GGUFs into memory) and serves it; the full load runs meanwhile in the background (its conversion, most of its
-CPU time, at the lowest CPU priority), and once it is done, the next run gets the prepared pair and the ready
-pair is let go.  A race run on the ready pair says so: its target is "bf16" or "fp32", and its timings are flagged
-(the server was still preparing; :func:`specviz.models.warm.preparing`).
+read from the GGUFs into memory) and serves it while the models are converted and specviz's kernel is compiled
+in the background at the lowest CPU priority (most of the full load's CPU time).  Then the ready pair is let go
+and the prepared pair loads (int8 and Q4_K weights, the probe; runs asked for meanwhile wait for it, as they
+waited for every load before): both at once did not fit in a CPU Space's 16 GB.  The ready target runs in bf16,
+or in fp32 where the CPU has no native bf16 and the memory holds it (:func:`specviz.models.first_start.run_dtype`);
+there is no ready pair where not even bf16 fits beside the conversion.  A race run on the ready pair says so: its
+target is "bf16" or "fp32", and its timings are flagged (the server was still preparing;
+:func:`specviz.models.warm.preparing`).
 
 ``SPECVIZ_READY=0`` turns this off (the first run then waits for the full load, as before).
 """
@@ -19,7 +23,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from ..models import ModelError, ModelPair, warm
+from ..models import PRESETS, ModelError, ModelPair, warm
 from ..models.gguf_tokenizer import Unsupported
 
 log = logging.getLogger("specviz.app")
@@ -52,8 +56,17 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         label, draft_ref, target_ref, device = loading.resolve(**models, target_exec=execution)
         if not first_start.wanted(draft_ref, target_ref, device):
             return None
+        from .service import available_bytes
+
+        base = PRESETS.get(models.get("preset", ""))
+        available = available_bytes()
+        run = first_start.run_dtype(available, base.params_b if base and base.params_b else None)
+        if run is None:
+            log.info("No ready pair: %.1f GB of memory available is too little beside the conversion; the first "
+                     "run waits for the full load", (available or 0) / 1e9)
+            return None
         try:
-            pair = first_start.ready_pair(label, draft_ref, target_ref, progress)
+            pair = first_start.ready_pair(label, draft_ref, target_ref, progress, run=run)
         except (Unsupported, ModelError, OSError, MemoryError) as exc:
             log.info("No ready pair (%s): the first run waits for the full load", exc)
             return None
@@ -63,11 +76,14 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         _READY.append(pair)
 
     def convert() -> None:
-        warm.lowest_priority()  # (its OpenMP threads inherit it)
+        warm.lowest_priority()  # (its OpenMP threads and the compiler inherit it)
+        compiling = threading.Thread(target=first_start.build_kernel, daemon=True, name="specviz-kernel")
+        compiling.start()
         try:
             first_start.convert_packs(draft_ref, target_ref)
         except Exception as exc:  # noqa: BLE001 -- the full load converts again, and says why it cannot
             log.info("Converting at a low priority failed (%s); the full load tries again", exc)
+        compiling.join()
 
     def work() -> None:
         # The conversion (most of the CPU time) at the lowest priority, in a thread of its own: a thread cannot
@@ -75,16 +91,17 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         converting = threading.Thread(target=convert, daemon=True, name="specviz-convert")
         converting.start()
         converting.join()
-        try:
-            full = load_full()
-            log.info("The prepared pair replaces the ready one (%s)", full.target_exec)
-        except Exception as exc:  # noqa: BLE001 -- the ready pair keeps serving; said in the log once
-            log.warning("The prepared pair could not be made; the ready pair keeps serving: %s", exc)
-            done.set()
-            return
+        # The ready pair goes before the prepared pair loads: both at once, with the probe's copies of the target,
+        # peaked at 18 GB on the 2-core EPYC (a CPU Space has 16).  Runs asked for meanwhile wait for the load.
         with _BUILD:
             _READY.clear()
         done.set()
+        log.info("The models are converted: the ready pair is let go, the prepared pair loads")
+        try:
+            full = load_full()
+            log.info("The prepared pair replaces the ready one (%s)", full.target_exec)
+        except Exception as exc:  # noqa: BLE001 -- the next run loads it again and says why it cannot
+            log.warning("The prepared pair could not be made: %s", exc)
 
     thread = threading.Thread(target=work, daemon=True, name="specviz-prepare")
     _THREADS.append(thread)
