@@ -151,7 +151,7 @@ class Class:
         # The poll's outputs: a new value there fires their change events in the page (the syncs).
         self.value_changes: dict[int, list[dict]] = {
             cid: [d for d in deps if d.get("backend_fn", True) and [cid, "change"] in [list(t) for t in d["targets"]]]
-            for cid in self.poll["outputs"]}
+            for cid in self.poll["outputs"] if comps.get(cid, {}).get("type") == "number"}
         self.state_changes: dict[int, list[dict]] = {}  # a State's id: its change events
         for d in deps:
             for cid, kind in (tuple(t) for t in d["targets"]):

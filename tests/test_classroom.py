@@ -209,21 +209,25 @@ def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
         C.teacher_view(teacher, shown, 3)
         st = {"code": room.code, "role": "attendee"}
 
-        def poll(state, at, fn=C.attendee_poll):
-            return fn(ui, views, step, recs, st, C.FOLLOW, state, at, room.version, None, small)
+        said = C.attendee_sync(ui, views, step, recs, st, C.FOLLOW, shown, 3, None, None)[ui.seen]  # the bar
+
+        def poll(state, at, fn=C.attendee_poll, seen=said):
+            return fn(ui, views, step, recs, st, C.FOLLOW, state, at, seen, None, small)
 
         skip = gr.skip()
-        assert poll(shown, 3) == {ui.want: skip, ui.want_all: skip}  # in line: nothing at all
-        out = poll(shown, 2)  # another round: the few outputs' sync
-        assert isinstance(out[ui.want], int) and out[ui.want_all] == skip
-        synced = poll(shown, 2, C.attendee_step)
-        assert set(synced) <= small and synced[step] == 3
+        assert poll(shown, 3) == {ui.want: skip, ui.want_all: skip, step: skip}  # in line: nothing at all
+        # another round: the step itself (its change event draws the round)
+        assert poll(shown, 2) == {ui.want: skip, ui.want_all: skip, step: 3}
+        out = poll(shown, 3, seen="stale")  # the bar differs: the few outputs' sync
+        assert isinstance(out[ui.want], int) and out[ui.want_all] == skip and out[step] == skip
+        synced = poll(shown, 2, C.attendee_step, seen="stale")
+        assert set(synced) <= small and synced[step] == 3 and synced[ui.seen] == said
         assert synced[views["narration"]] == C.live.step_views(shown.get("spec"), 3)[0]
         out = poll(None, 1)  # another recording (here: none shown yet): every view's sync
         assert out[ui.want] == skip and isinstance(out[ui.want_all], int)
         handed = poll(None, 1, C.attendee_step)  # the round's sync cannot: it hands over
         assert list(handed) == [ui.want_all] and handed[ui.want_all] != out[ui.want_all]
-        full = C.attendee_sync(ui, views, step, recs, st, C.FOLLOW, None, 1, room.version, None)
+        full = C.attendee_sync(ui, views, step, recs, st, C.FOLLOW, None, 1, said, None)
         assert len(full) > len(small) and full[views["state"]] == shown  # the full sync writes every view
     finally:
         C.ROOMS.close(room.code, room.secret)

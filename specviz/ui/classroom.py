@@ -584,8 +584,10 @@ def attendee_sync(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], 
                 ui.poll: gr.Timer(active=False), ui.follow: gr.Radio(visible=False), ui.room: None}
     ROOMS.seen(room, str(getattr(request, "session_hash", "") or ""))
     out: dict = {ui.seen: gr.skip()}  # (an empty dict would read as one missing value)
-    if seen != room.version:  # the experiment or the view changed: the task and the bar too
-        out.update({ui.task: task_html(room), ui.bar_text: bar_html(room, "attendee"), ui.seen: room.version})
+    task, bar = task_html(room), bar_html(room, "attendee")
+    said = hashlib.sha256((task + bar).encode()).hexdigest()[:16]
+    if seen != said:  # what the bar and the task say changed (the experiment, the attendees): those too
+        out.update({ui.task: task, ui.bar_text: bar, ui.seen: said})
     if follow == FOLLOW and isinstance(state, Shown) and state.held and state.run and state:
         # A race of the attendee's own is on screen (Run pressed while following): it stays; the page explores.
         out[ui.follow] = EXPLORE
@@ -615,16 +617,20 @@ def attendee_poll(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], 
     """An attendee's poll, cheap for a room of sixty.  Gradio rebuilds each component an event leaves alone (a
     skipped output costs about a millisecond of the server's one interpreter lock), so with the Live tab's views as
     the poll's outputs, sixty polls a second saturated the server and the teacher's step reached pages seconds late.
-    The poll's outputs are two hidden numbers, set to a new value only when the page differs from what the room
-    shows: ``ui.want`` when the round (or the bar) is what differs, its change event syncing those few outputs
-    (``small``); ``ui.want_all`` when the recording does, its change event syncing every view.  Most polls change
-    nothing; the poll runs outside Gradio's queue (one request, no event stream: half the cost of a queued one)."""
+    The poll's outputs are the step and two hidden numbers: a new round is the step itself (its change event,
+    ``on_step``, draws the round); a new value of ``ui.want`` when the bar or the follow switch differ, its change
+    event syncing those few outputs (``small``); of ``ui.want_all`` when the recording does, its change event
+    syncing every view.  Most polls change nothing; the poll runs outside Gradio's queue (one request, no event
+    stream: half the cost of a queued one)."""
     out = attendee_sync(ui, views, step_c, recordings, st, follow, state, step, seen, request)
+    skip = gr.skip()
     if _changes_nothing(out):
-        return {ui.want: gr.skip(), ui.want_all: gr.skip()}
+        return {ui.want: skip, ui.want_all: skip, step_c: skip}
+    if set(out) <= {step_c, views["narration"], views["step_round"], ui.seen}:  # the round only: the step, whose
+        return {ui.want: skip, ui.want_all: skip, step_c: out[step_c]}  # change event draws the round (on_step)
     if set(out) <= small:
-        return {ui.want: next(_WANTS), ui.want_all: gr.skip()}
-    return {ui.want: gr.skip(), ui.want_all: next(_WANTS)}
+        return {ui.want: next(_WANTS), ui.want_all: skip, step_c: skip}
+    return {ui.want: skip, ui.want_all: next(_WANTS), step_c: skip}
 
 
 def attendee_step(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], st: Any, follow: Any, state: Any,
@@ -709,8 +715,8 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
     # The attendees' pages: a poll a second; following again catches up at once; a Run of one's own leaves.
     sync_in, sync_outs = [ui.room, ui.follow, state, step, ui.seen], [*views.outputs, ui.bar_text, ui.poll,
                                                                       ui.follow, ui.room, ui.task, ui.seen]
-    # A poll's outputs are two hidden numbers (most polls change neither: nothing is drawn or sent); a new round
-    # syncs the few outputs in `small`, another recording every view (attendee_poll).
+    # A poll's outputs are the step and two hidden numbers (most polls change none: nothing is drawn or sent); a
+    # new round is the step, a changed bar syncs the few outputs in `small`, another recording every view.
     small_outs = [step, views["narration"], views["step_round"], ui.bar_text, ui.poll, ui.follow, ui.room, ui.task,
                   ui.seen, ui.want_all]
     small = frozenset(small_outs)
@@ -722,7 +728,7 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
         return attendee_step(ui, views, step, recordings, st, follow, state_v, step_v, seen, request, small)
 
     direct = dict(api_visibility="private", show_progress="hidden", queue=False)  # one request each, no stream
-    ui.poll.tick(poll, sync_in, [ui.want, ui.want_all], **direct)
+    ui.poll.tick(poll, sync_in, [ui.want, ui.want_all, step], **direct)
     ui.want.change(to_round, sync_in, small_outs, **direct)
     ui.want_all.change(sync, sync_in, sync_outs, **quick)
     ui.follow.input(sync, sync_in, sync_outs, **quick)
