@@ -231,3 +231,25 @@ def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
         assert len(full) > len(small) and full[views["state"]] == shown  # the full sync writes every view
     finally:
         C.ROOMS.close(room.code, room.secret)
+
+
+def test_a_flagged_race_without_a_count_based_figure_still_posts_its_point_flagged():
+    """A busy room's races are part of the experiment: a race whose clocks were flagged, with no count-based
+    speedup to quote (the tiny pair has no probe), posts its wall clock's speedup, marked flagged (ringed)."""
+    import dataclasses
+
+    from specviz.core.settings import DecodeSettings
+    from specviz.models import TINY_PRESET, load_pair
+    from specviz.serving.service import race, tokenize
+    from specviz.ui import classroom
+    from specviz.views import html as V
+
+    pair = load_pair(TINY_PRESET)
+    req = tokenize(pair, "hello there", DecodeSettings.checked(max_new_tokens=12, gamma=3))
+    done = list(race(req))[-1]
+    spec, std = done.spec, done.std
+    assert spec is not None and std is not None and spec.timing is not None
+    spec = dataclasses.replace(spec, timing=dataclasses.replace(spec.timing, reliable=False, predicted=None))
+    values = classroom.point_values(spec, std)
+    assert values["flagged"] is True and values["speedup"] == pytest.approx(V.race_speedup(spec, std))
+    assert R.check_point(values)["flagged"] is True  # and the room takes it

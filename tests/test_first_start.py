@@ -71,6 +71,7 @@ def test_the_ready_pair_is_the_converted_pair_in_memory(tmp_path, monkeypatch, c
 def fresh_server_state(monkeypatch):
     monkeypatch.setattr(server_start, "_READY", [])
     monkeypatch.setattr(server_start, "_THREADS", [])
+    monkeypatch.setattr(server_start, "_SERVED", threading.Event())
     monkeypatch.delenv("SPECVIZ_READY", raising=False)
 
 
@@ -101,6 +102,10 @@ def test_the_ready_pair_serves_flagged_until_the_models_are_converted(monkeypatc
     assert server_start.serving() is ready and warm.preparing(ready)  # its races say the server was preparing
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready  # once
     assert not loading.is_set()
+    server_start.ran(object())  # another pair's run: still waiting for the first
+    assert not server_start._SERVED.is_set()
+    server_start.ran(ready)  # the ready pair's first run ended: the conversion begins
+    assert server_start._SERVED.is_set()
     go.set()  # converted: the ready pair goes, then the prepared pair loads (never both in memory)
     assert server_start.wait(30) and loading.is_set()
     assert server_start.serving() is None and not warm.preparing(ready)
@@ -114,6 +119,7 @@ def test_a_failed_prepared_load_is_logged_and_the_next_run_loads(monkeypatch, fr
     def load_full():
         raise ModelError("disk full")
 
+    monkeypatch.setattr(server_start, "FIRST_RUN_WAIT_S", 0.1)  # no run comes: the background work begins anyway
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready
     assert server_start.wait(30)
     assert server_start.serving() is None and not warm.preparing(ready)

@@ -528,6 +528,7 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
                     yield Update(phase, ev, spec, std, spec_done=done["speculative"], std_done=done["standard"])
         finally:
             release_memory()
+            first_start.ran(req.pair)
         if spec is not None:
             end = control.count if control.count != control.start else None
             spec.timing = assess_race(spec, std, how=how, threads=control.start, busy=control.busy,
