@@ -81,6 +81,7 @@ def _fake_ready(monkeypatch, pair):
     monkeypatch.setattr(first_start, "wanted", lambda *a: True)
     monkeypatch.setattr(first_start, "ready_pair", lambda *a, **k: pair)
     monkeypatch.setattr(first_start, "build_kernel", lambda: None)
+    monkeypatch.setattr(server_start, "available_bytes", lambda: 64 * 10**9)  # not this machine's memory
     converted = []
     monkeypatch.setattr(first_start, "convert_packs", lambda *refs: converted.append(refs))
     return converted
@@ -145,6 +146,9 @@ def test_no_ready_pair_where_it_cannot_stand_in(monkeypatch, fresh_server_state)
     monkeypatch.setattr(first_start, "wanted", lambda *a: False)  # converted already, or not offline packs
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", lambda: pytest.fail("loaded")) is None
     monkeypatch.setattr(first_start, "wanted", lambda *a: True)
+    monkeypatch.setattr(server_start, "available_bytes", lambda: 6 * 10**9)  # too little beside the conversion
+    assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", lambda: pytest.fail("loaded")) is None
+    monkeypatch.setattr(server_start, "available_bytes", lambda: 64 * 10**9)
     monkeypatch.setenv("SPECVIZ_READY", "0")
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", lambda: pytest.fail("loaded")) is None
     assert server_start.serving() is None and not server_start._THREADS

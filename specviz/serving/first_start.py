@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ..models import PRESETS, ModelError, ModelPair, warm
 from ..models.gguf_tokenizer import Unsupported
+from .memory import available_bytes
 
 log = logging.getLogger("specviz.app")
 
@@ -64,8 +65,6 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         label, draft_ref, target_ref, device = loading.resolve(**models, target_exec=execution)
         if not first_start.wanted(draft_ref, target_ref, device):
             return None
-        from .service import available_bytes
-
         base = PRESETS.get(models.get("preset", ""))
         available = available_bytes()
         run = first_start.run_dtype(available, base.params_b if base and base.params_b else None)

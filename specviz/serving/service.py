@@ -32,6 +32,7 @@ from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPai
                       resolve_preset, short_error)
 from ..models import warm
 from . import first_start
+from .memory import available_bytes
 from .envvars import downloads_allowed, env_choice, env_int, env_number, memory_budget_bytes
 
 MAX_PROMPT_CHARS = 8_000
@@ -322,24 +323,6 @@ def admit(name: str, models: dict[str, Any], execution: str) -> None:
 
 
 MEMORY_RESERVE = 1 << 30  # memory a load must leave available (the server, its runs, the page's work)
-
-
-def available_bytes() -> int | None:
-    """The memory actually available for a load now: the GPU's free memory on a CUDA host, else the system's
-    (psutil's ``available``); None when it cannot be read."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info()[0])
-    except Exception:  # noqa: BLE001 -- no usable GPU: the host's memory
-        pass
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 -- psutil missing or unreadable: the budget alone decides
-        return None
 
 
 def get_pair(preset: Any, draft: Any = None, target: Any = None,
