@@ -101,11 +101,17 @@ def test_the_ready_pair_serves_flagged_until_the_models_are_converted(monkeypatc
 
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready
     assert server_start.serving() is ready and warm.preparing(ready)  # its races say the server was preparing
+    assert "read straight from their GGUF files" in server_start.words(ready) and not server_start.words(object())
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", load_full) is ready  # once
     assert not loading.is_set()
     server_start.ran(object())  # another pair's run: still waiting for the first
     assert not server_start._SERVED.is_set()
-    server_start.ran(ready)  # the ready pair's first run ended: the conversion begins
+    # the ready pair's first race: its timings say why they are not quoted, and its end lets the conversion begin
+    from specviz.core.settings import DecodeSettings
+    from specviz.serving.service import race, tokenize
+
+    spec = list(race(tokenize(ready, "hello", DecodeSettings.checked(max_new_tokens=6))))[-1].spec
+    assert spec.timing.reliable is False and "read straight from their GGUF files" in spec.timing.why
     assert server_start._SERVED.is_set()
     go.set()  # converted: the ready pair goes, then the prepared pair loads (never both in memory)
     assert server_start.wait(30) and loading.is_set()

@@ -36,6 +36,14 @@ _SERVED = threading.Event()  # the ready pair has finished a run (the conversion
 FIRST_RUN_WAIT_S = 30.0  # the longest the background work waits for that first run
 
 
+def words(pair: Any) -> str:
+    """Why a race on ``pair`` is not timed like the others, where it ran on the ready pair ("" elsewhere)."""
+    if not _READY or pair is not _READY[0]:
+        return ""
+    return (f"the server had just started: this race ran on the models read straight from their GGUF files "
+            f"({pair.target_exec} target, the stock kernels) while their fast form was being prepared")
+
+
 def ran(pair: Any) -> None:
     """A run on ``pair`` ended: if it was the ready pair's first, the background work may begin."""
     if _READY and pair is _READY[0]:

@@ -484,7 +484,8 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     how = ("interleaved" if interleaved else "sequential") if standard else "alone"
     spec = std = None
     done = {"speculative": False, "standard": not standard}
-    preparing = warm.preparing(req.pair)  # the fast kernels not all in place yet: slower passes, some switching
+    # the fast kernels not all in place yet (slower passes, some switching), or the first start's ready pair
+    preparing = first_start.words(req.pair) or warm.preparing(req.pair)
     with race_threads(req.pair, fixed=threads) as control:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,

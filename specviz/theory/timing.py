@@ -175,14 +175,16 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
                 busy: float | None = None, prices: Prices | None = None, threads_end: int | None = None,
-                busy_during: float | None = None, preparing: bool = False) -> Timing:
+                busy_during: float | None = None, preparing: bool | str = False) -> Timing:
     """How far this race's timings hold (see the module's docstring).  ``threads_end``: the count the
     race dropped to when other work arrived (its prices are for that count).  ``preparing``: the server
     was still packing the models' weights into their fast layout during the race (specviz.models.warm):
-    its passes ran on slower products, some of them switching mid-race, so its clocks are not quoted."""
+    its passes ran on slower products, some of them switching mid-race, so its clocks are not quoted (a
+    sentence: why, in those words)."""
     who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during)
-    warming = ("the server had just started and was still preparing the models' fast kernels: some passes "
-               "ran on slower ones") if preparing else ""
+    warming = preparing if isinstance(preparing, str) else (
+        "the server had just started and was still preparing the models' fast kernels: some passes ran on "
+        "slower ones") if preparing else ""
     if warming:
         who.update(reliable=False, why=warming)
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
