@@ -112,6 +112,10 @@ def test_the_ready_pair_serves_flagged_until_the_models_are_converted(monkeypatc
 
     spec = list(race(tokenize(ready, "hello", DecodeSettings.checked(max_new_tokens=6))))[-1].spec
     assert spec.timing.reliable is False and "read straight from their GGUF files" in spec.timing.why
+    from specviz.views.race import noise_sentence
+
+    said = noise_sentence(spec.timing, 0.5, 1.0, 2.0)  # the page: still starting, not "busy"; come back soon
+    assert "the server was still starting" in said and "once the server is ready" in said and "busy" not in said
     assert server_start._SERVED.is_set()
     go.set()  # converted: the ready pair goes, then the prepared pair loads (never both in memory)
     assert server_start.wait(30) and loading.is_set()

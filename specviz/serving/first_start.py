@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ..models import PRESETS, ModelError, ModelPair, warm
 from ..models.gguf_tokenizer import Unsupported
+from ..theory.timing import STARTING
 from .memory import available_bytes
 
 log = logging.getLogger("specviz.app")
@@ -40,7 +41,7 @@ def words(pair: Any) -> str:
     """Why a race on ``pair`` is not timed like the others, where it ran on the ready pair ("" elsewhere)."""
     if not _READY or pair is not _READY[0]:
         return ""
-    return (f"the server had just started: this race ran on the models read straight from their GGUF files "
+    return (f"{STARTING}: this race ran on the models read straight from their GGUF files "
             f"({pair.target_exec} target, the stock kernels) while their fast form was being prepared")
 
 

@@ -173,6 +173,9 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
     return (spec.n_tokens / t_spec) / (std.n_tokens / t_std)
 
 
+STARTING = "the server had just started"  # how a race timed while the server prepared its models says why
+
+
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
                 busy: float | None = None, prices: Prices | None = None, threads_end: int | None = None,
                 busy_during: float | None = None, preparing: bool | str = False) -> Timing:
@@ -183,8 +186,8 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
     sentence: why, in those words)."""
     who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during)
     warming = preparing if isinstance(preparing, str) else (
-        "the server had just started and was still preparing the models' fast kernels: some passes ran on "
-        "slower ones") if preparing else ""
+        f"{STARTING} and was still preparing the models' fast kernels: some passes ran on slower ones") \
+        if preparing else ""
     if warming:
         who.update(reliable=False, why=warming)
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
@@ -273,5 +276,5 @@ def trusted_speedup(spec: Trace, measured: float | None) -> float | None:
     return spec.timing.predicted if flagged(spec) else measured
 
 
-__all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
+__all__ = ["STARTING", "BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
            "count_based_speedup", "event_costs", "excess", "flagged", "medians", "passes", "trusted_speedup"]
