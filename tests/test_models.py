@@ -60,7 +60,10 @@ def cache(tmp_path, monkeypatch):
 # Fake offline packs: tiny importable packages, each with get_part_path() -> data/partNN.bin
 # --------------------------------------------------------------------------------------------------
 
-_counter = itertools.count()
+# Fake packages' module names must never repeat in a process: an imported part module stays in sys.modules.
+# This file may be imported twice (as test_models by pytest, as tests.test_models by test_first_start), each copy
+# with its own counter: each starts at its own random offset.
+_counter = itertools.count(int.from_bytes(os.urandom(4), "big") * 1000)
 
 
 def make_pack(tmp_path, monkeypatch, data: bytes, n_parts: int = 3, *, extra_eos=()) -> OfflinePack:
