@@ -337,7 +337,6 @@ def main() -> int:
         counts: list[tuple[float, int]] = []
 
         def teacher_refresh() -> None:
-            seen = None
             while not stop.is_set():
                 t0 = time.monotonic()
                 r = note("teacher refresh", cls.fire(cls.refresh, teacher))

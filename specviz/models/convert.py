@@ -232,10 +232,10 @@ def _direct(pack: OfflinePack, gguf_path: Path, out: Path, progress: ProgressFn 
     where its int8 execution will take them (:func:`.q4k.prepare` finds them)."""
     from . import gguf_convert
     from .gguf_tokenizer import Unsupported
-    from .q4k import records_file
+    from .q4k import expected, records_file
 
     records = None
-    if _is_target(pack) and gguf_convert.records_wanted():
+    if _is_target(pack) and expected():  # (judged without building the kernel)
         records = records_file(out)
     report(progress, 0.1, f"Reading {pack.display} from its GGUF…")
     try:

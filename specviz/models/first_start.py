@@ -31,6 +31,7 @@ import torch
 from . import executions, gguf_convert, gguf_tokenizer
 from .convert import needs_conversion, offline_pack, source_of
 from .gguf_file import GGUFFile
+from .loading import canonical_head_input
 from .packs import read
 from .pair import ModelPair, ProgressFn, log, report, span
 from .tokens import converted_tokenizer, eos_ids
@@ -158,6 +159,8 @@ def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn
                 gguf.close()
         tokenizer = tokenizer_built.result()
     (draft, draft_name), (target, target_name) = made["draft"], made["target"]
+    for model in (draft, target):
+        canonical_head_input(model)  # (as every loaded pair's: loading._load_once)
     widths = {int(m.get_output_embeddings().weight.shape[0]) for m in (draft, target)}
     if len(widths) != 1:
         raise gguf_tokenizer.Unsupported("the two models' heads differ in width")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -210,14 +209,6 @@ def write_cache(gguf_path: Path, out: Path, *, extra_eos: tuple[str, ...] = (), 
         return {"eos_token_ids": eos, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
     finally:
         gguf.close()
-
-
-def records_wanted() -> bool:
-    """Whether the int8 target will take its GGUF's matrices as stored (:func:`.q4k.enabled`), judged without
-    building the kernel (:func:`.q4k.expected`)."""
-    from . import q4k
-
-    return q4k.expected()
 
 
 def marker(pack: Any, eos: list[int], seconds: float, dtype: torch.dtype, cache_format: int) -> str:

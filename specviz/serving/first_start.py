@@ -37,9 +37,14 @@ _SERVED = threading.Event()  # the ready pair has finished a run (the conversion
 FIRST_RUN_WAIT_S = 30.0  # the longest the background work waits for that first run
 
 
+def _is_ready(pair: Any) -> bool:
+    ready = _READY[:1]
+    return bool(ready) and pair is ready[0]
+
+
 def words(pair: Any) -> str:
     """Why a race on ``pair`` is not timed like the others, where it ran on the ready pair ("" elsewhere)."""
-    if not _READY or pair is not _READY[0]:
+    if not _is_ready(pair):
         return ""
     return (f"{STARTING}: this race ran on the models read straight from their GGUF files "
             f"({pair.target_exec} target, the stock kernels) while their fast form was being prepared")
@@ -47,7 +52,7 @@ def words(pair: Any) -> str:
 
 def ran(pair: Any) -> None:
     """A run on ``pair`` ended: if it was the ready pair's first, the background work may begin."""
-    if _READY and pair is _READY[0]:
+    if _is_ready(pair):
         _SERVED.set()
 
 
@@ -86,8 +91,6 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         except (Unsupported, ModelError, OSError, MemoryError) as exc:
             log.info("No ready pair (%s): the first run waits for the full load", exc)
             return None
-        for model in (pair.draft, pair.target):
-            loading.canonical_head_input(model)
         done = warm.flag_until(pair)
         _READY.append(pair)
 

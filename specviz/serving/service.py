@@ -347,14 +347,14 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
         if ready is not None:
             return ready
 
-        def prepared(early: bool = serve_early) -> ModelPair:
-            pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=early)
-            if early:  # what that load left, packed on every core between runs (a run's call scans nothing)
+        def prepared() -> ModelPair:
+            pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
+            if serve_early:  # what that load left, packed on every core between runs (a run's call scans nothing)
                 warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
             return _remember_execution(name, pair)
 
         if serve_early:
-            ready = first_start.begin(models, execution, lambda: prepared(True), progress)
+            ready = first_start.begin(models, execution, prepared, progress)
             if ready is not None:
                 return _remember_execution(name, ready)
         return prepared()

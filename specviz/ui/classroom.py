@@ -42,7 +42,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from ..serving import rooms as R
-from ..serving.rooms import ROOMS, PointRefused, RoomError
+from ..serving.rooms import ROOMS, RoomError
 from ..theory.costs import race_costs
 from ..theory.timing import flagged, trusted_speedup
 from ..trace.summary import theoretical_speedup
@@ -117,7 +117,6 @@ def _run_frame(code: str, key: str) -> LiveFrame | None:
         return None
     spec, std = payload.get("spec"), payload.get("std")
     summary = spec.summary() if spec else (std.summary() if std else None)
-    n = len(spec.rounds) if spec else 0
     narration, step_round = live.step_views(spec, 1)
     plot_tree_size, plot_tree_verify = tree_figures(spec)
     trees = bool(spec) and any(r.tree is not None for r in spec.rounds)

@@ -46,10 +46,8 @@ def for_position(state: Any, idx: Any, pos: Any) -> Any:
 
 def step_texts(state: Any, idx: Any) -> tuple[str, str, Any]:
     """(the narration, the round and the text up to it, the attention mask) for round ``idx`` (1-based)."""
-    spec = (state or {}).get("spec")
-    n = len(spec.rounds) if spec else 0
-    i = round_number(idx, n) if n else 0
-    shown = spec if n else None
+    spec, _, i = _round(state, idx)
+    shown = spec if i else None
     return ROUNDS.get(shown, ("texts", i), lambda: (*live.step_views(shown, i), tree_ui.mask_for(shown, i)))
 
 
@@ -61,8 +59,6 @@ def on_step(state: Any, idx: Any) -> tuple[str, str, Any, Any, Any]:
     figures as Gradio sends them (its Plot's postprocess, a JSON string: made once per round, not per page)."""
     narration, step_round, mask = step_texts(state, idx)
     picker, picture = for_step(state, idx)
-    spec = (state or {}).get("spec")
-    n = len(spec.rounds) if spec else 0
-    i = round_number(idx, n) if n else 0
-    sent = ROUNDS.get(spec if n else None, ("sent", i), lambda: (_PLOT.postprocess(mask), _PLOT.postprocess(picture)))
+    spec, _, i = _round(state, idx)
+    sent = ROUNDS.get(spec if i else None, ("sent", i), lambda: (_PLOT.postprocess(mask), _PLOT.postprocess(picture)))
     return narration, step_round, sent[0], picker, sent[1]
