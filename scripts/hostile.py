@@ -391,7 +391,7 @@ def battery_events(url: str, page: Page) -> Tally:
               [page.upload(ROOT / "assets" / "traces" / "1-code-greedy.json")], loaded)
     nxt, prv = page.event("click", elem_id="sv-next"), page.event("click", elem_id="sv-prev")
     step = page.event("change", elem_id="sv-step")
-    pos = page.event("change", elem_id="sv-pos-pick")
+    pos = page.event("input", elem_id="sv-pos-pick")
     for v in forged:
         fire(f"Next step={v!r}", nxt, [None, v], loaded)
         fire(f"Previous step={v!r}", prv, page.defaults(prv, **{"sv-step": v}), loaded)
