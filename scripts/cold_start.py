@@ -45,7 +45,8 @@ from specviz.hardware.machine import cpu_flags, cpu_name  # noqa: E402
 
 # Log lines that mark a phase's end (the server's logging format: "%(asctime)s %(name)s %(message)s").
 PHASES = {
-    "gguf read": re.compile(r"Read the GGUF of (.+?) in ([\d.]+) s"),
+    "gguf read": re.compile(r"Read the GGUF of (.+?) in ([\d.]+) s|Checked the GGUF of (.+?) in ([\d.]+) s"),
+    "faulted in": re.compile(r"Faulted in ([\d.]+) GB"),
     "tokenizer": re.compile(r"[Tt]okenizer of (.+?) (?:built|converted) in ([\d.]+) s"),
     "converted": re.compile(r"Converted (.+?) in ([\d.]+) s"),
     "dequantized (ready)": re.compile(r"Dequantized (.+?) from its GGUF in ([\d.]+) s"),

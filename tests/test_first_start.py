@@ -1,22 +1,26 @@
 """A first start (issue 55): a ready pair, read from the GGUFs into memory, serves while the prepared pair is made.
 
 On fake offline packs (real tiny Qwen2 GGUFs, tests/test_models.py): the ready pair's weights are the converted
-cache's, to the bit, and it computes what the converted pair computes in bf16; reading a pack into memory
-checks it as reassembling it does.  The server's side (specviz.serving.first_start): the ready pair serves,
+cache's, to the bit, and it computes what the converted pair computes (in bf16 to the bit; in float32 to
+float32's rounding: specviz.models.upcast); reading or mapping a pack checks it as reassembling it does, and a
+file mapped in parts reads as the whole file.  The server's side (specviz.serving.first_start): the ready pair serves,
 its races are flagged, it is let go once the models are converted (before the prepared pair loads: never both
 in memory), and its target's dtype follows the memory available.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 
+import numpy as np
 import pytest
 import torch
 
 from specviz.models import DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, convert, load_pair, packs, warm
-from specviz.models.first_start import ready_pair, run_dtype, wanted
+from specviz.models import first_start
+from specviz.models.first_start import ready_pair, wanted
 from specviz.serving import first_start as server_start
 from tests.test_models import cache, gguf_pack, make_pack, part_file  # noqa: F401  (fixtures)
 
@@ -36,35 +40,104 @@ def test_a_pack_read_into_memory_is_the_reassembled_file_and_is_checked(tmp_path
         packs.read(pack)
 
 
-def test_the_ready_pair_is_the_converted_pair_in_memory(tmp_path, monkeypatch, cache):
+def _with_values(monkeypatch, pack):
+    """``pack`` knowing its numbers (as the shipped packs do): the ready pair's memory is then one arena."""
+    import dataclasses
+
+    from specviz.models import OFFLINE_PACKS
+    from specviz.models.gguf_file import GGUFFile
+
+    with GGUFFile("x.gguf", packs.read(pack)) as gguf:
+        values = sum(int(torch.Size(info.shape).numel()) for info in gguf.tensors.values())
+    pack = dataclasses.replace(pack, values=values)
+    monkeypatch.setitem(OFFLINE_PACKS, pack.key, pack)
+    return pack
+
+
+@pytest.mark.parametrize("run", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_the_ready_pair_is_the_converted_pair_in_memory(tmp_path, monkeypatch, cache, run):
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1, tied=True), gguf_pack(tmp_path, monkeypatch, seed=2)
+    draft, target = _with_values(monkeypatch, draft), _with_values(monkeypatch, target)
     assert wanted(draft.ref, target.ref, torch.device("cpu"))
     assert not wanted(draft.ref, target.ref, torch.device("meta")) and not wanted("tiny:a", target.ref, torch.device("cpu"))
-    ready = ready_pair("custom", draft.ref, target.ref)
+    first_start.reserve(draft.ref, target.ref, run)  # (as a server's start does: the memory asked for early)
+    assert first_start.reserved() == run
+    ready = ready_pair("custom", draft.ref, target.ref, run=run)
+    assert first_start.reserved() is None  # taken
     assert not list(cache.rglob("*.gguf")) and not convert.pack_dir(target).exists()  # nothing written
-    execution = {torch.bfloat16: "bf16", torch.float32: "fp32"}[run_dtype()]
-    assert ready.target_exec == execution and ready.dtype == torch.bfloat16 and ready.draft_quant is None
-    assert next(ready.target.parameters()).dtype == run_dtype() and next(ready.draft.parameters()).dtype == torch.bfloat16
+    execution = {torch.bfloat16: "bf16", torch.float32: "fp32"}[run]
+    assert ready.target_exec == execution and ready.dtype == run and ready.draft_quant is None
+    for model in (ready.draft, ready.target):  # the weights stay bf16; in fp32 the norms and biases are widened
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(m.weight.dtype == torch.bfloat16 for m in linears)
+        assert all(p.dtype == torch.bfloat16 for n, p in model.named_parameters() if "norm" in n) == (run == torch.bfloat16)
 
     # the converted pair in the same execution: fp32 holds the bf16 cache's values (and so do the ready models)
     converted = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec=execution)
-    for model in (ready.draft, ready.target):
-        assert all(torch.equal(p, p.to(torch.bfloat16).to(p.dtype)) for p in model.parameters())
     assert not wanted(draft.ref, target.ref, torch.device("cpu"))  # converted now: the load itself is quick
     for mine, theirs in ((ready.draft, converted.draft), (ready.target, converted.target)):
         a, b = mine.state_dict(), theirs.state_dict()
         assert a.keys() == b.keys()
         for name in a:
-            assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
+            assert torch.equal(a[name].float(), b[name].float()), name
         assert mine.config.tie_word_embeddings == theirs.config.tie_word_embeddings
     assert ready.draft.config.tie_word_embeddings and not ready.target.config.tie_word_embeddings
     assert (ready.vocab_size, ready.context_length, sorted(ready.eos_token_ids)) == \
         (converted.vocab_size, converted.context_length, sorted(converted.eos_token_ids))
     text = "def f(x):\n    return <|im_end|> naïve"
     assert ready.tokenizer.encode(text) == converted.tokenizer.encode(text)
-    ids = torch.tensor([converted.tokenizer.encode("def f")])
+    ids = torch.tensor([converted.tokenizer.encode("def f(x): return x * 2")])
     with torch.no_grad():
-        assert torch.equal(ready.target(ids).logits, converted.target(ids).logits)
+        # (the converted pair's draft runs bf16 in every target execution: in float32 it is that model widened)
+        draft = converted.draft if run == torch.bfloat16 else copy.deepcopy(converted.draft).float()
+        for mine, theirs in ((ready.draft, draft), (ready.target, converted.target)):
+            got, want = mine(ids).logits, theirs(ids).logits
+            assert got.dtype == want.dtype == run
+            if run == torch.bfloat16:
+                assert torch.equal(got, want)
+            else:  # float32 sums in another order (block by block): float32's rounding apart, the same argmax
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+                assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_a_pack_mapped_in_parts_reads_as_the_whole_file(tmp_path, monkeypatch):
+    """Mapped part files (no copy) give every tensor's bytes as the reassembled file does, tensors across two
+    parts included, and are checked as reading is; a header past the first part is refused (the caller reads)."""
+    import struct
+
+    from specviz.models.gguf_file import GGUFFile
+    from tests.test_models import write_tiny_gguf
+
+    path = tmp_path / "t.gguf"
+    write_tiny_gguf(path, seed=3)
+    data = path.read_bytes()
+    whole = GGUFFile(path)
+    infos = sorted(whole.tensors.values(), key=lambda info: info.offset)
+    first = infos[0].offset  # the header's end
+    middles = [info.offset + info.nbytes // 2 for info in infos[1:4]]
+    cuts = [first + 1, middles[0], middles[0] + 1, *middles[1:]]  # inside tensors, one a byte long
+    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    split = GGUFFile(path, parts=pieces)
+    assert split.metadata.keys() == whole.metadata.keys()
+    straddling = 0
+    for name, info in whole.tensors.items():
+        assert split.tensors[name] == info
+        assert np.array_equal(split.raw(name), whole.raw(name)), name
+        straddling += any(info.offset < c < info.offset + info.nbytes for c in cuts)
+    assert straddling == 4
+    with pytest.raises((struct.error, IndexError, ValueError, UnicodeDecodeError)):
+        GGUFFile(path, parts=[data[:first // 2], data[first // 2:]])
+    pack = make_pack(tmp_path, monkeypatch, data, n_parts=3)
+    maps = packs.mapped(pack)
+    assert b"".join(bytes(m) for m in maps) == data
+    for m in maps:
+        m.close()
+    p = part_file(pack, 2)
+    raw = bytearray(p.read_bytes())
+    raw[3] ^= 0x01
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ModelError, match="corrupt.*sha256"):
+        packs.mapped(pack)
 
 
 @pytest.fixture
@@ -137,16 +210,17 @@ def test_a_failed_prepared_load_is_logged_and_the_next_run_loads(monkeypatch, fr
     assert "could not be made: disk full" in caplog.text
 
 
-def test_the_ready_target_dtype_follows_the_memory(monkeypatch):
-    from specviz.models import first_start, kernels
+def test_the_ready_pair_computes_in_fp32_without_native_bf16_where_the_memory_holds_it(monkeypatch):
+    from specviz.models import kernels
 
-    params = (0.49, 1.54)
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2"})  # no native bf16: fp32 where it fits
-    assert first_start.run_dtype(24 * 10**9, params) == torch.float32
-    assert first_start.run_dtype(13 * 10**9, params) == torch.bfloat16  # (fp32 needs 15.2 GB, bf16 12.1)
-    assert first_start.run_dtype(6 * 10**9, params) is None
+    values = first_start.values_b(PRESETS[DEFAULT_PRESET].draft, PRESETS[DEFAULT_PRESET].target)
+    assert values == (0.630167424, 1.777088)  # what the shipped files hold
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2"})  # no native bf16: fp32 (on bf16 weights)
+    assert first_start.run_dtype(24 * 10**9, values) == torch.float32
+    assert first_start.run_dtype(14 * 10**9, values) == torch.float32  # (needs 13.4 GB: a 16 GB Space has it)
+    assert first_start.run_dtype(12 * 10**9, values) is None
     monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"avx2", "avx512_bf16"})
-    assert first_start.run_dtype(24 * 10**9, params) == torch.bfloat16
+    assert first_start.run_dtype(24 * 10**9, values) == torch.bfloat16
 
 
 def test_no_ready_pair_where_it_cannot_stand_in(monkeypatch, fresh_server_state):

@@ -5,21 +5,24 @@ default pair was converted, its int8 weights and Q4_K records made, the kernel c
 probed: about 170 s on the 2-core AMD EPYC (Zen 3).  Most of that is preparation for *speed*, not for
 *answers*.  This module makes a pair that answers now:
 
-* each pack's parts are read into memory, checked (size and sha256) and parsed (:class:`.gguf_file.GGUFFile`);
-  nothing is written;
+* each pack's part files are mapped and checked (size and sha256) and parsed as one file
+  (:class:`.gguf_file.GGUFFile`): nothing is copied or written;
 * the tokenizer is built by ``tokenizers`` from the GGUF's vocabulary and merges (:mod:`.gguf_tokenizer`);
-* every tensor is dequantized in torch (:mod:`.gguf_dequant`: gguf-py's values to the bit) and rounded to bf16
-  as a converted cache holds it, into transformers models: the draft in bf16, the target in bf16 where the CPU
-  has native bf16 (AMX, AVX512-BF16), else in float32 holding the same values (:func:`run_dtype`);
+* every tensor is dequantized (:mod:`.gguf_dequant`: gguf-py's values to the bit) and rounded to bf16, as a
+  converted cache holds it, into memory asked for at the server's start and faulted in meanwhile
+  (:mod:`.arena`), and made into transformers models that compute in bf16 where the CPU has native bf16 (AMX,
+  AVX512-BF16), else in float32 on those bf16 weights (:mod:`.upcast`; :func:`run_dtype`);
 
-so the pair is the converted pair's bf16 or fp32 execution to the bit, on the stock kernels.  The
-server (:mod:`specviz.serving.first_start`) serves it while the full load (conversion, kernel, probe) runs in
-the background at a low priority, then swaps the prepared pair in.
+so the pair holds the converted pair's weights to the bit and runs on the stock kernels.  The server
+(:mod:`specviz.serving.first_start`) serves it while the full load (conversion, kernel, probe) runs in the
+background at a low priority, then swaps the prepared pair in.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,11 +31,12 @@ from typing import Any
 
 import torch
 
-from . import executions, gguf_convert, gguf_tokenizer
+from . import executions, gguf_convert, gguf_tokenizer, upcast
+from .arena import ALIGN, Arena
 from .convert import needs_conversion, offline_pack, source_of
 from .gguf_file import GGUFFile
 from .loading import canonical_head_input
-from .packs import read
+from .packs import mapped, read
 from .pair import ModelPair, ProgressFn, log, report, span
 from .tokens import converted_tokenizer, eos_ids
 
@@ -40,31 +44,31 @@ DTYPE = torch.bfloat16  # what a converted cache holds: every weight is rounded 
 NATIVE_BF16 = frozenset({"amx_bf16", "avx512_bf16"})
 
 
-def run_dtype(available: int | None = None, params_b: tuple[float, float] | None = None) -> torch.dtype | None:
-    """What the ready target runs in: bf16 where the CPU computes it natively, else float32 holding the bf16 values
-    -- where the memory ``available`` holds it (:func:`fits`), else bf16; None where not even that fits.
-    Without native bf16 (AVX2 CPUs) a prompt's pass is ~3x faster in float32 (the 1.5B target, 45 tokens: 2.1 s
-    against 6.2 on the 2-core Zen 3 EPYC), which is most of a first run; one token's step is slower there (380 ms
-    against 242), and it takes twice the memory.  The draft stays bf16, as a converted pair loads it."""
+def run_dtype(available: int | None = None, values_b: tuple[float, float] | None = None) -> torch.dtype | None:
+    """What the ready pair computes in: bf16 where the CPU computes it natively, else float32 (:mod:`.upcast`:
+    the bf16 weights widened block by block) -- where the memory ``available`` holds the pair (:func:`fits`;
+    ``values_b``: the two files' numbers, in billions); None where it does not.  Without native bf16 (AVX2 CPUs)
+    a prompt's pass is ~3-4x faster in float32 (61 tokens on the 2-core Zen 3 EPYC: the 1.5B target 3.4 s, the
+    0.5B draft 0.7 s; in bf16 the pair's first run took 11 s against 4), which is most of a first run."""
     from .kernels import _cpu_flags
 
-    wide = DTYPE if NATIVE_BF16 & _cpu_flags() else torch.float32
-    if available is None or params_b is None:
-        return wide
-    for dtype in dict.fromkeys((wide, DTYPE)):
-        if fits(available, params_b, dtype):
-            return dtype
-    return None
+    if available is not None and values_b is not None and not fits(available, values_b):
+        return None
+    return DTYPE if NATIVE_BF16 & _cpu_flags() else torch.float32
 
 
-def fits(available: int, params_b: tuple[float, float], dtype: torch.dtype) -> bool:
-    """Whether the ready pair (draft bf16, target ``dtype``) and the conversion beside it (the target's bf16
-    weights and its Q4_K records, written meanwhile) fit in ``available`` bytes with 4 GB to spare: on the
-    24 GB EPYC the fp32 ready pair (7.1 GB) and the conversion (4.1 GB) peaked at 12.9-14.2 GB resident."""
-    draft, target = (p * 1e9 for p in params_b)
-    ready = 2 * draft + target * torch.finfo(dtype).bits / 8
+def fits(available: int, values_b: tuple[float, float]) -> bool:
+    """Whether the ready pair (both models' weights in bf16) and the conversion beside it (the target's bf16
+    weights and its Q4_K records, written meanwhile) fit in ``available`` bytes with 4 GB to spare."""
+    draft, target = (v * 1e9 for v in values_b)
+    ready = (draft + target) * 2
     converting = 2 * target + 1e9
     return ready + converting + 4e9 <= available
+
+
+def values_b(draft_ref: str, target_ref: str) -> tuple[float, float]:
+    """The numbers in the two packs' tensors, in billions (what the ready pair holds)."""
+    return tuple(offline_pack(ref).values / 1e9 for ref in (draft_ref, target_ref))  # type: ignore[return-value]
 
 
 WORKERS = max(1, min(4, os.cpu_count() or 1))  # tensors dequantized at once (gguf_convert.dequantize_all)
@@ -92,26 +96,42 @@ def build_kernel() -> None:
         kernels.matches()
 
 
-def _model(gguf: GGUFFile, label: str, extra_eos: tuple[str, ...], run: torch.dtype, progress: ProgressFn | None) -> Any:
+def _model(gguf: GGUFFile, label: str, extra_eos: tuple[str, ...], run: torch.dtype, progress: ProgressFn | None,
+           arena: Arena | None = None, target: bool = False) -> Any:
     import transformers
 
     gguf_convert.check(gguf)
-    config = gguf_convert.model_config(gguf.metadata, run, "output.weight" not in gguf.tensors)
+    config = gguf_convert.model_config(gguf.metadata, DTYPE, "output.weight" not in gguf.tensors)
     t = time.perf_counter()
-    state = gguf_convert.dequantize_all(gguf, DTYPE, progress, label, workers=WORKERS, widen=None if run == DTYPE else run)
+    state = gguf_convert.dequantize_all(gguf, DTYPE, progress, label, workers=WORKERS,
+                                        alloc=arena.take if arena is not None else None)
     log.info("Dequantized %s from its GGUF in %.1f s", label, time.perf_counter() - t)
     model_class = getattr(transformers, config.architectures[0])  # (gguf_convert.ARCHITECTURES: Qwen2ForCausalLM)
-    model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=run)
+    model = model_class.from_pretrained(None, config=config, state_dict=state, dtype=DTYPE)  # (keeps these tensors)
     del state
+    if run != DTYPE:
+        upcast.widen(model)
+    elif target:  # (its buffers too -- the rotary frequencies -- as executions.apply leaves a loaded bf16 target)
+        model.to(DTYPE)
     model.generation_config, _ = gguf_convert.generation_config(gguf.metadata, config, extra_eos)
     model.requires_grad_(False)
     return model.eval()
 
 
 def _read(pack: Any) -> GGUFFile:
+    """The pack's GGUF as its part files mapped and checked (no copy: fresh memory costs more than the reading,
+    :mod:`.arena`); read into memory where its header does not lie in the first part."""
     t = time.perf_counter()
-    gguf = GGUFFile(f"{pack.key}.gguf", read(pack))
-    log.info("Read the GGUF of %s into memory in %.1f s", pack.display, time.perf_counter() - t)
+    parts = mapped(pack)
+    try:
+        gguf = GGUFFile(f"{pack.key}.gguf", parts=parts)
+        how = "mapped"
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
+        for part in parts:
+            if isinstance(part, mmap.mmap):
+                part.close()
+        gguf, how = GGUFFile(f"{pack.key}.gguf", read(pack)), "read into memory"
+    log.info("Checked the GGUF of %s (%s) in %.1f s", pack.display, how, time.perf_counter() - t)
     return gguf
 
 
@@ -127,37 +147,83 @@ def _tokenizer(metadata: dict[str, Any], label: str) -> Any:
     return tok
 
 
+_RESERVED: list[tuple[tuple[str, str, torch.dtype], Arena]] = []
+
+
+def _arena_bytes(draft_ref: str, target_ref: str) -> int:
+    """The ready pair's memory (its weights in bf16; 0: a pack's size unknown), with room to align each tensor."""
+    values = [offline_pack(ref).values for ref in (draft_ref, target_ref)]
+    return 0 if not all(values) else sum(values) * 2 + 4096 * ALIGN
+
+
+def reserve(draft_ref: str, target_ref: str, run: torch.dtype) -> None:
+    """Ask for the ready pair's memory now and have it faulted in (:mod:`.arena`) while the server's imports go
+    on: :func:`ready_pair` takes it; :func:`release` lets it go where no ready pair comes."""
+    release()
+    if nbytes := _arena_bytes(draft_ref, target_ref):
+        _RESERVED.append(((draft_ref, target_ref, run), Arena(nbytes, "the ready pair")))
+
+
+def reserved() -> torch.dtype | None:
+    """The dtype of a reservation still to be taken, if any."""
+    return _RESERVED[0][0][2] if _RESERVED else None
+
+
+def release() -> None:
+    while _RESERVED:
+        _RESERVED.pop()[1].close()
+
+
+def _claim(draft_ref: str, target_ref: str, run: torch.dtype) -> Arena | None:
+    if _RESERVED and _RESERVED[0][0] == (draft_ref, target_ref, run):
+        return _RESERVED.pop()[1]
+    release()
+    nbytes = _arena_bytes(draft_ref, target_ref)
+    return Arena(nbytes, "the ready pair") if nbytes else None
+
+
 def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn | None = None,
                run: torch.dtype | None = None) -> ModelPair:
     """The pair ``draft_ref`` -> ``target_ref`` (two offline packs) as transformers models made in memory from
-    their GGUFs; the target in ``run`` (None: :func:`run_dtype`).  :class:`.gguf_tokenizer.Unsupported` where a
-    file is not one this module reads, and the loaders' ModelError where a pack is missing or damaged."""
+    their GGUFs, both in ``run`` (None: :func:`run_dtype`).  :class:`.gguf_tokenizer.Unsupported` where a file is
+    not one this module reads, and the loaders' ModelError where a pack is missing or damaged."""
     t0 = time.perf_counter()
     run = run or run_dtype()
+    packs = {"draft": offline_pack(draft_ref), "target": offline_pack(target_ref)}
+    # Both models' memory at once (reserved at the server's start, else now), faulted in by its own thread while
+    # the rest goes on (.arena: on the EPYC VM the faults cost more than the dequantization).
+    arena = _claim(draft_ref, target_ref, run)
     from transformers import TokenizersBackend  # noqa: F401  (here: transformers' lazy imports are not thread-safe)
 
     made: dict[str, tuple[Any, str]] = {}
-    # The target's file is read and checked (hashlib: mostly without the interpreter lock) and the tokenizer
-    # built (in Rust: likewise) while the draft is dequantized.
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="specviz-ready") as pool:
-        target_file = pool.submit(_read, offline_pack(target_ref))
-        draft_file = _read(offline_pack(draft_ref))
-        vocabulary = draft_file.metadata["tokenizer.ggml.tokens"]
-        tokenizer_built = pool.submit(_tokenizer, draft_file.metadata, offline_pack(draft_ref).display)
-        getattr(__import__("transformers"), gguf_convert.ARCHITECTURES["qwen2"])  # its modelling code (lock-bound)
-        for role, file, (lo, hi) in (("draft", draft_file, (0.0, 0.3)), ("target", target_file, (0.3, 0.95))):
-            pack = offline_pack(draft_ref if role == "draft" else target_ref)
-            step = span(progress, lo, hi)
-            report(step, 0.0, f"Reading {pack.display} from its GGUF…")
-            gguf = file if isinstance(file, GGUFFile) else file.result()
-            try:
-                if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
-                    raise gguf_tokenizer.Unsupported("the two packs' vocabularies differ")
-                dtype = run if role == "target" else DTYPE  # (the draft: as a converted pair loads it)
-                made[role] = (_model(gguf, pack.display, pack.extra_eos, dtype, span(step, 0.1, 1.0)), pack.display)
-            finally:
-                gguf.close()
-        tokenizer = tokenizer_built.result()
+    files: dict[str, Any] = {}
+    try:
+        # The files are read and checked (hashlib: mostly without the interpreter lock) and the tokenizer built
+        # (in Rust: likewise) while this thread imports the model's code and the draft is dequantized.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="specviz-ready") as pool:
+            files = {role: pool.submit(_read, pack) for role, pack in packs.items()}
+            getattr(__import__("transformers"), gguf_convert.ARCHITECTURES["qwen2"])  # its modelling code (lock-bound)
+            vocabulary = files["draft"].result().metadata["tokenizer.ggml.tokens"]
+            tokenizer_built = pool.submit(_tokenizer, files["draft"].result().metadata, packs["draft"].display)
+            for role, (lo, hi) in (("draft", (0.0, 0.3)), ("target", (0.3, 0.95))):
+                pack = packs[role]
+                step = span(progress, lo, hi)
+                report(step, 0.0, f"Reading {pack.display} from its GGUF…")
+                gguf = files[role].result()
+                try:
+                    if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
+                        raise gguf_tokenizer.Unsupported("the two packs' vocabularies differ")
+                    made[role] = (_model(gguf, pack.display, pack.extra_eos, run, span(step, 0.1, 1.0), arena,
+                                         target=role == "target"), pack.display)
+                finally:
+                    gguf.close()
+            tokenizer = tokenizer_built.result()
+    finally:
+        if arena is not None:
+            arena.close()
+        for future in files.values():  # (a failure's: unmapped; closing twice is harmless)
+            if future.done() and future.exception() is None:
+                future.result().close()
     (draft, draft_name), (target, target_name) = made["draft"], made["target"]
     for model in (draft, target):
         canonical_head_input(model)  # (as every loaded pair's: loading._load_once)
@@ -167,7 +233,7 @@ def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn
     eos = eos_ids(tokenizer, target.generation_config)
     ctx = min(int(m.config.max_position_embeddings) for m in (draft, target))
     pair = ModelPair(preset=label, draft_name=draft_name, target_name=target_name, draft=draft, target=target,
-                     tokenizer=tokenizer, device=torch.device("cpu"), dtype=DTYPE, draft_quant=None,
+                     tokenizer=tokenizer, device=torch.device("cpu"), dtype=run, draft_quant=None,
                      eos_token_ids=eos, context_length=ctx, vocab_size=widths.pop(),
                      load_seconds=time.perf_counter() - t0, target_exec=executions.dtype_name(run))
     report(progress, 1.0, f"Ready: {draft_name} → {target_name} read from their GGUFs in {pair.load_seconds:.1f} s "

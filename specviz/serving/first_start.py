@@ -7,7 +7,7 @@ pair* (:func:`specviz.models.first_start.ready_pair`: the same weights as transf
 read from the GGUFs into memory) and serves it while the models are converted and specviz's kernel is compiled
 in the background at the lowest CPU priority (most of the full load's CPU time).  Then the ready pair is let go
 and the prepared pair loads (int8 and Q4_K weights, the probe; runs asked for meanwhile wait for it, as they
-waited for every load before): both at once did not fit in a CPU Space's 16 GB.  The ready target runs in bf16,
+waited for every load before): both at once did not fit in a CPU Space's 16 GB.  The ready pair runs in bf16,
 or in fp32 where the CPU has no native bf16 and the memory holds it (:func:`specviz.models.first_start.run_dtype`);
 there is no ready pair where not even bf16 fits beside the conversion.  A race run on the ready pair says so: its
 target is "bf16" or "fp32", and its timings are flagged (the server was still preparing;
@@ -47,7 +47,7 @@ def words(pair: Any) -> str:
     if not _is_ready(pair):
         return ""
     return (f"{STARTING}: this race ran on the models read straight from their GGUF files "
-            f"({pair.target_exec} target, the stock kernels) while their fast form was being prepared")
+            f"(both in {pair.target_exec}, the stock kernels) while their fast form was being prepared")
 
 
 def ran(pair: Any) -> None:
@@ -66,6 +66,31 @@ def serving() -> ModelPair | None:
         return _READY[0] if _READY else None
 
 
+def reserve_default() -> None:
+    """At a server's first start, before the page's imports (app.py): where the default pair will get a ready
+    pair, ask for its memory now so its pages are faulted in meanwhile (specviz.models.arena; :func:`begin`
+    takes it, or lets it go).  Imports torch and specviz's models only."""
+    import torch
+
+    from ..models import DEFAULT_PRESET, first_start
+
+    if not enabled() or torch.cuda.is_available():  # (service.default_preset: the CPU's default is the offline pair)
+        return
+    preset = PRESETS[DEFAULT_PRESET]
+    if not first_start.wanted(preset.draft, preset.target, torch.device("cpu")):
+        return
+    run = first_start.run_dtype(available_bytes(), first_start.values_b(preset.draft, preset.target))
+    if run is not None:
+        first_start.reserve(preset.draft, preset.target, run)
+
+
+def release() -> None:
+    """Let go of memory :func:`reserve_default` asked for and no ready pair took."""
+    from ..models import first_start
+
+    first_start.release()
+
+
 def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelPair],
           progress: Callable[[float, str], None] | None = None) -> ModelPair | None:
     """Make the ready pair of ``models`` (load_pair's model arguments) and start ``load_full`` (the prepared
@@ -75,13 +100,15 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
 
     with _BUILD:
         if _READY or _THREADS or not enabled():
+            first_start.release()
             return _READY[0] if _READY else None
         label, draft_ref, target_ref, device = loading.resolve(**models, target_exec=execution)
         if not first_start.wanted(draft_ref, target_ref, device):
+            first_start.release()
             return None
-        base = PRESETS.get(models.get("preset", ""))
         available = available_bytes()
-        run = first_start.run_dtype(available, base.params_b if base and base.params_b else None)
+        # (memory reserved at the start is counted out of what is available now: its dtype was chosen then)
+        run = first_start.reserved() or first_start.run_dtype(available, first_start.values_b(draft_ref, target_ref))
         if run is None:
             log.info("No ready pair: %.1f GB of memory available is too little beside the conversion; the first "
                      "run waits for the full load", (available or 0) / 1e9)
@@ -89,6 +116,7 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
         try:
             pair = first_start.ready_pair(label, draft_ref, target_ref, progress, run=run)
         except (Unsupported, ModelError, OSError, MemoryError) as exc:
+            first_start.release()
             log.info("No ready pair (%s): the first run waits for the full load", exc)
             return None
         done = warm.flag_until(pair)
