@@ -181,3 +181,33 @@ def test_the_targets_records_are_cut_as_gguf_py_reads_them(both_ways, tmp_path):
             assert torch.equal(stored[name + q4k.Q6K_SUFFIX], q6k.records(np.asarray(t.data))), name
             seen += 1
     assert seen == len(stored) > 0
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("key", PACKS)
+def test_a_shipped_pack_maps_in_parts_and_knows_its_size(key):
+    """The ready pair's reading of a shipped pack (specviz.models.first_start): its parts mapped, checked and read
+    as one file (the header lies in the first part), holding the numbers its preset says (the size of the memory
+    asked for at a server's start), every quantized tensor dequantized by the compiled path as gguf-py does."""
+    gguf_py = pytest.importorskip("gguf")
+    import torch
+
+    from specviz.models import gguf_dequant, packs
+
+    pack = _pack(key)
+    split = GGUFFile(f"{key}.gguf", parts=packs.mapped(pack))
+    try:
+        assert sum(int(np.prod(info.shape)) for info in split.tensors.values()) == pack.values
+        assert gguf_dequant.library() is not None
+        seen = set()
+        for name, info in split.tensors.items():
+            if not gguf_dequant.known(info.ggml_type) or info.ggml_type in seen:
+                continue
+            seen.add(info.ggml_type)  # one tensor of each type (the files' are compared whole in their caches)
+            raw = split.raw(name)
+            want = torch.from_numpy(gguf_py.dequantize(raw, gguf_py.GGMLQuantizationType(info.ggml_type)))
+            got = gguf_dequant.dequantize(raw, info.ggml_type, info.shape, torch.float32)
+            assert torch.equal(got.reshape(want.shape).view(torch.int32), want.view(torch.int32)), name
+        assert seen >= {gguf_dequant.Q4_K, gguf_dequant.Q6_K} or key != "qwen2.5-coder-1.5b"
+    finally:
+        split.close()
