@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,15 +270,26 @@ def start_section() -> list[str]:
         return f"{times[-1]:.0f} s" if times else "–"
 
     out += [f"A first start (`python scripts/cold_start.py --starts {len(c['starts'])}`, an empty model cache, the pip "
-            f"packages installed; {cpu}, {date}) serves its first live run from the *ready pair*, read straight from "
-            "the GGUF files into memory, while the fast pair (converted cache, int8 and Q4_K weights, specviz's "
-            "kernel, the probe) is prepared in the background and then swapped in:", "",
-            "| start | page answers | ready pair | first live run served (its target) | fast pair swapped in | peak memory |",
-            "|---|---|---|---|---|---|"]
+            f"packages installed; {cpu}, {date}) serves its first live run from the *ready pair*: the GGUF files "
+            "mapped where pip put them, dequantized into bf16 weights in memory asked for at the start, computed in "
+            "float32 on a CPU without native bf16 (\"fp32\" below). Meanwhile the fast pair (converted cache, int8 and "
+            "Q4_K weights, specviz's kernel, the probe) is prepared in the background and then swapped in:", "",
+            "| start | page answers | ready pair | first live run served (its execution) | probe recorded | "
+            "fast pair swapped in | peak memory |",
+            "|---|---|---|---|---|---|---|"]
     for k, st in enumerate(done, 1):
         out.append(f"| {k} | {st['page_s']:.1f} s | {at(st, 'ready pair')} | **{st['served_s']:.1f} s** "
-                   f"({st.get('target_exec') or '?'}) | {at(st, 'prepared pair swapped in')} | "
-                   f"{st.get('peak_rss_gb') or '–'} GB |")
+                   f"({st.get('target_exec') or '?'}) | {'yes' if st.get('probe') else 'no'} | "
+                   f"{at(st, 'prepared pair swapped in')} | {st.get('peak_rss_gb') or '–'} GB |")
+    if done:
+        out += ["", f"Median first live run: **{statistics.median(st['served_s'] for st in done):.1f} s** "
+                    f"(page: {statistics.median(st['page_s'] for st in done):.1f} s)."]
+        faults = [re.search(r"Faulted in ([\d.]+) GB .* in ([\d.]+) s", p["line"]) for st in done
+                  for p in st.get("phases", []) if p["phase"] == "faulted in"]
+        if faults := [m for m in faults if m]:
+            seconds = sorted(float(m.group(2)) for m in faults)
+            out[-1] += (f" Most of the spread is the machine's: the ready pair's {faults[0].group(1)} GB of fresh "
+                        f"memory took {seconds[0]:.1f}-{seconds[-1]:.1f} s to fault in from one start to the next.")
     return out + [""]
 
 
