@@ -236,3 +236,37 @@ def test_no_ready_pair_where_it_cannot_stand_in(monkeypatch, fresh_server_state)
     monkeypatch.setenv("SPECVIZ_READY", "0")
     assert server_start.begin({"preset": DEFAULT_PRESET}, "auto", lambda: pytest.fail("loaded")) is None
     assert server_start.serving() is None and not server_start._THREADS
+
+
+def test_a_server_start_reserves_the_ready_pairs_memory_only_where_one_comes(monkeypatch):
+    """app.py's first step: the default pair's memory asked for at once where a ready pair will be made (offline
+    packs installed, not converted yet, a CPU, room for it), and let go where the preload does not take it."""
+    from specviz.models import first_start as models_start
+
+    monkeypatch.setattr(models_start, "_RESERVED", [])
+    monkeypatch.setattr(models_start, "Arena", lambda nbytes, label: type("A", (), {"nbytes": nbytes, "close": lambda s: None})())
+    monkeypatch.setattr(server_start, "available_bytes", lambda: 64 * 10**9)
+    monkeypatch.setattr(models_start, "wanted", lambda *a: True)
+    monkeypatch.delenv("SPECVIZ_READY", raising=False)
+    monkeypatch.setattr(packs, "part_paths", lambda pack: [])  # (installed)
+    server_start.reserve_default()
+    run = models_start.reserved()
+    assert run in (torch.float32, torch.bfloat16)
+    assert models_start._RESERVED[0][1].nbytes >= 2 * (630_167_424 + 1_777_088_000)
+    server_start.release()
+    assert models_start.reserved() is None
+    monkeypatch.setattr(server_start, "available_bytes", lambda: 8 * 10**9)  # no room: nothing asked for
+    server_start.reserve_default()
+    assert models_start.reserved() is None
+    monkeypatch.setattr(server_start, "available_bytes", lambda: 64 * 10**9)
+    monkeypatch.setattr(models_start, "wanted", lambda *a: False)  # converted already: nothing
+    server_start.reserve_default()
+    assert models_start.reserved() is None
+    monkeypatch.setattr(models_start, "wanted", lambda *a: True)
+    monkeypatch.setattr(packs, "part_paths", lambda pack: (_ for _ in ()).throw(ModelError("not installed")))
+    server_start.reserve_default()
+    assert models_start.reserved() is None
+    monkeypatch.setattr(packs, "part_paths", lambda pack: [])
+    monkeypatch.setenv("SPECVIZ_READY", "0")
+    server_start.reserve_default()
+    assert models_start.reserved() is None

@@ -73,11 +73,18 @@ def reserve_default() -> None:
     import torch
 
     from ..models import DEFAULT_PRESET, first_start
+    from ..models.convert import offline_pack
+    from ..models.packs import part_paths
 
     if not enabled() or torch.cuda.is_available():  # (service.default_preset: the CPU's default is the offline pair)
         return
     preset = PRESETS[DEFAULT_PRESET]
     if not first_start.wanted(preset.draft, preset.target, torch.device("cpu")):
+        return
+    try:  # (packs not installed: the load says so; no memory asked for)
+        for ref in (preset.draft, preset.target):
+            part_paths(offline_pack(ref))
+    except ModelError:
         return
     run = first_start.run_dtype(available_bytes(), first_start.values_b(preset.draft, preset.target))
     if run is not None:
