@@ -8,9 +8,13 @@ asks: 9.6 GB of float32 weights took 17 s, more than all the rest of the pair's 
 widens ROWS_BYTES of its bf16 weight into a scratch block that stays in the cache and multiplies by it
 (``torch.mm``: float32's own product, block by block), the embeddings' rows are widened as they are looked up,
 and the norms and biases (small) are float32.  Measured there on one 8960 x 1536 matrix: 61 tokens 20.5 ms
-(float32 weights: 27.3, bf16: 84.4); one token 8.3 ms (3.5, 1.7): widening costs what a step reads, so a step
-is ~2.5x float32's.  The products are float32's to the bit on that machine (the blocks are whole rows: each
-output sums the same terms in the same order); tests/test_upcast.py compares the logits with the float32 model's.
+(float32 weights: 27.3, bf16: 84.4); one token 7.4 ms (3.5, 1.7).  So the pair's first run (a 61-token
+prompt) took 3.6 s where float32 weights took 5.5 s, but each step after it costs more: the 1.5B target's
+one-token step ~0.96 s (0.40 on float32 weights), the draft's 0.34 s (0.16); a 32-token race of the ready
+pair took 36 s.  It serves only until the prepared pair is in (about three minutes), its races flagged.
+Float32 sums in another order than one product over the whole matrix (block by block, the transposed
+product): the logits agree with the float32 model's to float32's rounding, not to the bit
+(tests/test_upcast.py).
 """
 
 from __future__ import annotations
