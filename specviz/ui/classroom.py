@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+import anyio
 import gradio as gr
 import plotly.graph_objects as go
 
@@ -50,7 +51,7 @@ from ..views import html as V
 from ..views import plots as P
 from ..views import race_plots as RP
 from ..views.figures import empty_figure, wide_layout
-from . import live, picture_ui
+from . import live, picture_ui, room_wait
 from .frames import SKIP, LiveFrame, round_number
 from .store import Shown
 from .tree_ui import live_tree, mask_for, tree_figures
@@ -559,6 +560,8 @@ def teacher_view(st: Any, state: Any, step: Any) -> None:
         ROOMS.set_view(st["code"], st.get("secret"), key, round_number(step, _rounds_of(state) or 2**31), payload)
     except RoomError as exc:
         log.info("class %s: the teacher's view not sent: %s", st.get("code"), exc)
+        return
+    room_wait.moved(st["code"])  # the attendees' polls waiting on it answer now
 
 
 def on_step(st: Any, state: Any, step: Any) -> tuple[Any, ...]:
@@ -717,8 +720,18 @@ def wire(ui: ClassUI, demo: gr.Blocks, *, state: Any, step: Any, views: Any, run
                   ui.seen, ui.want_all]
     small = frozenset(small_outs)
 
-    def poll(st: Any, follow: Any, state_v: Any, step_v: Any, seen: Any, request: gr.Request = None) -> dict:
-        return attendee_poll(ui, views, step, recordings, st, follow, state_v, step_v, seen, request, small)
+    async def poll(st: Any, follow: Any, state_v: Any, step_v: Any, seen: Any, request: gr.Request = None) -> dict:
+        # (room_wait: a poll finding the page up to date waits for the teacher's next move, on the event loop)
+        answer = functools.partial(attendee_poll, ui, views, step, recordings, st, follow, state_v, step_v, seen,
+                                   request, small)
+        room = _room(st) if follow == FOLLOW and isinstance(st, dict) and st.get("role") == "attendee" else None
+        version = room.version if room is not None else None
+        out = await anyio.to_thread.run_sync(answer)
+        if room is None or not _changes_nothing(out):
+            return out
+        if await room_wait.until_moved(st.get("code", ""), lambda: room.version != version):
+            return await anyio.to_thread.run_sync(answer)
+        return out
 
     def to_round(st: Any, follow: Any, state_v: Any, step_v: Any, seen: Any, request: gr.Request = None) -> dict:
         return attendee_step(ui, views, step, recordings, st, follow, state_v, step_v, seen, request, small)
