@@ -25,17 +25,23 @@ from specviz.serving import first_start as server_start
 from tests.test_models import cache, gguf_pack, make_pack, part_file  # noqa: F401  (fixtures)
 
 
+def _flip_a_bit(pack, part: int, at: int):
+    """Damage part ``part`` of ``pack`` at byte ``at``: (its path, its bytes now)."""
+    p = part_file(pack, part)
+    raw = bytearray(p.read_bytes())
+    raw[at] ^= 0x01
+    p.write_bytes(bytes(raw))
+    return p, bytes(raw)
+
+
 def test_a_pack_read_into_memory_is_the_reassembled_file_and_is_checked(tmp_path, monkeypatch):
     data = os.urandom(50_000)
     pack = make_pack(tmp_path, monkeypatch, data, n_parts=4)
     assert bytes(packs.read(pack)) == data == packs.reassemble(pack, tmp_path / "x.gguf").read_bytes()
-    p = part_file(pack, 3)
-    raw = bytearray(p.read_bytes())
-    raw[7] ^= 0x01
-    p.write_bytes(bytes(raw))
+    p, raw = _flip_a_bit(pack, 3, 7)
     with pytest.raises(ModelError, match="corrupt.*sha256"):
         packs.read(pack)
-    p.write_bytes(bytes(raw) + b"xx")
+    p.write_bytes(raw + b"xx")
     with pytest.raises(ModelError, match="more than"):
         packs.read(pack)
 
@@ -132,10 +138,7 @@ def test_a_pack_mapped_in_parts_reads_as_the_whole_file(tmp_path, monkeypatch):
     assert b"".join(bytes(m) for m in maps) == data
     for m in maps:
         m.close()
-    p = part_file(pack, 2)
-    raw = bytearray(p.read_bytes())
-    raw[3] ^= 0x01
-    p.write_bytes(bytes(raw))
+    _flip_a_bit(pack, 2, 3)
     with pytest.raises(ModelError, match="corrupt.*sha256"):
         packs.mapped(pack)
 

@@ -20,7 +20,6 @@ background at a low priority, then swaps the prepared pair in.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import tempfile
@@ -36,7 +35,7 @@ from .arena import ALIGN, Arena
 from .convert import needs_conversion, offline_pack, source_of
 from .gguf_file import GGUFFile
 from .loading import canonical_head_input
-from .packs import mapped, read
+from .packs import mapped, read, unmap
 from .pair import ModelPair, ProgressFn, log, report, span
 from .tokens import converted_tokenizer, eos_ids
 
@@ -127,9 +126,7 @@ def _read(pack: Any) -> GGUFFile:
         gguf = GGUFFile(f"{pack.key}.gguf", parts=parts)
         how = "mapped"
     except (struct.error, IndexError, ValueError, UnicodeDecodeError):
-        for part in parts:
-            if isinstance(part, mmap.mmap):
-                part.close()
+        unmap(parts)
         gguf, how = GGUFFile(f"{pack.key}.gguf", read(pack)), "read into memory"
     log.info("Checked the GGUF of %s (%s) in %.1f s", pack.display, how, time.perf_counter() - t)
     return gguf
@@ -210,18 +207,15 @@ def ready_pair(label: str, draft_ref: str, target_ref: str, progress: ProgressFn
                 step = span(progress, lo, hi)
                 report(step, 0.0, f"Reading {pack.display} from its GGUF…")
                 gguf = files[role].result()
-                try:
-                    if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
-                        raise gguf_tokenizer.Unsupported("the two packs' vocabularies differ")
-                    made[role] = (_model(gguf, pack.display, pack.extra_eos, run, span(step, 0.1, 1.0), arena,
-                                         target=role == "target"), pack.display)
-                finally:
-                    gguf.close()
+                if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary:
+                    raise gguf_tokenizer.Unsupported("the two packs' vocabularies differ")
+                made[role] = (_model(gguf, pack.display, pack.extra_eos, run, span(step, 0.1, 1.0), arena,
+                                     target=role == "target"), pack.display)
             tokenizer = tokenizer_built.result()
     finally:
         if arena is not None:
             arena.close()
-        for future in files.values():  # (a failure's: unmapped; closing twice is harmless)
+        for future in files.values():  # (the files read, whatever happened)
             if future.done() and future.exception() is None:
                 future.result().close()
     (draft, draft_name), (target, target_name) = made["draft"], made["target"]

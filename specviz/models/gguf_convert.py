@@ -83,9 +83,7 @@ def dequantized(gguf: GGUFFile, name: str, dtype: torch.dtype, widen: torch.dtyp
         values = torch.from_numpy(raw.view(np.float16).astype(np.float32))
     else:
         return gguf_dequant.dequantize(raw, info.ggml_type, info.shape, dtype, widen, out)
-    values = values.reshape(info.shape).to(dtype)
-    values = values if widen is None else values.to(widen)
-    return values if out is None else out.copy_(values)
+    return gguf_dequant.cast(values.reshape(info.shape), dtype, widen, out)
 
 
 def dequantize_all(gguf: GGUFFile, dtype: torch.dtype, progress=None, label: str = "",

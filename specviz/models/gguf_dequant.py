@@ -180,7 +180,7 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...], dtype: t
         from gguf import dequantize as gguf_dequantize
 
         values = torch.from_numpy(gguf_dequantize(raw, GGMLQuantizationType(ggml_type)))
-        return _into(_widened(values.reshape(shape).to(dtype), widen), out)
+        return cast(values.reshape(shape), dtype, widen, out)
     nbytes, per = LAYOUT[ggml_type]
     raw = np.ascontiguousarray(raw).view(np.uint8)
     n_blocks = raw.size // nbytes
@@ -204,12 +204,14 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...], dtype: t
     for i in range(0, blocks.shape[0], step):
         values = kernel(blocks[i:i + step])
         values_out[i * per:(i + values.shape[0]) * per] = values.reshape(-1)  # the cast to dtype, as it is copied
-    return _into(_widened(values_out.reshape(shape), widen), out)
+    return cast(values_out.reshape(shape), dtype, widen, out)
 
 
-def _widened(tensor: torch.Tensor, widen: torch.dtype | None) -> torch.Tensor:
-    return tensor if widen is None else tensor.to(widen)
-
-
-def _into(tensor: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    return tensor if out is None else out.copy_(tensor.reshape(out.shape))
+def cast(values: torch.Tensor, dtype: torch.dtype, widen: torch.dtype | None = None,
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """``values`` cast to ``dtype``, then held as ``widen`` where given (the same values), written into ``out``
+    where given: what :func:`dequantize` returns, for a tensor dequantized otherwise (float32/float16 ones)."""
+    values = values.to(dtype)
+    if widen is not None:
+        values = values.to(widen)
+    return values if out is None else out.copy_(values.reshape(out.shape))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import mmap
 import importlib
 import importlib.util
+import mmap
 import os
 from pathlib import Path
 
@@ -127,12 +127,17 @@ def mapped(pack: OfflinePack) -> list[mmap.mmap | bytes]:
                 maps.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
         _check(pack, maps)
     except BaseException:
-        for m in maps:
-            if isinstance(m, mmap.mmap):
-                with contextlib.suppress(BufferError):  # (a view still held by the failure: goes with it)
-                    m.close()
+        unmap(maps)
         raise
     return maps
+
+
+def unmap(maps: list[mmap.mmap | bytes]) -> None:
+    """Close what :func:`mapped` gave (a map whose view is still held goes with that view)."""
+    for m in maps:
+        if isinstance(m, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                m.close()
 
 
 def read(pack: OfflinePack, progress: ProgressFn | None = None) -> bytearray:
