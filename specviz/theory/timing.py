@@ -176,6 +176,11 @@ def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None
 STARTING = "the server had just started"  # how a race timed while the server prepared its models says why
 
 
+def starting(timing: Timing) -> bool:
+    """Whether ``timing`` was flagged because the server was still starting (not a busy machine)."""
+    return str(timing.why or "").startswith(STARTING)
+
+
 def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", threads: int | None = None,
                 busy: float | None = None, prices: Prices | None = None, threads_end: int | None = None,
                 busy_during: float | None = None, preparing: bool | str = False) -> Timing:
@@ -185,9 +190,12 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
     its passes ran on slower products, some of them switching mid-race, so its clocks are not quoted (a
     sentence: why, in those words)."""
     who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during)
-    warming = preparing if isinstance(preparing, str) else (
-        f"{STARTING} and was still preparing the models' fast kernels: some passes ran on slower ones") \
-        if preparing else ""
+    if isinstance(preparing, str):
+        warming = preparing
+    elif preparing:
+        warming = f"{STARTING} and was still preparing the models' fast kernels: some passes ran on slower ones"
+    else:
+        warming = ""
     if warming:
         who.update(reliable=False, why=warming)
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
@@ -276,5 +284,6 @@ def trusted_speedup(spec: Trace, measured: float | None) -> float | None:
     return spec.timing.predicted if flagged(spec) else measured
 
 
-__all__ = ["STARTING", "BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "V_MIN", "assess_race",
-           "count_based_speedup", "event_costs", "excess", "flagged", "medians", "passes", "trusted_speedup"]
+__all__ = ["BUSY_SLOWDOWN", "DISAGREE", "MIN_GROUP", "MIN_JUDGED_S", "Pass", "Prices", "SPREAD_MAX", "STARTING", "V_MIN",
+           "assess_race", "count_based_speedup", "event_costs", "excess", "flagged", "medians", "passes", "starting",
+           "trusted_speedup"]

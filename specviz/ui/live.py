@@ -33,7 +33,7 @@ from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFaile
 from ..serving.replay import Busy, Entry, replay_speed
 from ..serving.service import InputError, Update, describe_error, job_seconds
 from ..theory.costs import race_costs
-from ..theory.timing import STARTING, flagged, trusted_speedup
+from ..theory.timing import flagged, starting, trusted_speedup
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes, save_recording
 from ..views import html as V
 from ..views.rules import rules_html
@@ -299,8 +299,7 @@ def done_message(spec: Trace, std: Trace | None) -> str:
         trusted = trusted_speedup(spec, sp)
         shown = (f", count-based ≈{trusted:.2f}× standard decoding" if trusted
                  else f", {sp:.2f}× by a wall clock that cannot be trusted")
-        cause = ("the server was still starting" if str(timing.why or "").startswith(STARTING)
-                 else "the machine was busy during this race")
+        cause = "the server was still starting" if starting(timing) else "the machine was busy during this race"
         return msg + f"{shown}; timings ±{timing.spread:.0%}: {cause}"
     if sp and sp < 1:  # a loss in plain words, never "0.58× faster" (nor "0.58× slower")
         return msg + f", speculative took {1 / sp:.2f}× as long per token ({sp:.2f}× the speed of standard decoding)"
