@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -95,25 +96,32 @@ def both_ways(tmp_path_factory):
     from specviz.models import convert
 
     out = {}
+    written: list[Path] = []  # ~8 GB of caches: removed when the module ends, pass or fail (CI's disk is finite)
     before = os.environ.get("SPECVIZ_CACHE")
     reference = os.environ.get("SPECVIZ_REFERENCE_CACHE")
     try:
-        for key in PACKS:
-            pack = _pack(key)
-            os.environ["SPECVIZ_CACHE"] = str(tmp_path_factory.mktemp(f"direct-{key}"))
-            direct = convert._convert_pack(pack, direct=True)
-            if reference:
-                theirs = Path(reference) / "models" / direct.name
+        try:
+            for key in PACKS:
+                pack = _pack(key)
+                written.append(tmp_path_factory.mktemp(f"direct-{key}"))
+                os.environ["SPECVIZ_CACHE"] = str(written[-1])
+                direct = convert._convert_pack(pack, direct=True)
+                if reference:
+                    theirs = Path(reference) / "models" / direct.name
+                else:
+                    written.append(tmp_path_factory.mktemp(f"transformers-{key}"))
+                    os.environ["SPECVIZ_CACHE"] = str(written[-1])
+                    theirs = convert._convert_pack(pack, direct=False)
+                out[key] = (theirs, direct)
+        finally:
+            if before is None:
+                os.environ.pop("SPECVIZ_CACHE", None)
             else:
-                os.environ["SPECVIZ_CACHE"] = str(tmp_path_factory.mktemp(f"transformers-{key}"))
-                theirs = convert._convert_pack(pack, direct=False)
-            out[key] = (theirs, direct)
+                os.environ["SPECVIZ_CACHE"] = before
+        yield out
     finally:
-        if before is None:
-            os.environ.pop("SPECVIZ_CACHE", None)
-        else:
-            os.environ["SPECVIZ_CACHE"] = before
-    return out
+        for path in written:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.real_model
