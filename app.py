@@ -51,8 +51,8 @@ from specviz.serving import hosting, long_urls, replay, stream_log, temp_files
 from specviz.serving.cancel import CANCELS
 from specviz.serving.envvars import env_int
 from specviz.serving.service import CUSTOM_PRESET, default_preset, ui_presets
-from specviz.ui import (api, challenges_ui, classroom, export_ui, links, live, machine_ui, picture_ui, present,
-                        shootout_ui, tabs, tree_ui)
+from specviz.ui import (api, challenges_ui, class_layout, classroom, export_ui, links, live, machine_ui,
+                        picture_ui, present, shootout_ui, tabs, tree_ui)
 from specviz.ui.form import (FORM_FROM_TRACE, RULE_HELP, RunForm, example_label, form_duration, form_values,
                              form_sweep_duration)
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
@@ -120,7 +120,7 @@ def build() -> gr.Blocks:
                 present_box = gr.Checkbox(False, label="Presenter mode", elem_id="sv-present-toggle",
                                           info="large text; ← → space Home End step the rounds")
                 drawer_btn = gr.Button("⚙ Settings", size="sm", elem_id="sv-drawer-btn")
-        class_ui = classroom.build_bar()  # class mode (issue 58): who leads, who follows; hidden outside a class
+        class_ui = class_layout.build_bar()  # class mode (issue 58): who leads, who follows; hidden outside a class
         with gr.Tabs(overflow_behavior="wrap") as page_tabs:  # every tab's name in view, also on a phone
             with gr.Tab("Live", id="live"):
                 with gr.Row():
@@ -312,7 +312,7 @@ def build() -> gr.Blocks:
             with gr.Tab("Challenges", id="challenges"):  # guided tasks, checked from the learner's runs
                 challenge_tab = challenges_ui.build_tab(state)
 
-            classroom.build_tab(class_ui)  # start or join a class; the teacher's room and plot
+            class_layout.build_tab(class_ui)  # start or join a class; the teacher's room and plot
 
         # ---- events ----
         form = Slots(RunForm, preset=preset, draft_id=draft_id, target_id=target_id, prompt=prompt, gamma=gamma,

@@ -192,12 +192,13 @@ def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
 
     import gradio as gr
 
+    from specviz.ui import class_layout as CL
     from specviz.ui import classroom as C
     from specviz.ui.frames import LiveFrame, Slots
     from specviz.ui.store import Shown
 
     recs = sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.json"))
-    ui = C.ClassUI(**{f.name: object() for f in dataclasses.fields(C.ClassUI)})
+    ui = CL.ClassUI(**{f.name: object() for f in dataclasses.fields(CL.ClassUI)})
     views = Slots(LiveFrame, **{f.name: object() for f in dataclasses.fields(LiveFrame)})
     step = views["step"]
     small = frozenset([step, views["narration"], views["step_round"], ui.bar_text, ui.poll, ui.follow, ui.room,
@@ -209,10 +210,10 @@ def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
         C.teacher_view(teacher, shown, 3)
         st = {"code": room.code, "role": "attendee"}
 
-        said = C.attendee_sync(ui, views, step, recs, st, C.FOLLOW, shown, 3, None, None)[ui.seen]  # the bar
+        said = C.attendee_sync(ui, views, step, recs, st, CL.FOLLOW, shown, 3, None, None)[ui.seen]  # the bar
 
         def poll(state, at, fn=C.attendee_poll, seen=said):
-            return fn(ui, views, step, recs, st, C.FOLLOW, state, at, seen, None, small)
+            return fn(ui, views, step, recs, st, CL.FOLLOW, state, at, seen, None, small)
 
         skip = gr.skip()
         assert poll(shown, 3) == {ui.want: skip, ui.want_all: skip, step: skip}  # in line: nothing at all
@@ -227,7 +228,7 @@ def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
         assert out[ui.want] == skip and isinstance(out[ui.want_all], int)
         handed = poll(None, 1, C.attendee_step)  # the round's sync cannot: it hands over
         assert list(handed) == [ui.want_all] and handed[ui.want_all] != out[ui.want_all]
-        full = C.attendee_sync(ui, views, step, recs, st, C.FOLLOW, None, 1, said, None)
+        full = C.attendee_sync(ui, views, step, recs, st, CL.FOLLOW, None, 1, said, None)
         assert len(full) > len(small) and full[views["state"]] == shown  # the full sync writes every view
     finally:
         C.ROOMS.close(room.code, room.secret)
@@ -241,7 +242,7 @@ def test_a_flagged_race_without_a_count_based_figure_still_posts_its_point_flagg
     from specviz.core.settings import DecodeSettings
     from specviz.models import TINY_PRESET, load_pair
     from specviz.serving.service import race, tokenize
-    from specviz.ui import classroom
+    from specviz.ui import class_views
     from specviz.views import html as V
 
     pair = load_pair(TINY_PRESET)
@@ -250,6 +251,6 @@ def test_a_flagged_race_without_a_count_based_figure_still_posts_its_point_flagg
     spec, std = done.spec, done.std
     assert spec is not None and std is not None and spec.timing is not None
     spec = dataclasses.replace(spec, timing=dataclasses.replace(spec.timing, reliable=False, predicted=None))
-    values = classroom.point_values(spec, std)
+    values = class_views.point_values(spec, std)
     assert values["flagged"] is True and values["speedup"] == pytest.approx(V.race_speedup(spec, std))
     assert R.check_point(values)["flagged"] is True  # and the room takes it

@@ -182,4 +182,4 @@ def test_a_class_follows_its_teacher_and_plots_its_races(pages, server, tiny_rec
     assert "refused a point for class" in server.log()
 
 
-TEACHER_WAIT = 2.5  # more than the teacher's refresh (classroom.TEACHER_POLL_S)
+TEACHER_WAIT = 2.5  # more than the teacher's refresh (class_layout.TEACHER_POLL_S)

@@ -15,206 +15,37 @@ In an experiment, each race an attendee finishes (live or replayed) is posted to
 here from the race the server holds for that page (never from values a client sends); the teacher's page
 draws the points over Thm 3.8 at the room's measured α and c, and exports them as CSV and JSON.
 
-Wiring (app.py): ``ui = build_bar()`` above the tabs, ``build_tab(ui)`` inside them, ``wire(ui, ...)`` with the
-events.  Handlers are plain functions of their inputs (tests call them without Blocks).
+This module holds the events.  Beside it: ui.class_layout (the controls), ui.class_follow (what an attendee's page
+shows of the teacher's), ui.class_views (what the pages show of the room: link, bar, points, plot, export).
+Wiring (app.py): ``ui = class_layout.build_bar()`` above the tabs, ``class_layout.build_tab(ui)`` inside them,
+``wire(ui, ...)`` with the events.  Handlers are plain functions of their inputs (tests call them without Blocks).
 """
 
 from __future__ import annotations
 
-import csv
-import dataclasses
 import functools
 import hashlib
-import html
-import io
 import itertools
 import json
 import logging
-import tempfile
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import anyio
 import gradio as gr
-import plotly.graph_objects as go
 
 from ..serving import rooms as R
 from ..serving.rooms import ROOMS, RoomError
-from ..theory.costs import race_costs
-from ..theory.timing import flagged, trusted_speedup
-from ..trace.summary import theoretical_speedup
 from ..views import html as V
-from ..views import plots as P
-from ..views import race_plots as RP
-from ..views.figures import empty_figure, wide_layout
 from . import live, picture_ui, room_wait
-from .frames import SKIP, LiveFrame, round_number
+from .class_follow import RoomShown, rounds_of, view_frame, view_key
+from .class_layout import EXPLORE, FOLLOW, ClassUI
+from .class_views import (bar_html, class_plot, count_html, page_url, point_choices, point_values, race_identity,
+                          task_html, teacher_html, write_points)
+from .frames import LiveFrame, round_number
 from .store import Shown
-from .tree_ui import live_tree, mask_for, tree_figures
 
 log = logging.getLogger("specviz.classroom")
-POLL_S = 1.0  # an attendee's page asks its room this often (the issue: the teacher's step shown within 2 s)
-TEACHER_POLL_S = 2.0  # the teacher's plot refreshes this often when points came
-FOLLOW, EXPLORE = "Follow the teacher", "Let me explore"
-NO_POINTS = "No points yet: when an attendee's race ends, it appears here."
-EXPORT_DIR = Path(tempfile.gettempdir()) / "specviz-class"
-
-
-# ---- what a page shows, as the room names it --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RoomShown(Shown):
-    """An attendee's handle on a run of the teacher's, held by the room (never by the trace store: Gradio's
-    delete callback on the attendee's state must not drop the teacher's run, and the store's shares stay the
-    visitors' own).  Reads as nothing once the room lets the run go (closed, or the teacher moved on long ago)."""
-
-    room: str = ""
-    key: str = ""
-
-    @property
-    def held(self) -> bool:  # not an entry of the attendee's own (the store's drop and the challenges skip it)
-        return False
-
-    def _found(self) -> dict | None:
-        return ROOMS.payload(self.room, self.key)
-
-    @property
-    def nbytes(self) -> int | None:
-        return None
-
-
-def view_key(state: Any) -> str | None:
-    """How a room names what a page shows: "rec:<file name>" for a shipped recording, "run:<id>" for a run in the
-    trace store, the room's own key for a RoomShown; None when nothing is shown."""
-    if isinstance(state, RoomShown):
-        return state.key
-    if isinstance(state, Shown):
-        if state.recording:
-            return "rec:" + Path(state.recording).name
-        return f"run:{state.id}" if state else None
-    return None
-
-
-_FRAMES: OrderedDict[tuple[str, str], LiveFrame] = OrderedDict()  # a teacher's run, drawn once per room
-_FRAMES_LOCK = threading.Lock()
-FRAMES_KEPT = 8
-
-
-def _run_frame(code: str, key: str) -> LiveFrame | None:
-    """The Live tab's frame for a run of the teacher's, drawn once and shared by the room's pages (as ui.live's
-    shipped recordings are): the same views as live.final_frame, with a RoomShown handle, no store entry and
-    no export file."""
-    with _FRAMES_LOCK:
-        if (code, key) in _FRAMES:
-            _FRAMES.move_to_end((code, key))
-            return _FRAMES[(code, key)]
-    payload = ROOMS.payload(code, key)
-    if not payload:
-        return None
-    spec, std = payload.get("spec"), payload.get("std")
-    summary = spec.summary() if spec else (std.summary() if std else None)
-    narration, step_round = live.step_views(spec, 1)
-    plot_tree_size, plot_tree_verify = tree_figures(spec)
-    trees = bool(spec) and any(r.tree is not None for r in spec.rounds)
-    frame = LiveFrame(
-        status=live.status_html("The teacher's run, as the teacher's page shows it.", "ok"),
-        legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
-        state=RoomShown(0, room=code, key=key),
-        metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
-        plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
-        plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),
-        plot_speed=RP.speedup_bars(spec, std), step=SKIP, narration=narration, step_round=step_round,
-        export=None, tree=live_tree(spec), tree_mask=mask_for(spec), plot_tree_size=plot_tree_size,
-        plot_tree_verify=plot_tree_verify, tree_mask_box=gr.update(visible=trees), tree_plots=gr.update(visible=trees))
-    with _FRAMES_LOCK:
-        _FRAMES[(code, key)] = frame
-        while len(_FRAMES) > FRAMES_KEPT:
-            _FRAMES.popitem(last=False)
-    return frame
-
-
-def _rounds_of(state: Any) -> int:
-    spec = state.get("spec") if state is not None and hasattr(state, "get") else None
-    return len(spec.rounds) if spec else 0
-
-
-def view_frame(room: R.Room, recordings: list[Path]) -> LiveFrame | None:
-    """The Live tab's frame for what the room's teacher shows, at the teacher's round (None: nothing to show)."""
-    key = room.view_key
-    if key.startswith("rec:"):
-        name = key[4:]
-        if not any(p.name == name for p in recordings):
-            return None
-        frame = live.load_example_recording(recordings, name)
-    elif key.startswith("run:"):
-        frame = _run_frame(room.code, key)
-    else:
-        return None
-    if frame is None:
-        return None
-    n = _rounds_of(frame.state)
-    i = round_number(room.step, n)
-    narration, step_round = live.step_views(frame.state.get("spec"), i)
-    return dataclasses.replace(frame, narration=narration, step_round=step_round,
-                               step=gr.Slider(minimum=1, maximum=max(n, 2), value=i, step=1, interactive=n > 0,
-                                              label=f"Round (1–{n})" if n else "Round"))
-
-
-# ---- the links and the QR code ------------------------------------------------------------------------------
-
-
-def page_url(request: Any) -> str:
-    """The page's address without its query (the referring page of the event; else the server's own root)."""
-    headers = getattr(request, "headers", None) or {}
-    ref = headers.get("referer") if hasattr(headers, "get") else None
-    if ref:
-        parts = urlsplit(ref)
-        if parts.scheme in ("http", "https") and parts.netloc:
-            return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", "", ""))
-    url = getattr(request, "url", None)
-    if url is not None:
-        parts = urlsplit(str(url))
-        return urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
-    return "/"
-
-
-def join_link(base: str, code: str) -> str:
-    return f"{base}?{urlencode({'class': code})}"
-
-
-def qr_svg(text: str) -> str:
-    """A QR code of ``text`` as inline SVG, made here (the `qrcode` package; no network); "" without it."""
-    try:
-        import qrcode
-        import qrcode.image.svg
-    except ImportError:
-        return ""
-    img = qrcode.make(text, image_factory=qrcode.image.svg.SvgPathImage, box_size=10, border=2)
-    return img.to_string(encoding="unicode")
-
-
-def spaced(code: str) -> str:
-    return f"{code[:3]}-{code[3:6]}-{code[6:]}"
-
-
-def teacher_html(room: R.Room, base: str) -> str:
-    link = join_link(base, room.code)
-    own = f"{base}?{urlencode({'class': room.code, 'teacher': room.secret})}"
-    svg = qr_svg(link)
-    qr = (f'<div class="sv-class-qr" role="img" aria-label="QR code of the join link">{svg}</div>' if svg else
-          '<p class="sv-muted">(no QR code: the qrcode package is not installed)</p>')
-    return (f'<div class="sv-class-card">{qr}<div><p>Class code</p>'
-            f'<p class="sv-class-code" id="sv-class-code" data-code="{room.code}">{spaced(room.code)}</p>'
-            f'<p>Attendees open <a href="{html.escape(link)}" target="_blank" id="sv-class-join-link">'
-            f'{html.escape(link)}</a> (or scan the code).</p>'
-            f'<details><summary>This page, for you only</summary><p class="sv-muted">Reopens the class as its teacher '
-            f'after a reload; whoever has it drives the class:</p><code id="sv-class-teacher-link">{html.escape(own)}'
-            f'</code></details></div></div>')
 
 
 # ---- the room's state in a page: {"code", "role", "secret" (teacher only)} -----------------------------------
@@ -230,50 +61,7 @@ def _teacher(st: Any) -> R.Room:
     return ROOMS.teacher(st.get("code", ""), st.get("secret"))
 
 
-def task_html(room: R.Room | None) -> str:
-    if room is None:
-        return ""
-    if room.experiment is None:
-        return "<p class='sv-muted'>No experiment yet: follow the teacher.</p>"
-    title, task = R.EXPERIMENTS[room.experiment]
-    return f"<p><b>Experiment: {html.escape(title)}.</b> {html.escape(task)}</p>"
-
-
-def bar_html(room: R.Room | None, role: str, note: str = "") -> str:
-    if room is None:
-        return f'<div class="sv-class-bar-text" data-state="closed">{html.escape(note)}</div>' if note else ""
-    who = "You are teaching" if role == "teacher" else "You are in"
-    extra = f" · {html.escape(note)}" if note else ""
-    return (f'<div class="sv-class-bar-text" data-state="open" data-role="{role}">{who} class '
-            f'<b>{spaced(room.code)}</b> · {len(room.attendees)} attendee{"s" if len(room.attendees) != 1 else ""}'
-            f'{extra}{task_html(room) if role == "attendee" else ""}</div>')
-
-
 # ---- the experiment's points ----------------------------------------------------------------------------------
-
-
-def race_identity(spec: Any, std: Any) -> str:
-    """A race's identity: its prompt, settings, tokens and clocks, hashed (a replay of it is the same race)."""
-    parts = [spec.prompt, json.dumps(spec.settings.as_dict(), sort_keys=True, default=str), spec.n_tokens,
-             round(spec.t_total, 6), round(getattr(std, "t_total", 0.0) or 0.0, 6),
-             [t for r in spec.rounds for t in r.emitted][:512]]
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
-
-
-def point_values(spec: Any, std: Any) -> dict[str, Any]:
-    """The point a race posts: its settings, α, mean accepted length, c, speedup (the one the page quotes: the
-    count-based one when its clocks were flagged and it has one) with its uncertainty, and whether it was flagged."""
-    s = spec.summary()
-    sp = V.race_speedup(spec, std)
-    # flagged clocks: the count-based figure where the race has one, else the wall clock's, marked flagged (the
-    # teacher's plot rings it): a busy room's races are part of the experiment too
-    trusted = (trusted_speedup(spec, sp) or sp) if sp else None
-    st = spec.settings
-    return {"alpha": s.alpha, "mean_accepted_length": s.mean_accepted_length, "c": s.c, "speedup": trusted,
-            "spread": getattr(spec.timing, "spread", None) if spec.timing is not None else None,
-            "gamma": float(st.gamma), "epsilon": float(st.epsilon), "temperature": float(st.temperature),
-            "tokens": float(spec.n_tokens), "flagged": flagged(spec), "drafter": str(st.drafter),
-            "policy": str(st.policy), "example": (spec.prompt or "")[:80]}
 
 
 def post_race(st: Any, state: Any, request: gr.Request = None) -> str:
@@ -307,72 +95,6 @@ def post_race(st: Any, state: Any, request: gr.Request = None) -> str:
                             f"{v['speedup']:.2f}×{' (flagged)' if v['flagged'] else ''}.", "ok")
 
 
-def class_plot(room: R.Room | None) -> go.Figure:
-    """The room's points over Thm 3.8 at the room's mean α and c (γ on x for the γ experiment, else α);
-    flagged races ringed in red; error bars: the speedup's uncertainty."""
-    pts = ROOMS.points(room.code) if room is not None else []
-    title = "The class's races"
-    if not pts:
-        return empty_figure(title, NO_POINTS, wide=True)
-    vals = [p.values for p in pts]
-    alphas = [v["alpha"] for v in vals]
-    cs = [v["c"] for v in vals if v.get("c") is not None]
-    a_mean = sum(alphas) / len(alphas)
-    c_mean = sum(cs) / len(cs) if cs else None
-    g_mean = sum(v["gamma"] for v in vals) / len(vals)
-    by_gamma = room.experiment == "gamma"
-    xs = [v["gamma"] if by_gamma else v["alpha"] for v in vals]
-    fig = go.Figure()
-    if c_mean is not None:
-        if by_gamma:
-            gx = list(range(1, max(11, int(max(xs)) + 1)))
-            gy = [theoretical_speedup(a_mean, g, c_mean) for g in gx]
-        else:
-            gx = [i / 50 for i in range(0, 50)]
-            gy = [theoretical_speedup(a, max(g_mean, 1.0), c_mean) for a in gx]
-        fig.add_trace(go.Scatter(x=gx, y=gy, mode="lines", name=f"Thm 3.8 at the class's α = {a_mean:.2f}, "
-                                 f"c = {c_mean:.2f}" + ("" if by_gamma else f", γ = {g_mean:.1f}"),
-                                 line=dict(color="#888", dash="dash")))
-    errs = [(v["speedup"] * v["spread"]) if v.get("spread") else 0.0 for v in vals]
-    text = [f"#{p.id} · attendee {room.attendee_number(p.attendee)}<br>γ = {v['gamma']:g}, ε = {v['epsilon'] or 0:g}, "
-            f"α = {v['alpha']:.2f}, c = {v['c'] if v['c'] is not None else float('nan'):.2f}<br>"
-            f"speedup {v['speedup']:.2f}×{' · flagged' if v['flagged'] else ''}" for p, v in zip(pts, vals)]
-    fig.add_trace(go.Scatter(
-        x=xs, y=[v["speedup"] for v in vals], mode="markers", name=f"races ({len(pts)})", text=text,
-        hovertemplate="%{text}<extra></extra>", error_y=dict(type="data", array=errs, visible=True, thickness=1),
-        marker=dict(size=10, color="#2a6fdb", opacity=0.85, line=dict(width=1, color="white"))))
-    ringed = [(x, v["speedup"]) for x, v in zip(xs, vals) if v["flagged"]]
-    if ringed:
-        fig.add_trace(go.Scatter(x=[x for x, _ in ringed], y=[y for _, y in ringed], mode="markers",
-                                 name="flagged: the machine was busy (count-based speedup)", hoverinfo="skip",
-                                 marker=dict(size=20, symbol="circle-open", color="#d62728", line=dict(width=2))))
-    fig.add_hline(y=1.0, line=dict(color="#bbb", width=1))
-    fig.update_xaxes(title="γ (draft length)" if by_gamma else "α (acceptance rate)")
-    fig.update_yaxes(title="speedup over standard decoding", rangemode="tozero")
-    races = f"{len(pts)} race{'s' if len(pts) != 1 else ''}"
-    return wide_layout(fig, title, f"{races} from {room.posters()} of {len(room.attendees)} attendees; the curve: "
-                       "the textbook theorem (a verify pass costs one step, v = 1)", height=420)
-
-
-def count_html(room: R.Room | None) -> str:
-    if room is None:
-        return ""
-    n = len(room.points)
-    return (f'<p id="sv-class-count" data-points="{n}" data-posters="{room.posters()}">'
-            f'{room.posters()} of {len(room.attendees)} attendees have posted · {n} point{"s" if n != 1 else ""}</p>')
-
-
-def point_choices(room: R.Room | None) -> list[tuple[str, int]]:
-    if room is None:
-        return []
-    return [(f"#{p.id} · attendee {room.attendee_number(p.attendee)} · γ {p.values['gamma']:g} · "
-             f"{p.values['speedup']:.2f}×", p.id) for p in ROOMS.points(room.code)]
-
-
-def rows(room: R.Room) -> list[dict[str, Any]]:
-    return [p.row(f"attendee {room.attendee_number(p.attendee)}") for p in ROOMS.points(room.code)]
-
-
 def export_points(st: Any) -> Any:
     """The room's points as a CSV and a JSON file (teacher only)."""
     try:
@@ -380,106 +102,7 @@ def export_points(st: Any) -> Any:
     except RoomError as exc:
         gr.Warning(str(exc))
         return gr.update(value=None, visible=False)
-    data = rows(room)
-    EXPORT_DIR.mkdir(parents=True, exist_ok=True)
-    live.prune(EXPORT_DIR, "class-*", 32)
-    stem = EXPORT_DIR / f"class-{room.code}-{len(data)}pts"
-    fields = ["id", "attendee", "experiment", *R.RANGES, "flagged", *R.TEXT_FIELDS, "posted"]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(data)
-    csv_path, json_path = stem.with_suffix(".csv"), stem.with_suffix(".json")
-    csv_path.write_text(buf.getvalue(), encoding="utf-8")
-    json_path.write_text(json.dumps({"class": room.code, "experiment": room.experiment, "points": data}, indent=1),
-                         encoding="utf-8")
-    return gr.update(value=[str(csv_path), str(json_path)], visible=True)
-
-
-# ---- the page's class controls ---------------------------------------------------------------------------------
-
-
-@dataclass
-class ClassUI:
-    room: Any = None  # gr.State: {"code", "role", "secret"}
-    bar: Any = None
-    bar_text: Any = None
-    follow: Any = None
-    poll: Any = None
-    start: Any = None
-    code_in: Any = None
-    join: Any = None
-    message: Any = None
-    teacher_box: Any = None
-    card: Any = None
-    experiment: Any = None
-    count: Any = None
-    plot: Any = None
-    seen: Any = None
-    want: Any = None  # a hidden number, new when the attendee's page must move to the teacher's round
-    want_all: Any = None  # a hidden number, new when it must show another recording (every view of the Live tab)
-    teacher_poll: Any = None
-    pick: Any = None
-    remove: Any = None
-    export: Any = None
-    files: Any = None
-    close: Any = None
-    attendee_box: Any = None
-    task: Any = None
-    post: Any = None
-    posted: Any = None
-
-
-def build_bar() -> ClassUI:
-    """The class's bar above the tabs (hidden outside a class): who is in which class, follow or explore."""
-    ui = ClassUI()
-    ui.room = gr.State(None)
-    with gr.Row(visible=False, elem_id="sv-class-bar", equal_height=True) as ui.bar:
-        with gr.Column(scale=3, min_width=300):  # a phone stacks the switch under the text
-            ui.bar_text = gr.HTML("", elem_id="sv-class-bar-text")
-        ui.follow = gr.Radio([FOLLOW, EXPLORE], value=FOLLOW, show_label=False, visible=False, scale=0,
-                             min_width=300, elem_id="sv-class-follow")
-    ui.poll = gr.Timer(POLL_S, active=False)
-    ui.teacher_poll = gr.Timer(TEACHER_POLL_S, active=False)
-    ui.seen = gr.State(-1)
-    # (in the page, hidden: a new value fires their change events there, after a poll outside Gradio's queue)
-    ui.want, ui.want_all = (gr.Number(0, visible="hidden", show_label=False, container=False) for _ in range(2))
-    return ui
-
-
-def build_tab(ui: ClassUI) -> None:
-    """The "Class" tab: start or join a class; the teacher's room (code, QR, experiment, plot, export)."""
-    with gr.Tab("Class", id="class"):
-        gr.Markdown("**Class mode.** A teacher starts a class and projects the code; attendees join with the "
-                    "link or the code, and their Live tab follows the teacher's round by round. An experiment "
-                    "collects every attendee's race on the teacher's plot.", elem_id="sv-class-intro")
-        with gr.Row(equal_height=True):
-            ui.start = gr.Button("Start a class", variant="primary", scale=0, min_width=180, elem_id="sv-class-start")
-            ui.code_in = gr.Textbox(label="Class code", placeholder="e.g. abc-def-ghj", max_lines=1, scale=2,
-                                    elem_id="sv-class-code-in")
-            ui.join = gr.Button("Join", scale=0, min_width=100, elem_id="sv-class-join")
-        ui.message = gr.HTML("", elem_id="sv-class-message")
-        with gr.Group(visible=False, elem_id="sv-class-teacher") as ui.teacher_box:
-            ui.card = gr.HTML("", elem_id="sv-class-card")
-            ui.experiment = gr.Dropdown([("none (attendees follow only)", "")]
-                                        + [(title, key) for key, (title, _) in R.EXPERIMENTS.items()], value="",
-                                        label="Class experiment", elem_id="sv-class-experiment")
-            ui.count = gr.HTML("", elem_id="sv-class-count-box")
-            ui.plot = gr.Plot(show_label=False, elem_id="sv-class-plot")
-            with gr.Row(equal_height=True):
-                ui.pick = gr.Dropdown([], label="A point", scale=2, elem_id="sv-class-pick")
-                ui.remove = gr.Button("Remove the point", size="sm", scale=0, min_width=160,
-                                      elem_id="sv-class-remove")
-                ui.export = gr.Button("Export the points (CSV, JSON)", size="sm", scale=0, min_width=220,
-                                      elem_id="sv-class-export")
-                ui.close = gr.Button("End the class", size="sm", variant="stop", scale=0, min_width=140,
-                                     elem_id="sv-class-close")
-            ui.files = gr.File(label="The class's points", file_count="multiple", visible=False, interactive=False,
-                               elem_id="sv-class-files")
-        with gr.Group(visible=False, elem_id="sv-class-attendee") as ui.attendee_box:
-            ui.task = gr.HTML("", elem_id="sv-class-task")
-            ui.post = gr.Button("Post the race on my Live tab", size="sm", elem_id="sv-class-post")
-            ui.posted = gr.HTML("", elem_id="sv-class-posted")
+    return gr.update(value=write_points(room), visible=True)
 
 
 # ---- handlers ----------------------------------------------------------------------------------------------------
@@ -557,7 +180,7 @@ def teacher_view(st: Any, state: Any, step: Any) -> None:
     if key.startswith("run:"):
         payload = {"spec": state.get("spec"), "std": state.get("std")}
     try:
-        ROOMS.set_view(st["code"], st.get("secret"), key, round_number(step, _rounds_of(state) or 2**31), payload)
+        ROOMS.set_view(st["code"], st.get("secret"), key, round_number(step, rounds_of(state) or 2**31), payload)
     except RoomError as exc:
         log.info("class %s: the teacher's view not sent: %s", st.get("code"), exc)
         return
@@ -595,10 +218,10 @@ def attendee_sync(ui: ClassUI, views: Any, step_c: Any, recordings: list[Path], 
             frame = view_frame(room, recordings)
             if frame is not None:
                 out.update(views.write(frame))
-        elif round_number(step, _rounds_of(state) or 2**31) != round_number(room.step, _rounds_of(state) or 1):
+        elif round_number(step, rounds_of(state) or 2**31) != round_number(room.step, rounds_of(state) or 1):
             # The round's narration comes with the step: the step's own change events (one at a time for the
             # whole server) redraw the rest, but the page reads the right round at once.
-            i = round_number(room.step, _rounds_of(state) or 1)
+            i = round_number(room.step, rounds_of(state) or 1)
             narration, step_round = live.step_views(state.get("spec"), i)
             out.update(views.write(LiveFrame(step=i, narration=narration, step_round=step_round)))
     return out
