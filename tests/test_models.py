@@ -36,7 +36,7 @@ from specviz.models import (
 from specviz.models import convert, gguf_convert, int8, loading, packs
 from specviz.models.pair import resolve_device, resolve_dtype
 from specviz.models.tiny import build_tiny_pair, build_tokenizer
-from specviz.core.text import _byte_decoder
+from specviz.core.text import byte_alphabet
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,8 +99,8 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool =
     """A real (tiny) Qwen2 GGUF with Q8_0 matrices and a byte-level BPE vocabulary, via gguf-py."""
     import gguf
 
-    bd = _byte_decoder()
-    tokens = sorted(bd, key=lambda c: bd[c]) + ["de", "def", "Ġf", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    spelled = byte_alphabet()
+    tokens = [spelled[b] for b in range(256)] + ["de", "def", "Ġf", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab, heads, kv, ffn = len(tokens), 2, 1, 64
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "qwen2")

@@ -6,11 +6,13 @@ the prompt's encoding and the ids that end generation.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 
-def _byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's bytes_to_unicode: byte-level BPE pieces are bytes spelled as printable chars."""
+@lru_cache(maxsize=1)
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's ``bytes_to_unicode``: byte-level BPE pieces spell each byte as a printable character."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
@@ -19,10 +21,10 @@ def _byte_decoder() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return dict(zip(bs, map(chr, cs)))
 
 
-_BYTE_DECODER = _byte_decoder()
+_BYTE_DECODER = {c: b for b, c in byte_alphabet().items()}  # a piece's characters -> its bytes
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:

@@ -17,9 +17,10 @@ anything else is :class:`Unsupported` and the caller converts through transforme
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from ..core.text import byte_alphabet
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
 # transformers' Qwen2 split (models/qwen2/tokenization_qwen2.PRETOKENIZE_REGEX), for the pre-tokenizers that use it
@@ -34,18 +35,6 @@ class Unsupported(ValueError):
     """The GGUF's tokenizer is not one this module builds (the caller converts it through transformers)."""
 
 
-@lru_cache(maxsize=1)
-def byte_alphabet() -> dict[int, str]:
-    """GPT-2's byte -> printable character map (``bytes_to_unicode``)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def check(metadata: dict[str, Any]) -> None:
