@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from gradio_client import Client
@@ -35,7 +34,7 @@ from gradio_client import Client
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.crowd import free_port  # noqa: E402
+from tests.server import free_port, wait_for_page  # noqa: E402
 from specviz.hardware.machine import cpu_flags, cpu_name  # noqa: E402
 
 WARM_LINE = re.compile(r"weights prepared")
@@ -53,17 +52,7 @@ def one_start(timeout: float = 300.0) -> dict:
                             stdout=log, stderr=subprocess.STDOUT)
     rec: dict = {"log": log.name, "launched_at": rec_launch}
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the app exited ({proc.returncode}); see {log.name}")
-            if time.perf_counter() - t0 > timeout:
-                raise RuntimeError(f"no page after {timeout:.0f} s; see {log.name}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_page(proc, url, timeout, log.name, poll=0.1)
         rec["page_s"] = round(time.perf_counter() - t0, 2)
         client = Client(url, verbose=False)
         prompt = f"Warm start {time.time_ns()}: write a haiku about caches."  # never recorded: a live run

@@ -42,23 +42,28 @@ def launch_app(tmp_dir: Path, env: dict[str, str] | None = None, timeout: float 
         proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=full_env, stdout=log,
                                 stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + timeout
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"app exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"app did not start in {timeout:.0f}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_for_page(proc, url, timeout, log_path)
         yield Server(url, proc, log_path)
     finally:
         stop_process(proc)
+
+
+def wait_for_page(proc: subprocess.Popen, url: str, timeout: float, log_path: Path | str, poll: float = 0.5) -> None:
+    """Return once ``url`` answers 200; RuntimeError (with the log's tail) if the app exits or ``timeout`` passes."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited with {proc.returncode}:\n{Path(log_path).read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"app did not start in {timeout:.0f}s:\n{Path(log_path).read_text()[-3000:]}")
+        time.sleep(poll)
 
 
 def stop_process(proc: subprocess.Popen) -> None:
