@@ -326,3 +326,20 @@ def test_a_server_load_on_the_kernel_leaves_only_the_traces_and_finish_traces_th
         lm = cached_lm(draft, torch.device("cpu"), need=32)
         assert torch.equal(lm.feed(ids, keep=1).logits, eager)
         lm.free()
+
+
+def test_one_switch_reads_the_kernel_variables(monkeypatch):
+    """SPECVIZ_KERNEL=0 turns every kernel off (spaces around it too); SPECVIZ_Q4K=0 only the Q4_K products."""
+    from specviz.models import q4k
+    from specviz.models.kernels import switched_off
+
+    monkeypatch.delenv("SPECVIZ_KERNEL", raising=False)
+    monkeypatch.setenv("SPECVIZ_Q4K", "0")
+    assert switched_off("SPECVIZ_Q4K") and not switched_off()
+    assert not q4k.enabled() and not q4k.expected()
+    monkeypatch.setenv("SPECVIZ_Q4K", "1")
+    monkeypatch.setenv("SPECVIZ_KERNEL", " 0 ")
+    assert switched_off() and switched_off("SPECVIZ_Q4K")
+    assert not q4k.expected()
+    monkeypatch.setenv("SPECVIZ_KERNEL", "1")
+    assert not switched_off() and not switched_off("SPECVIZ_Q4K")

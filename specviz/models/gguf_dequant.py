@@ -132,9 +132,11 @@ def _compiler() -> str | None:
 
 
 def _build() -> ctypes.CDLL | None:
-    if os.environ.get("SPECVIZ_KERNEL", "1").strip() == "0":
-        return None
     from .cache_paths import cache_dir
+    from .kernels import switched_off
+
+    if switched_off():
+        return None
 
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + " ".join(CFLAGS).encode()).hexdigest()[:12]

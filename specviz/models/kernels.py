@@ -177,6 +177,12 @@ def _build_lock(where: Path, wait_s: float | None = None):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def switched_off(name: str = "SPECVIZ_KERNEL") -> bool:
+    """Whether the environment turns specviz's own kernels off: ``SPECVIZ_KERNEL=0`` (all of them), or the
+    variable ``name`` (one of them) set to 0; spaces around the value do not count."""
+    return any(os.environ.get(var, "1").strip() == "0" for var in {"SPECVIZ_KERNEL", name})
+
+
 def module(*, policy: bool = True):
     """The compiled operator (``torch.ops.specviz.int8_small``), or None where it cannot be had here (the
     reason is logged once).  ``policy=False``: built wherever AVX2 is, even where fbgemm is preferred (an
@@ -185,7 +191,7 @@ def module(*, policy: bool = True):
     with _LOCK:
         if key not in _STATE:
             mod, flags = None, _cpu_flags()
-            if policy and os.environ.get("SPECVIZ_KERNEL", "1") == "0":
+            if policy and switched_off():
                 why = "SPECVIZ_KERNEL=0"
             elif policy:
                 why = _why_not(flags)

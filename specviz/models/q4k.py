@@ -14,7 +14,6 @@ scores every position as a one-token step does.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -217,7 +216,7 @@ def enabled() -> bool:
     plain decoding of the same GGUF (README, "Faster than llama.cpp")."""
     from . import kernels
 
-    return os.environ.get("SPECVIZ_Q4K", "1").strip() != "0" and kernels.matches()
+    return not kernels.switched_off("SPECVIZ_Q4K") and kernels.matches()
 
 
 def expected() -> bool:
@@ -226,7 +225,7 @@ def expected() -> bool:
     is built, else whether it is asked for and for this CPU."""
     from . import kernels
 
-    if os.environ.get("SPECVIZ_Q4K", "1").strip() == "0" or os.environ.get("SPECVIZ_KERNEL", "1") == "0":
+    if kernels.switched_off("SPECVIZ_Q4K"):
         return False
     if kernels.ready():
         return kernels.matches()
