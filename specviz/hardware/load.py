@@ -35,6 +35,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..models.busy import all_cpu_seconds
+
 # Other work using at least this many cores (of this process's threads' worth) means a busy machine.
 BUSY_CORES = 0.5
 WINDOW_S = 0.2  # how long the CPU is watched before a race
@@ -42,19 +44,7 @@ STICKY_S = 30.0  # a busy reading this recent still means one thread
 CHECK_S = 1.0  # during a race, the other work is read at most this often (over at least this long)
 
 
-def _cpu_busy_seconds() -> float | None:
-    """Seconds of CPU time all cores spent busy since boot (Linux /proc/stat), None elsewhere."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
-    except OSError:
-        return None
-    ticks = [int(x) for x in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def busy_cores(window_s: float = WINDOW_S, read: Callable[[], float | None] = _cpu_busy_seconds,
+def busy_cores(window_s: float = WINDOW_S, read: Callable[[], float | None] = all_cpu_seconds,
                sleep: Callable[[float], None] = time.sleep) -> float | None:
     """Cores' worth of CPU other work used over ``window_s`` while the caller sleeps (None: unknown).
     The caller's own threads are idle then, so whatever runs is competition: other programs, other
@@ -120,7 +110,7 @@ class ThreadControl:
     busy_during: float | None = None  # the most other work seen during the race (None: not read)
     may_drop: bool = False  # a race on every core may drop to one thread
     watch: bool = False  # read the other work during the race (kept in the history: the next race's choice)
-    read: Callable[[], float | None] = field(default=_cpu_busy_seconds, repr=False)
+    read: Callable[[], float | None] = field(default=all_cpu_seconds, repr=False)
     own: Callable[[], float] = field(default=time.process_time, repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     history: History = field(default=HISTORY, repr=False)
