@@ -192,6 +192,8 @@ def test_the_ready_pair_serves_flagged_until_the_models_are_converted(monkeypatc
 
     said = noise_sentence(spec.timing, 0.5, 1.0, 2.0)  # the page: still starting, not "busy"; come back soon
     assert "the server was still starting" in said and "once the server is ready" in said and "busy" not in said
+    assert "the server was still starting: this race ran on the models read straight" in said
+    assert "had just started" not in said  # said once, not twice
     assert server_start._SERVED.is_set()
     go.set()  # converted: the ready pair goes, then the prepared pair loads (never both in memory)
     assert server_start.wait(30) and loading.is_set()

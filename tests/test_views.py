@@ -891,3 +891,21 @@ def test_a_sampled_race_says_its_two_texts_differ_as_expected():
     assert "as expected when sampling" not in race_html(spec, same)
     greedy = _replace(spec, settings=_replace(spec.settings, temperature=0.0))
     assert "as expected when sampling" not in race_html(greedy, std)
+
+
+def test_a_race_timed_while_the_server_started_says_so_once():
+    """The race's headline: why its clocks are not quoted, in one sentence, never "busy" for a starting server."""
+    from specviz.theory.timing import STARTING
+    from specviz.trace.timing import Timing
+    from specviz.views.race import noise_sentence
+
+    ready = Timing(reliable=False, spread=0.12, why=f"{STARTING}: this race ran on the models read from their GGUF files")
+    said = noise_sentence(ready, 1.23, 1.5, 1.2)
+    assert said.startswith("Timings ±12%: the server was still starting: this race ran on the models read")
+    assert STARTING not in said and "busy" not in said and "once the server is ready" in said
+    warming = Timing(reliable=False, spread=0.2, why=f"{STARTING} and was still preparing the models' fast kernels")
+    said = noise_sentence(warming, 1.1, 1.1, 1.0)
+    assert said.startswith(f"Timings ±20%: {STARTING} and was still preparing") and "still starting" not in said
+    busy = Timing(reliable=False, spread=0.3, why="other work used 1.5 cores")
+    said = noise_sentence(busy, 0.9, 0.9, 1.0)
+    assert "the machine was busy during this race (other work used 1.5 cores)" in said and "quieter" in said

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..theory.costs import RaceCosts, loss_cause, race_costs, steps
-from ..theory.timing import starting, trusted_speedup
+from ..theory.timing import STARTING, starting, trusted_speedup
 from ._fmt import draft_source, esc, fsec
 from .execution import trace_exec_line
 from .glossary import title_attr
@@ -136,8 +136,12 @@ def _hover(text: str) -> str:
 def noise_sentence(timing: Timing, sp: float, s_tps: float, t_tps: float) -> str:
     """What the page says of a race timed on a disturbed machine, with the numbers."""
     early = starting(timing)
-    head = (f"Timings ±{timing.spread:.0%}: the server was still starting ({timing.why})." if early else
-            f"Timings ±{timing.spread:.0%}: the machine was busy during this race ({timing.why}).")
+    if early:  # "the server had just started: this race ran on ..." reads "the server was still starting: ..."
+        rest = str(timing.why).removeprefix(STARTING)
+        why = f"the server was still starting{rest}" if rest.startswith(":") else str(timing.why)
+        head = f"Timings ±{timing.spread:.0%}: {why}."
+    else:
+        head = f"Timings ±{timing.spread:.0%}: the machine was busy during this race ({timing.why})."
     clock = f" The wall clock said {sp:.2f}× ({s_tps:.1f} ÷ {t_tps:.1f} tokens/s)"
     if timing.predicted is None:
         return head + clock + (", which cannot be trusted; run it again in a few minutes, once the server is ready."
