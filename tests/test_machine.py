@@ -500,3 +500,12 @@ def test_a_lower_precision_is_named_with_what_it_costs(tmp_path, monkeypatch):
     line = exec_line("int8", "AMD EPYC, AVX2 (no native bf16), 2 threads (torch 2.13.0+cpu)", how="chosen by measuring")
     assert line.startswith("target: int8 (per-channel") and "(chosen by measuring; vs the bf16 target: mean TV 0.041" in line
     assert "torch" not in line and precision_cost("bf16") == ""
+
+
+def test_one_thread_is_one_thread():
+    """The machine's words count its threads: "1 thread", "2 threads" (a race cut to one thread says so)."""
+    import dataclasses
+
+    one = dataclasses.replace(EPYC, threads=1)
+    assert one.describe() == "AMD EPYC 7B13 64-Core Processor, AVX2 (no native bf16), 1 thread (torch 2.5.1)"
+    assert EPYC.describe().endswith(", 2 threads (torch 2.5.1)")

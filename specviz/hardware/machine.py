@@ -53,7 +53,8 @@ class Machine:
     def describe(self) -> str:
         if self.kind == "cuda":
             return f"{self.name} (torch {self.torch})"
-        return f"{self.name}, {self.isa_label}, {self.threads} threads (torch {self.torch})"
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        return f"{self.name}, {self.isa_label}, {threads} (torch {self.torch})"
 
     def as_dict(self) -> dict:
         return {**asdict(self), "isa": list(self.isa), "label": self.describe()}
