@@ -67,7 +67,8 @@ def test_the_ready_pair_is_the_converted_pair_in_memory(tmp_path, monkeypatch, c
     assert wanted(draft.ref, target.ref, torch.device("cpu"))
     assert not wanted(draft.ref, target.ref, torch.device("meta")) and not wanted("tiny:a", target.ref, torch.device("cpu"))
     first_start.reserve(draft.ref, target.ref, run)  # (as a server's start does: the memory asked for early)
-    assert first_start.reserved() == run
+    assert first_start.reserved() == run == first_start.reserved(draft.ref, target.ref)
+    assert first_start.reserved(target.ref, draft.ref) is None  # another pair's reservation is not this one's
     ready = ready_pair("custom", draft.ref, target.ref, run=run)
     assert first_start.reserved() is None  # taken
     assert not list(cache.rglob("*.gguf")) and not convert.pack_dir(target).exists()  # nothing written

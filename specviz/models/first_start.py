@@ -161,9 +161,13 @@ def reserve(draft_ref: str, target_ref: str, run: torch.dtype) -> None:
         _RESERVED.append(((draft_ref, target_ref, run), Arena(nbytes, "the ready pair")))
 
 
-def reserved() -> torch.dtype | None:
-    """The dtype of a reservation still to be taken, if any."""
-    return _RESERVED[0][0][2] if _RESERVED else None
+def reserved(draft_ref: str | None = None, target_ref: str | None = None) -> torch.dtype | None:
+    """The dtype of a reservation still to be taken (for the pair ``draft_ref`` -> ``target_ref`` where they are
+    given: another pair's was chosen for that pair's memory), if any."""
+    if not _RESERVED:
+        return None
+    (draft, target, run), _ = _RESERVED[0]
+    return run if draft_ref is None or (draft, target) == (draft_ref, target_ref) else None
 
 
 def release() -> None:

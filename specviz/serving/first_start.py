@@ -114,8 +114,10 @@ def begin(models: dict[str, Any], execution: str, load_full: Callable[[], ModelP
             first_start.release()
             return None
         available = available_bytes()
-        # (memory reserved at the start is counted out of what is available now: its dtype was chosen then)
-        run = first_start.reserved() or first_start.run_dtype(available, first_start.values_b(draft_ref, target_ref))
+        # (memory reserved at the start for this pair is counted out of what is available now: its dtype was
+        # chosen then; another pair's reservation is let go when this one asks for its own, first_start._claim)
+        run = (first_start.reserved(draft_ref, target_ref)
+               or first_start.run_dtype(available, first_start.values_b(draft_ref, target_ref)))
         if run is None:
             log.info("No ready pair: %.1f GB of memory available is too little beside the conversion; the first "
                      "run waits for the full load", (available or 0) / 1e9)
