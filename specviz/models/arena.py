@@ -1,6 +1,6 @@
 """One allocation for a ready pair's weights, its pages faulted in by a thread while the files are still being read.
 
-A first start's ready pair (:mod:`.first_start`) writes ~9.6 GB of fresh float32 weights.  On the 2-core AMD EPYC
+A first start's ready pair (:mod:`.first_start`) writes ~4.8 GB of fresh bf16 weights.  On the 2-core AMD EPYC
 (Zen 3, a Firecracker VM) fresh memory costs more than the arithmetic that fills it: each page's first touch
 is a fault the host serves, ~1-1.5 GB/s, one core's worth whichever thread touches it (6 GB: 7.7 s from two
 threads, 9.3 s from one; the C dequantizer into memory already touched: 1.4 s).  So the pair's memory is

@@ -137,7 +137,6 @@ def _build() -> ctypes.CDLL | None:
 
     if switched_off():
         return None
-
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + " ".join(CFLAGS).encode()).hexdigest()[:12]
     lib = cache_dir() / "kernels" / f"gguf-dequant-{digest}.so"

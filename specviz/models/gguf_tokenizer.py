@@ -35,8 +35,6 @@ class Unsupported(ValueError):
     """The GGUF's tokenizer is not one this module builds (the caller converts it through transformers)."""
 
 
-
-
 def check(metadata: dict[str, Any]) -> None:
     if metadata.get("tokenizer.ggml.model") != "gpt2":
         raise Unsupported(f"tokenizer model {metadata.get('tokenizer.ggml.model')!r} (only byte-level BPE, 'gpt2')")
