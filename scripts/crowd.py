@@ -36,7 +36,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from app import EXAMPLES as PAGE_EXAMPLES, example_settings  # noqa: E402
+from tests.server import free_port, wait_for_page  # noqa: E402
 
 # What the page sends for its first four examples: the prompt and the settings the example sets.
 EXAMPLES = [(e["prompt"], example_settings(e)) for e in PAGE_EXAMPLES[:4]]
@@ -241,11 +241,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Server:
     """The app launched in a subprocess: its URL, its RSS (sampled) and its log."""
@@ -264,19 +259,7 @@ class Server:
         threading.Thread(target=self._sample, daemon=True).start()  # from the start: the peak is while it loads
         self.up_s = self.ready_s = self.settled_s = None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the app exited ({self.proc.returncode}); see {self.log.name}")
-            try:
-                import urllib.request
-
-                with urllib.request.urlopen(self.url, timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError(f"the app did not answer in {timeout:.0f} s; see {self.log.name}")
+        wait_for_page(self.proc, self.url, timeout, self.log.name)
         self.up_s = time.monotonic() - self.launched
         if full.get("SPECVIZ_PRELOAD", "1") != "0":  # "at rest" is with the default pair loaded, not before
             while time.monotonic() < deadline and self.proc.poll() is None:

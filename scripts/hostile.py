@@ -28,7 +28,6 @@ import math
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(1, str(ROOT))
 from page_events import Page, new_session, text_of  # noqa: E402
+from tests.server import free_port, wait_for_page  # noqa: E402
 
 TINY = "tiny-random (tests)"
 # api_trace's parameters in order, with good values (a 1-token run on the tiny pair).
@@ -53,11 +54,6 @@ GOOD = dict(prompt="hello", preset=TINY, gamma=3, epsilon=0.0, temperature=0.0, 
             tree_mode="best-first", target_exec="", rule="token")
 TB = "Traceback (most recent call last)"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -70,17 +66,7 @@ class Server:
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=full, stdout=f,
                                          stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the app exited; see {self.log}")
-            try:
-                with urllib.request.urlopen(self.url, timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"the app did not answer; see {self.log}")
+        wait_for_page(self.proc, self.url, timeout, self.log)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -502,5 +488,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

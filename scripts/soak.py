@@ -30,7 +30,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import httpx
@@ -40,17 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_events import Page, new_session, text_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.server import free_port, wait_for_page  # noqa: E402
+
 RECORDINGS = sorted((ROOT / "assets" / "traces").glob("*.json"))
 LINKS = [{}, {"recording": "2-chat-greedy", "round": "3"}, {"example": "2"}, {"example": "3", "present": "1"},
          {"recording": "no-such-recording"}, {"round": "999999"}, {"recording": "1-code-greedy", "step": "2"}]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -62,19 +56,10 @@ class Server:
             self.proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "soak_server.py")], cwd=ROOT,
                                          env=full, stdout=f, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}/"
-        deadline = time.time() + 600
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"the server exited:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise SystemExit("the server did not start in 600 s")
-            time.sleep(0.5)
+        try:
+            wait_for_page(self.proc, self.url, 600, log)
+        except RuntimeError as exc:  # (a script's end: the message, not a traceback)
+            raise SystemExit(str(exc)) from None
 
     def rss(self) -> int:
         return psutil.Process(self.proc.pid).memory_info().rss
