@@ -191,8 +191,9 @@ def main() -> int:
         tracebacks = server.tracebacks()
     finally:
         server.stop()
-    peak = {k: max((s.get(k, {}) if isinstance(s.get(k), dict) else {"n": s.get(k, 0)}).get(
-        "entries" if k == "store" else "n", 0) for s in stats) if stats else None for k in ("store", "sessions")}
+    # (a line written before Gradio made its session store has sessions None: not a size, left out)
+    peak = {k: max(((s[k] if isinstance(s[k], dict) else {"n": s[k]}).get("entries" if k == "store" else "n", 0)
+                    for s in stats if s.get(k) is not None), default=None) for k in ("store", "sessions")}
     peak_bytes = max((s["store"]["bytes"] for s in stats), default=None)
     report = {
         "cpu": _cpu(), "seconds": round(time.time() - t0, 1), "events": counts,
