@@ -141,5 +141,33 @@ def test_a_closed_page_stops_its_live_run_inside_a_long_prompts_pass(pair, monke
     frames = list(live.run(RunForm(preset="tiny", prompt=prompt, max_new_tokens=8), "closing-page"))
     assert len(fed) <= 4  # one chunk more at most, then nothing: no round ran
     assert not jobs.GATE.lock.locked() and "closing-page" not in CANCELS._flags
-    assert any("stopped" in str(f.status).lower() or "time" in str(f.status).lower() for f in frames
-               if isinstance(f.status, str)), [f.status for f in frames]
+    # The run draws nothing after its flag is set (a last frame could overwrite Stop's); Stop's drawing says it.
+    said = live.stop(None, None, "closing-page").status
+    assert "Stopped while reading the prompt" in said, said
+    assert not any("Stopped" in str(f.status) for f in frames), [f.status for f in frames]
+
+
+def test_a_run_that_stops_before_stops_drawing_leaves_it_where_it_got(pair, monkeypatch):
+    """Stop sets the flag, and the run often ends (between two rounds) before Stop's drawing runs: the run draws
+    nothing more, and Stop's drawing still says how far it got, with the race marked stopped."""
+    from specviz.serving import jobs, service
+    from specviz.serving.cancel import CANCELS
+    from specviz.serving.jobs import RunForm
+    from specviz.ui import live
+
+    monkeypatch.setattr(jobs, "get_pair", lambda *a, **k: pair)
+    monkeypatch.setattr(service, "cached_lm", lambda m, d, *a, **k: CachedLM(m, d), raising=False)
+    pressed, after = False, []
+    for f in live.run(RunForm(preset="tiny", prompt="abcabcabc", max_new_tokens=48), "pressing-stop"):
+        if pressed:
+            after.append(f.status)
+        elif "sv-round" in str(f.rounds):  # the first round drawn: press Stop (Stop's drawing comes after the run)
+            pressed = CANCELS.cancel("pressing-stop")
+    assert pressed and not any("Done" in str(s) or "Stopped" in str(s) for s in after), after
+    assert not jobs.GATE.lock.locked() and "pressing-stop" not in CANCELS._flags
+    frame = live.stop("", None, "pressing-stop")
+    assert frame.status and "Stopped after" in frame.status and "Press Run" in frame.status, frame.status
+    n = int(frame.status.split("Stopped after ")[1].split()[0])
+    assert 0 < n < 48
+    assert "stopped" in frame.race
+    assert not isinstance(live.stop("", None, "pressing-stop").status, str)  # drawn once; a second Stop: no word

@@ -170,6 +170,7 @@ def run(form: RunForm, session: str | None = None,
         yield LiveFrame(status=status_html(str(exc), "error"))
         raise gr.Error(str(exc), print_exception=False)
     show = _Shown(job)
+    _live_pop(session)  # a stopped run's traces left for its Stop (below) are stale now
     flag = CANCELS.start(session)  # Stop and a closed page set it: read inside the run (serving.cancel)
     try:
         # closing(): Stop or a closed page ends the job at once (its engine loop, the gate, the cache entry).
@@ -187,6 +188,12 @@ def run(form: RunForm, session: str | None = None,
                 elif isinstance(ev, Replaying):
                     yield from show.replaying(ev, session)
                 elif isinstance(ev, Finished):
+                    if flag.is_set():
+                        # Stop (or a closed page) ended the run, often before Stop's own drawing (live.stop) runs:
+                        # leave it the finished traces to draw, and draw nothing more here, since a last frame
+                        # could land after Stop's and overwrite it.
+                        _live_put(session, ev.spec, ev.std, ())
+                        return
                     _live_pop(session)
                     yield from show.rest_of_walks(ev.spec)  # the models are free again: the pace costs no one
                     label = f"{replay_label(ev.replayed)}. " if ev.replayed is not None else ""
@@ -292,8 +299,10 @@ def done_message(spec: Trace, std: Trace | None) -> str:
     if spec.stop_reason in ("time_limit", "stopped"):
         why = (f"Stopped at the server's time limit for one run ({job_seconds():.0f} s, SPECVIZ_JOB_SECONDS)"
                if spec.stop_reason == "time_limit" else "Stopped (the page was closed or Stop was pressed)")
-        where = " while reading the prompt" if not spec.rounds else f" after {len(spec.rounds)} rounds"
-        return f"{why}{where}: {spec.n_tokens} tokens. A shorter prompt or fewer new tokens fits in the limit."
+        n = len(spec.rounds)
+        where = " while reading the prompt" if not n else f" after {n} round{'s' if n != 1 else ''}"
+        advice = " A shorter prompt or fewer new tokens fits in the limit." if spec.stop_reason == "time_limit" else ""
+        return f"{why}{where}: {spec.n_tokens} tokens.{advice}"
     timing = spec.timing
     if sp and flagged(spec):  # the clocks were disturbed: say so, never state them
         trusted = trusted_speedup(spec, sp)
@@ -326,7 +335,7 @@ def _running(up: Update) -> tuple[str, ...]:
 
 _LIVE: OrderedDict[str, tuple] = OrderedDict()  # session -> (spec, std, side still running or None)
 _LIVE_LOCK = threading.Lock()
-_LIVE_MAX = 64  # sessions; a stopped run's entry is removed by Stop, a finished one by the run
+_LIVE_MAX = 64  # sessions; a finished run removes its entry, Stop a stopped one's (a closed page's: this bound)
 
 
 def _live_put(session: str | None, spec, std, running: tuple[str, ...]) -> None:
@@ -366,8 +375,11 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
         spec, std, running = live
         spec = _as_stopped(spec) if "spec" in running else spec
         std = _as_stopped(std) if "std" in running else std
-        msg = f"Stopped after {spec.n_tokens if spec else 0} speculative tokens"
-        msg += f" and {std.n_tokens} standard tokens" if std else ""
+        if spec is not None and not spec.rounds:
+            msg = "Stopped while reading the prompt"
+        else:
+            msg = f"Stopped after {spec.n_tokens if spec else 0} speculative tokens"
+            msg += f" and {std.n_tokens} standard tokens" if std else ""
         frame = LiveFrame(status=status_html(msg + ". Press Run to start again.", "warn"), race=V.race_html(spec, std))
         if spec:
             frame.rounds, frame.tree = V.rounds_html(spec), live_tree(spec)
