@@ -351,10 +351,13 @@ def build() -> gr.Blocks:
                                       api_visibility="private")
         # Cancel first, then draw where the run got to (drawing first could be overwritten by a last frame).
         # Stop also sets the run's cancel flag, read inside a long prompt's pass (serving.cancel), which Gradio's
-        # cancel (closing the run's generator between two outputs) cannot reach.
+        # cancel (closing the run's generator between two outputs) cannot reach.  The drawing goes through the
+        # queue (no limit, so it starts at once): only a queued event's new state fires `state.change` (the
+        # acceptance picture, a teacher's room); Gradio 6 sends changed state ids with queued results only.
         stop_btn.click(cancel_run, None, None, cancels=[run_evt, replay_evt], queue=False, show_progress="hidden",
                        api_visibility="private").then(
-            on_stop, [status, state], views.outputs, queue=False, show_progress="hidden", api_visibility="private")
+            on_stop, [status, state], views.outputs, concurrency_limit=None, show_progress="hidden",
+            api_visibility="private")
         # A page that closes (a client that goes away) cancels its run in progress: Gradio's supported unload event.
         demo.unload(cancel_run)
 

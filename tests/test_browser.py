@@ -302,7 +302,15 @@ def test_stop_mid_run_shows_where_it_got(page, server, shots):
     badges = page.locator("#sv-race .sv-badge").all_inner_texts()
     assert badges[0] == "finished · stopped" and "running…" not in badges, f"race badges after Stop: {badges}"
     n = int(page.locator("#sv-race .sv-race-spec").get_attribute("data-tokens"))
-    assert 0 < n < 160 and f"after {n} speculative tokens" in text, f"{n} tokens shown; status: {text}"
+    assert 0 < n < 160 and f"after {n} speculative token" in text, f"{n} tokens shown; status: {text}"
+    assert "Stopped before the end" in page.inner_text("#sv-race .sv-speedup")  # a cut race: no speedup
+    assert "stopped by the user" in page.inner_text("#sv-metrics")  # the numbers are this run's, not the last
+    # step mode's acceptance picture is this run's round 1 too (the page's state changed: its picture follows)
+    from specviz.views.acceptance import _label
+
+    first = _label(re.search(r"token 1 '([^']*)'", page.inner_text("#sv-narration")).group(1))
+    wait_until(page, server, f"() => document.querySelector('#sv-pos-pick')?.innerText.includes({json.dumps('1: ' + first)})",
+               "the acceptance picture of the stopped run's first round", UI_S)
     page.locator("#sv-legend").scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "live-stopped.png"))
     assert_no_traceback(page)

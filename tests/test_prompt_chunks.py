@@ -154,6 +154,7 @@ def test_a_run_that_stops_before_stops_drawing_leaves_it_where_it_got(pair, monk
     from specviz.serving.cancel import CANCELS
     from specviz.serving.jobs import RunForm
     from specviz.ui import live
+    from specviz.ui.frames import SKIP
 
     monkeypatch.setattr(jobs, "get_pair", lambda *a, **k: pair)
     monkeypatch.setattr(service, "cached_lm", lambda m, d, *a, **k: CachedLM(m, d), raising=False)
@@ -169,5 +170,7 @@ def test_a_run_that_stops_before_stops_drawing_leaves_it_where_it_got(pair, monk
     assert frame.status and "Stopped after" in frame.status and "Press Run" in frame.status, frame.status
     n = int(frame.status.split("Stopped after ")[1].split()[0])
     assert 0 < n < 48
-    assert "stopped" in frame.race
+    assert "stopped" in frame.race and "Stopped before the end" in frame.race  # no speedup from a cut race
+    # the whole page shows the stopped run, not the one shown before it: numbers, rounds, an export
+    assert "stopped by the user" in frame.metrics and frame.export and frame.state is not SKIP
     assert not isinstance(live.stop("", None, "pressing-stop").status, str)  # drawn once; a second Stop: no word

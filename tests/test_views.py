@@ -298,6 +298,17 @@ def test_race_finished_shows_speedup():
     assert str(len(spec.rounds)) in h
 
 
+def test_a_stopped_race_gives_no_speedup_and_says_why():
+    """A race cut short by Stop (or a closed page) is no measurement: its sides stopped at different points."""
+    spec, std = make_trace(), make_std_trace()
+    std.stop_reason = "stopped"
+    h = race_html(spec, std)
+    assert "data-speedup" not in h and "sv-speedup-v" not in h
+    assert "Stopped before the end" in h and "finished · stopped" in h
+    std.stop_reason = "time_limit"  # the server's time limit stops both sides within the same budget: measured
+    assert "data-speedup" in race_html(spec, std)
+
+
 def test_race_one_side_missing_or_running():
     spec, std = make_trace(), make_std_trace()
     h = race_html(spec, None)

@@ -368,6 +368,10 @@ def _as_stopped(tr: Trace | None) -> Trace | None:
     return tr
 
 
+def _tokens(n: int, kind: str) -> str:
+    return f"{n} {kind} token{'s' if n != 1 else ''}"
+
+
 def stop(current: str | None, state: Any, session: str | None = None) -> LiveFrame:
     """Stop pressed: draw the run as far as it got (no round left "verifying…") and say it stopped."""
     live = _live_pop(session)
@@ -378,11 +382,16 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
         if spec is not None and not spec.rounds:
             msg = "Stopped while reading the prompt"
         else:
-            msg = f"Stopped after {spec.n_tokens if spec else 0} speculative tokens"
-            msg += f" and {std.n_tokens} standard tokens" if std else ""
-        frame = LiveFrame(status=status_html(msg + ". Press Run to start again.", "warn"), race=V.race_html(spec, std))
-        if spec:
-            frame.rounds, frame.tree = V.rounds_html(spec), live_tree(spec)
+            msg = f"Stopped after {_tokens(spec.n_tokens if spec else 0, 'speculative')}"
+            msg += f" and {_tokens(std.n_tokens, 'standard')}" if std else ""
+        status = status_html(msg + ". Press Run to start again.", "warn")
+        # Everything on the page then shows this run as far as it got (its rounds, numbers, charts, export),
+        # as for a run the time limit stopped.  Not counted as a run of the visitor's (run=False).
+        frame = final_frame(spec, std, status)
+        if frame.race is SKIP:  # the store has no room to keep it: draw where it got all the same
+            frame = LiveFrame(status=status, race=V.race_html(spec, std))
+            if spec:
+                frame.rounds, frame.tree = V.rounds_html(spec), live_tree(spec)
         return frame
     if current and 'data-kind="info"' in current and "press Run" not in current:  # stopped while loading
         return LiveFrame(status=status_html("Stopped. Press Run to start again.", "warn"))

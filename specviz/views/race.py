@@ -307,7 +307,11 @@ def race_html(
 
     if a.finished and b.finished and not a.error and not b.error and a.present and b.present:
         sp = race_speedup(spec, std)
-        if sp is not None:
+        if any(t is not None and t.stop_reason == "stopped" for t in (spec, std)):  # Stop, or a closed page
+            speed = ('<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">Stopped before the end: '
+                     "a race cut short gives no speedup, since its two sides stopped at different points of their "
+                     "texts. Press Run to race again.</span></div>")
+        elif sp is not None:
             speed = _speedup_html(spec, std, sp)
         else:
             speed = '<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">speedup: not enough data</span></div>'
