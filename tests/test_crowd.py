@@ -18,7 +18,7 @@ from specviz.models import TINY_PRESET
 from specviz.serving import replay as R
 from specviz.serving.service import MODEL_LOCK
 from specviz.trace import Trace, load_recording, trace_from_dict
-from specviz.ui import api, live, tabs
+from specviz.ui import api, exports, live, tabs
 from specviz.ui.form import RunForm
 from specviz.ui.frames import SKIP
 from tests.server import ROOT
@@ -250,9 +250,9 @@ def test_theory_handlers_refuse_bad_input_with_a_message(call, match):
 
 def test_exports_stay_in_one_bounded_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_EXPORT_DIR", str(tmp_path / "exports"))
-    monkeypatch.setattr(live, "EXPORT_KEEP", 5)
+    monkeypatch.setattr(exports, "EXPORT_KEEP", 5)
     spec, std = load_recording((ROOT / "assets" / "traces" / "2-chat-greedy.json").read_bytes())
-    paths = [live.export_file(spec, std) for _ in range(12)]
+    paths = [exports.export_file(spec, std) for _ in range(12)]
     files = list((tmp_path / "exports").iterdir())
     assert len(files) == 5 and Path(paths[-1]) in files
     assert load_recording(Path(paths[-1]).read_bytes())[0].text == spec.text

@@ -289,20 +289,20 @@ def test_disk_stays_bounded_over_many_runs(tmp_path, monkeypatch):
     import tempfile
 
     from specviz.serving import replay
-    from specviz.ui import live
+    from specviz.ui import exports, live
     from specviz.ui.form import RunForm
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr(replay.CACHE, "enabled", False)  # every run live, as different requests would be
     monkeypatch.delenv("SPECVIZ_EXPORT_DIR", raising=False)
-    monkeypatch.setattr(live, "EXPORT_KEEP", 4)
-    runs = 3 * live.EXPORT_KEEP
+    monkeypatch.setattr(exports, "EXPORT_KEEP", 4)
+    runs = 3 * exports.EXPORT_KEEP
     for i in range(runs):
         *_, final = live.run(RunForm(preset=TINY_PRESET, prompt=PROMPTS[i % 8], gamma=3, max_new_tokens=8, seed=i))
         assert final.export and os.path.exists(final.export)
     files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
     total = sum(os.path.getsize(f) for f in files)
     print(f"\n{runs} tiny runs: {len(files)} files, {total / 1024:.0f} KiB in the temp dir")
-    assert len(files) == live.EXPORT_KEEP and all("specviz-exports" in f for f in files)
+    assert len(files) == exports.EXPORT_KEEP and all("specviz-exports" in f for f in files)
     assert final.export in files  # the newest stays

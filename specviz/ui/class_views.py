@@ -22,7 +22,7 @@ from ..theory.timing import flagged, trusted_speedup
 from ..trace.summary import theoretical_speedup
 from ..views import html as V
 from ..views.figures import empty_figure, wide_layout
-from . import live
+from .exports import prune
 
 NO_POINTS = "No points yet: when an attendee's race ends, it appears here."
 EXPORT_DIR = Path(tempfile.gettempdir()) / "specviz-class"
@@ -199,7 +199,7 @@ def write_points(room: R.Room) -> list[str]:
     """The room's points as a CSV and a JSON file; their paths."""
     data = rows(room)
     EXPORT_DIR.mkdir(parents=True, exist_ok=True)
-    live.prune(EXPORT_DIR, "class-*", 32)
+    prune(EXPORT_DIR, "class-*", 32)
     stem = EXPORT_DIR / f"class-{room.code}-{len(data)}pts"
     fields = ["id", "attendee", "experiment", *R.RANGES, "flagged", *R.TEXT_FIELDS, "posted"]
     buf = io.StringIO()

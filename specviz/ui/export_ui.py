@@ -33,7 +33,8 @@ from ..serving.envvars import env_int, env_number
 from ..cli import page_worker
 from ..trace import recording_bytes
 from ..trace.recording import write_new_file
-from .live import export_dir, prune, status_html
+from .exports import export_dir, prune
+from .live import status_html
 from .store import current_session
 
 log = logging.getLogger("specviz.app")

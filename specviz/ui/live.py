@@ -15,9 +15,7 @@ import functools
 import gc
 import html
 import logging
-import os
 import sys
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -34,7 +32,7 @@ from ..serving.replay import Busy, Entry, replay_speed
 from ..serving.service import InputError, Update, describe_error, job_seconds
 from ..theory.costs import race_costs
 from ..theory.timing import flagged, starting, trusted_speedup
-from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes, save_recording
+from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes
 from ..views import html as V
 from ..views.rules import rules_html
 from ..views import plots as P
@@ -42,13 +40,13 @@ from ..views import race_plots as RP
 from ..views._fmt import draft_source
 from ..views.execution import trace_exec_line
 from .form import RunForm
+from .exports import export_file, shipped_export
 from .frames import SKIP, LiveFrame, round_number
 from .store import STORE, Shown, StoreFull
 from .tree_ui import Walks, live_tree, mask_for, step_tree, tree_figures
 
 log = logging.getLogger("specviz.app")
 UI_THROTTLE_S = 0.06  # at most ~16 UI updates a second while decoding
-EXPORT_KEEP = 32  # exported recordings kept on disk (the newest); a download takes the file at once
 # The largest recording the page draws: a real 1024-token run is ~1-5 MB; a bigger file would
 # take hundreds of MB of plots and HTML per visitor.
 MAX_DRAW_BYTES = 8 * 2**20
@@ -108,51 +106,6 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, shipped: Pat
     )
 
 
-def export_dir() -> Path:
-    return Path(os.environ.get("SPECVIZ_EXPORT_DIR") or Path(tempfile.gettempdir()) / "specviz-exports")
-
-
-def export_file(spec: Trace | None, std: Trace | None, *, data: bytes | None = None) -> str | None:
-    """The recording as a file for "Export trace": all exports in one directory, of which only
-    the newest EXPORT_KEEP stay (Gradio serves its own copy, removed by the Blocks' delete_cache).
-    ``data``: the recording's bytes when the caller already has them (``recording_bytes``)."""
-    if not spec and not std:
-        return None
-    folder = export_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = save_recording(spec, std, folder, data=data)
-    prune(folder, "specviz-*.json", EXPORT_KEEP)
-    return path
-
-
-_SHIPPED_EXPORTS: dict[str, str] = {}  # a shipped recording's export file, written once while it exists
-
-
-def shipped_export(path: Path) -> str | None:
-    """The export file of a shipped recording: written once and reused while it is on disk, so a page
-    visit does not serialise and write the recording again."""
-    done = _SHIPPED_EXPORTS.get(str(path))
-    if done and Path(done).exists():
-        return done
-    shown = Shown.shipped(path)
-    out = export_file(shown.get("spec"), shown.get("std"))
-    if out:
-        _SHIPPED_EXPORTS[str(path)] = out
-    return out
-
-
-def prune(folder: Path, pattern: str, keep: int) -> None:
-    """Keep the ``keep`` newest files of ``folder`` matching ``pattern``; delete the rest."""
-    files = []
-    for p in folder.glob(pattern):
-        try:
-            files.append((p.stat().st_mtime, p))
-        except OSError:  # removed by another thread meanwhile
-            pass
-    for _, p in sorted(files, reverse=True)[keep:]:
-        p.unlink(missing_ok=True)
-
-
 # ---- the run ----------------------------------------------------------------------------
 
 
@@ -184,7 +137,10 @@ def run(form: RunForm, session: str | None = None,
                                                        f"{'s' if ev.ahead != 1 else ''} waiting (this one included)…"))
                 elif isinstance(ev, Decoding):
                     _live_put(session, ev.update.spec, ev.update.std, _running(ev.update))
-                    yield from show.decoding(ev.update)
+                    for frame in show.decoding(ev.update):
+                        if flag.is_set():  # after Stop only Stop's drawing draws: a frame could land after it
+                            break
+                        yield frame
                 elif isinstance(ev, Replaying):
                     yield from show.replaying(ev, session)
                 elif isinstance(ev, Finished):
