@@ -37,7 +37,7 @@ from ..views import html as V
 from ..views.rules import rules_html
 from ..views import plots as P
 from ..views import race_plots as RP
-from ..views._fmt import draft_source
+from ..views._fmt import draft_source, plural
 from ..views.execution import trace_exec_line
 from .form import RunForm
 from .exports import export_file, shipped_export
@@ -137,12 +137,9 @@ def run(form: RunForm, session: str | None = None,
                                                        f"{'s' if ev.ahead != 1 else ''} waiting (this one included)…"))
                 elif isinstance(ev, Decoding):
                     _live_put(session, ev.update.spec, ev.update.std, _running(ev.update))
-                    for frame in show.decoding(ev.update):
-                        if flag.is_set():  # after Stop only Stop's drawing draws: a frame could land after it
-                            break
-                        yield frame
+                    yield from _until(flag, show.decoding(ev.update))
                 elif isinstance(ev, Replaying):
-                    yield from show.replaying(ev, session)
+                    yield from _until(flag, show.replaying(ev, session))
                 elif isinstance(ev, Finished):
                     if flag.is_set():
                         # Stop (or a closed page) ended the run, often before Stop's own drawing (live.stop) runs:
@@ -168,6 +165,15 @@ def run(form: RunForm, session: str | None = None,
         raise gr.Error(describe_error(exc), print_exception=False)
     finally:
         CANCELS.finish(session, flag)
+
+
+def _until(flag: threading.Event, frames: Iterator[LiveFrame]) -> Iterator[LiveFrame]:
+    """``frames`` until Stop (or a closed page) sets ``flag``: after it only Stop's drawing draws, since a frame
+    of the run could land after Stop's and overwrite it."""
+    for frame in frames:
+        if flag.is_set():
+            return
+        yield frame
 
 
 class _Shown:
@@ -256,7 +262,7 @@ def done_message(spec: Trace, std: Trace | None) -> str:
         why = (f"Stopped at the server's time limit for one run ({job_seconds():.0f} s, SPECVIZ_JOB_SECONDS)"
                if spec.stop_reason == "time_limit" else "Stopped (the page was closed or Stop was pressed)")
         n = len(spec.rounds)
-        where = " while reading the prompt" if not n else f" after {n} round{'s' if n != 1 else ''}"
+        where = " while reading the prompt" if not n else f" after {plural(n, 'round')}"
         advice = " A shorter prompt or fewer new tokens fits in the limit." if spec.stop_reason == "time_limit" else ""
         return f"{why}{where}: {spec.n_tokens} tokens.{advice}"
     timing = spec.timing
@@ -324,10 +330,6 @@ def _as_stopped(tr: Trace | None) -> Trace | None:
     return tr
 
 
-def _tokens(n: int, kind: str) -> str:
-    return f"{n} {kind} token{'s' if n != 1 else ''}"
-
-
 def stop(current: str | None, state: Any, session: str | None = None) -> LiveFrame:
     """Stop pressed: draw the run as far as it got (no round left "verifying…") and say it stopped."""
     live = _live_pop(session)
@@ -338,8 +340,8 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
         if spec is not None and not spec.rounds:
             msg = "Stopped while reading the prompt"
         else:
-            msg = f"Stopped after {_tokens(spec.n_tokens if spec else 0, 'speculative')}"
-            msg += f" and {_tokens(std.n_tokens, 'standard')}" if std else ""
+            msg = f"Stopped after {plural(spec.n_tokens if spec else 0, 'speculative token')}"
+            msg += f" and {plural(std.n_tokens, 'standard token')}" if std else ""
         status = status_html(msg + ". Press Run to start again.", "warn")
         # Everything on the page then shows this run as far as it got (its rounds, numbers, charts, export),
         # as for a run the time limit stopped.  Not counted as a run of the visitor's (run=False).

@@ -280,6 +280,11 @@ def _stats(side: RaceSide | None) -> str:
     return f'<div class="sv-race-stats">{cells}</div>'
 
 
+def _pending(msg: str) -> str:
+    """The headline's place while it has no speedup to show: why, in words."""
+    return f'<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">{esc(msg)}</span></div>'
+
+
 def race_html(
     spec: Trace | None,
     std: Trace | None,
@@ -306,15 +311,13 @@ def race_html(
     denom = max(full + limits + [1])
 
     if a.finished and b.finished and not a.error and not b.error and a.present and b.present:
-        sp = race_speedup(spec, std)
         if any(t is not None and t.stop_reason == "stopped" for t in (spec, std)):  # Stop, or a closed page
-            speed = ('<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">Stopped before the end: '
-                     "a race cut short gives no speedup, since its two sides stopped at different points of their "
-                     "texts. Press Run to race again.</span></div>")
-        elif sp is not None:
+            speed = _pending("Stopped before the end: a race cut short gives no speedup, since its two sides "
+                             "stopped at different points of their texts. Press Run to race again.")
+        elif (sp := race_speedup(spec, std)) is not None:
             speed = _speedup_html(spec, std, sp)
         else:
-            speed = '<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">speedup: not enough data</span></div>'
+            speed = _pending("speedup: not enough data")
     else:
         if not a.present and not b.present:
             msg = ("Press Run: speculative and standard decoding race here, advancing in turns so both see the "
@@ -323,7 +326,7 @@ def race_html(
             msg = "The speedup appears once both decoders have finished."
         else:
             msg = "Speedup appears when both runs finish."
-        speed = f'<div class="sv-speedup sv-speedup--pending"><span class="sv-speedup-k">{esc(msg)}</span></div>'
+        speed = _pending(msg)
     note = sampling_note(spec, std) if a.finished and b.finished and a.present and b.present else ""
     note_html = f'<div class="sv-race-note sv-muted">{esc(note)}</div>' if note else ""
 
