@@ -50,6 +50,7 @@ from specviz.models import PRESETS
 from specviz.serving import hosting, long_urls, replay, stream_log, temp_files
 from specviz.serving.cancel import CANCELS
 from specviz.serving.envvars import env_int
+from specviz.serving.rooms import ROOMS
 from specviz.serving.service import CUSTOM_PRESET, default_preset, ui_presets
 from specviz.ui import (api, challenges_ui, class_layout, classroom, export_ui, links, live, machine_ui,
                         picture_ui, present, shootout_ui, tabs, tree_ui)
@@ -57,6 +58,7 @@ from specviz.ui.form import (FORM_FROM_TRACE, RULE_HELP, RunForm, example_label,
                              form_sweep_duration)
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
+from specviz.ui.class_follow import ROOM_SESSION
 from specviz.ui.store import STORE
 from specviz.ui.tabs import BATCH_SEED_MAX, batch_view, gamma_slider, policy_info, theory_views, use_last_run
 from specviz.views import html as V
@@ -551,6 +553,8 @@ def cancel_run(request: gr.Request = None) -> None:
 
 def session_alive(demo: gr.Blocks, session: str) -> bool:
     """Whether Gradio still holds this session's state (True before the server starts: nothing to judge)."""
+    if session.startswith(ROOM_SESSION):  # a class room's shown runs live as long as the room
+        return ROOMS.is_open(session[len(ROOM_SESSION):])
     holder = getattr(demo, "state_holder", None)
     return holder is None or session in holder
 

@@ -53,10 +53,79 @@ def test_codes_are_unguessable_and_readable(store):
 
 
 def test_rooms_are_bounded(store):
-    for _ in range(3):
-        store.create()
+    for i in range(3):  # three teachers, each with an attendee: every room holds something
+        room = store.create(f"10.0.0.{i}")
+        store.join(room.code, f"a{i}", "10.1.0.1")
     with pytest.raises(RoomError, match="SPECVIZ_CLASS_ROOMS"):
-        store.create()
+        store.create("10.0.0.9")
+
+
+def test_one_address_cannot_hold_every_room(clock):
+    """Issue 62: one client opened all 50 rooms with ?class=new.  Its empty rooms make way for its next one; rooms
+    that hold attendees stop it at its share, and the other addresses still open theirs."""
+    store = RoomStore(max_rooms=10, size=5, hours=1.0, per_client=2, clock=clock)
+    opened = [store.create("6.6.6.6") for _ in range(8)]  # a reloading ?class=new, or a script
+    assert len(store) == 2 and all(store.get(r.code) is None for r in opened[:-2])
+    for room in opened[-2:]:
+        store.join(room.code, "someone", "6.6.6.7")
+    with pytest.raises(RoomError, match="SPECVIZ_CLASS_ROOMS_PER_CLIENT"):
+        store.create("6.6.6.6")
+    assert store.create("192.0.2.1")  # another teacher is served
+
+
+def test_a_full_server_reclaims_only_empty_idle_rooms(clock):
+    store = RoomStore(max_rooms=2, size=5, hours=4.0, per_client=5, clock=clock)
+    busy, empty = store.create("1.1.1.1"), store.create("2.2.2.2")
+    store.join(busy.code, "a", "3.3.3.3")
+    with pytest.raises(RoomError, match="SPECVIZ_CLASS_ROOMS"):  # the empty room's teacher was here just now
+        store.create("4.4.4.4")
+    clock.t += R.EMPTY_ROOM_IDLE_S + 1
+    store.teacher(busy.code, busy.secret)
+    assert store.create("4.4.4.4") and store.get(empty.code) is None and store.get(busy.code) is busy
+
+
+def test_one_address_cannot_take_every_seat(clock):
+    """One client took all 100 seats of a class: a newcomer from another address takes the seat of the address
+    over its fair share; a class behind one NAT still fills the room."""
+    store = RoomStore(max_rooms=3, size=4, hours=1.0, clock=clock)
+    room = store.create("1.1.1.1")
+    for i in range(4):
+        clock.t += 1
+        store.join(room.code, f"bot{i}", "6.6.6.6")
+    store.join(room.code, "alice", "192.0.2.7")  # bot0 (seen least recently) made way
+    assert "alice" in room.attendees and "bot0" not in room.attendees and len(room.attendees) == 4
+    store.join(room.code, "bob", "192.0.2.8")
+    assert len(room.attendees) == 4 and sum(s.startswith("bot") for s in room.attendees) == 2
+    store.join(room.code, "carol", "192.0.2.9")  # four addresses: one seat each
+    assert sum(s.startswith("bot") for s in room.attendees) == 1
+    with pytest.raises(RoomError, match="full"):  # nobody holds more than one seat: a seat is never taken then
+        store.join(room.code, "dave", "192.0.2.10")
+    nat = RoomStore(max_rooms=3, size=4, hours=1.0, clock=clock)
+    room = nat.create("1.1.1.1")
+    for i in range(4):
+        nat.join(room.code, f"pupil{i}", "203.0.113.5")  # a whole class behind one address fits
+    assert len(room.attendees) == 4
+
+
+def test_refusals_of_wrong_secrets_are_rate_limited(store, caplog):
+    room = store.create()
+    with caplog.at_level(logging.WARNING, logger="specviz.rooms"):
+        for _ in range(500):
+            with pytest.raises(RoomError):
+                store.teacher(room.code, "guess")
+    assert 1 <= len(caplog.records) <= 12
+
+
+def test_only_a_point_number_removes_a_point(store):
+    room = started(store)
+    store.join(room.code, "a")
+    point = store.post_point(room.code, "a", "race-0001", GOOD)
+    assert point.id == 1
+    for forged in (True, 1.0, "1", [1], None):
+        assert store.remove_point(room.code, room.secret, forged) is False
+    assert store.remove_point(room.code, room.secret, 1) is True
+    with pytest.raises(RoomError, match="No such experiment"):
+        store.set_experiment(room.code, room.secret, ["gamma"])
 
 
 def test_a_room_is_bounded_by_its_size_and_frees_quiet_seats(store, clock):

@@ -22,7 +22,10 @@ from __future__ import annotations
 import functools
 import logging
 
+from .ratelimit import RateLimit
+
 log = logging.getLogger("specviz.forged")
+_LOG = RateLimit()  # a client can send refused values without end: a few lines a minute (issue 62)
 _INSTALLED = "_specviz_forged"
 
 
@@ -63,7 +66,7 @@ def install() -> bool:
         except Exception as exc:  # noqa: BLE001 - every failure here is about the client's values
             name = getattr(block_fn, "name", None)
             err = refusal(exc, name)
-            log.warning("refused the values sent to event %s: %s", name or "?", _short(exc.__cause__ or exc, 200))
+            _LOG.warn(log, "refused the values sent to event %s: %s", name or "?", _short(exc.__cause__ or exc, 200))
             raise err from None
 
     @functools.wraps(original_get_fn)
@@ -71,7 +74,7 @@ def install() -> bool:
         try:
             return original_get_fn(*args, **kwargs)
         except (KeyError, IndexError) as exc:
-            log.warning("refused a request for an event this page does not have: %s", _short(exc, 100))
+            _LOG.warn(log, "refused a request for an event this page does not have: %s", _short(exc, 100))
             raise HTTPException(status_code=404, detail="No such event on this page.") from None
 
     setattr(preprocess_data, _INSTALLED, True)

@@ -4,8 +4,17 @@ Rooms live in the server's memory, behind one small interface (`RoomStore`: crea
 set_experiment, post_point, remove_point, close, expire) so that another backing store could replace it later.
 Everything is bounded:
 
-* at most `SPECVIZ_CLASS_ROOMS` rooms at once (a new one is refused, in words, beyond);
-* at most `SPECVIZ_CLASS_SIZE` attendees a room (an attendee silent for ATTENDEE_IDLE_S gives up the seat);
+* at most `SPECVIZ_CLASS_ROOMS` rooms at once, and `SPECVIZ_CLASS_ROOMS_PER_CLIENT` opened from one client address
+  (serving.clients).  Past either, a room that holds nothing (no attendee, no point) makes way: the client's own
+  least recently used one, or any left empty for EMPTY_ROOM_IDLE_S; only when every room holds something is a new
+  one refused, in words (issue 62: one client opened all 50 rooms with ``?class=new``);
+* at most `SPECVIZ_CLASS_SIZE` attendees a room.  An attendee silent for ATTENDEE_IDLE_S gives up the seat (an
+  attendee's page asks every second; a hidden tab at least once a minute).  A full room seats a newcomer from
+  another address by freeing the least recently seen seat of the address holding more than a fair share (the
+  room's size over the addresses seated, the newcomer's counted), so one client cannot take every seat, while a
+  whole class behind one NAT still fits;
+* the teacher's shown runs are handles on the one trace store (ui.store): their bytes count in
+  `SPECVIZ_STORE_MB` like a visitor's, and go when the room goes (``release``);
 * a room closes after `SPECVIZ_CLASS_HOURS` without teacher activity;
 * at most POINTS_PER_ATTENDEE points an attendee and one point per race.
 
@@ -27,14 +36,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from .clients import UNKNOWN
 from .envvars import env_int, env_number
+from .ratelimit import RateLimit
 
 log = logging.getLogger("specviz.rooms")
 
 CLASS_SIZE = env_int("SPECVIZ_CLASS_SIZE", 100)  # attendees a room
 CLASS_HOURS = env_number("SPECVIZ_CLASS_HOURS", 4.0)  # a room closes after this long without the teacher
 CLASS_ROOMS = env_int("SPECVIZ_CLASS_ROOMS", 50)  # rooms open at once
-ATTENDEE_IDLE_S = 15 * 60  # an attendee whose page has not asked for this long gives up the seat
+CLASS_ROOMS_PER_CLIENT = env_int("SPECVIZ_CLASS_ROOMS_PER_CLIENT", 3)  # rooms opened from one address
+ATTENDEE_IDLE_S = 3 * 60  # an attendee whose page has not asked for this long gives up the seat
+EMPTY_ROOM_IDLE_S = 10 * 60  # a room with no attendee and no point, its teacher away this long, makes way
 POINTS_PER_ATTENDEE = 10  # one point a race, at most this many races an attendee
 CODE_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: read off a projector
 CODE_LENGTH = 9  # 31**9 ≈ 2**44.6
@@ -92,7 +105,9 @@ class Room:
     secret: str = field(repr=False)
     created: float
     teacher_seen: float
+    owner: str = UNKNOWN  # the client address that opened it (serving.clients)
     attendees: dict[str, float] = field(default_factory=dict)  # session -> last time its page asked
+    addresses: dict[str, str] = field(default_factory=dict)  # session -> its client address
     names: dict[str, int] = field(default_factory=dict)  # session -> attendee number, in order of joining
     experiment: str | None = None
     points: dict[int, Point] = field(default_factory=dict)
@@ -110,13 +125,17 @@ class Room:
     def posters(self) -> int:
         return len({p.attendee for p in self.points.values()})
 
+    def holds_nothing(self) -> bool:
+        """No attendee and no point: closing it loses nobody's work."""
+        return not self.attendees and not self.points
+
 
 class Rooms(Protocol):
     """The interface the page uses; `RoomStore` keeps rooms in memory."""
 
-    def create(self) -> Room: ...
+    def create(self, owner: str = UNKNOWN) -> Room: ...
     def get(self, code: str) -> Room | None: ...
-    def join(self, code: str, attendee: str) -> Room: ...
+    def join(self, code: str, attendee: str, address: str = UNKNOWN) -> Room: ...
     def set_view(self, code: str, secret: str, key: str, step: int, payload: Any = None) -> Room: ...
     def set_experiment(self, code: str, secret: str, experiment: str | None) -> Room: ...
     def post_point(self, code: str, attendee: str, race: str, values: dict[str, Any]) -> Point: ...
@@ -182,27 +201,44 @@ class RoomStore:
     """Rooms in this process's memory (see the module's notes for the bounds).  Thread-safe."""
 
     def __init__(self, *, max_rooms: int = CLASS_ROOMS, size: int = CLASS_SIZE, hours: float = CLASS_HOURS,
-                 clock: Callable[[], float] = time.time):
-        self.max_rooms, self.size, self.ttl_s = max_rooms, size, hours * 3600
+                 per_client: int = CLASS_ROOMS_PER_CLIENT, clock: Callable[[], float] = time.time):
+        self.max_rooms, self.size, self.ttl_s, self.per_client = max_rooms, size, hours * 3600, per_client
         self.clock = clock
         self._rooms: dict[str, Room] = {}
         self._lock = threading.Lock()
+        # Called with every shown-run payload a room lets go (a newer one, or the room closed): the app sets it to
+        # free the payload's trace-store entry (ui.classroom).
+        self.release: Callable[[Any], None] = lambda _payload: None
+        self._refusals = RateLimit()
 
     def __len__(self) -> int:
         return len(self._rooms)
 
     # ---- rooms ----
-    def create(self) -> Room:
+    def create(self, owner: str = UNKNOWN) -> Room:
+        """A new room opened from client address ``owner``; RoomError (for the page) when no room can make way."""
         now = self.clock()
         with self._lock:
             self._expire(now)
+            mine = sorted((r for r in self._rooms.values() if r.owner == owner), key=lambda r: r.teacher_seen)
+            if len(mine) >= self.per_client:
+                empty = next((r for r in mine if r.holds_nothing()), None)
+                if empty is None:
+                    raise RoomError(f"Classes opened from your address: {len(mine)}, each with attendees or points, "
+                                    f"the most one address may hold (SPECVIZ_CLASS_ROOMS_PER_CLIENT). End one first.")
+                self._drop(empty, "made way for a new class of the same address")
             if len(self._rooms) >= self.max_rooms:
-                raise RoomError(f"This server already has {self.max_rooms} classes open (SPECVIZ_CLASS_ROOMS): "
-                                "try again later, or ask the host for more.")
+                idle = sorted((r for r in self._rooms.values()
+                               if r.holds_nothing() and now - r.teacher_seen > EMPTY_ROOM_IDLE_S),
+                              key=lambda r: r.teacher_seen)
+                if not idle:
+                    raise RoomError(f"This server already has {self.max_rooms} classes open (SPECVIZ_CLASS_ROOMS): "
+                                    "try again later, or ask the host for more.")
+                self._drop(idle[0], "made way for a new class (empty and idle)")
             code = new_code()
             while code in self._rooms:  # 2**44 codes: practically never
                 code = new_code()
-            room = Room(code=code, secret=secrets.token_urlsafe(18), created=now, teacher_seen=now)
+            room = Room(code=code, secret=secrets.token_urlsafe(18), created=now, teacher_seen=now, owner=owner)
             self._rooms[code] = room
         log.info("class %s opened (%d open)", code, len(self._rooms))
         return room
@@ -217,11 +253,19 @@ class RoomStore:
                 return None
             return room
 
+    def is_open(self, code: str) -> bool:
+        """Whether a room with this code is open, read without the lock (the trace store asks it while holding its
+        own lock, and a room's closing frees store entries while holding this one)."""
+        room = self._rooms.get(code)
+        return room is not None and not self._stale(room, self.clock())
+
     def _stale(self, room: Room, now: float) -> bool:
         return room.closed or now - room.teacher_seen > self.ttl_s
 
     def _drop(self, room: Room, why: str) -> None:
         room.closed = True
+        for payload in room.payloads.values():
+            self._release(payload)
         room.payloads.clear()
         self._rooms.pop(room.code, None)
         log.info("class %s %s (%d attendees, %d points)", room.code, why, len(room.attendees), len(room.points))
@@ -243,7 +287,7 @@ class RoomStore:
         if room is None:
             raise RoomError("This class is closed or its code is unknown.")
         if not isinstance(secret, str) or not hmac.compare_digest(secret.encode(), room.secret.encode()):
-            log.warning("refused a teacher action on class %s: wrong secret", room.code)
+            self._refusals.warn(log, "refused a teacher action on class %s: wrong secret", room.code)
             raise RoomError("Only the teacher's page can do that.")
         room.teacher_seen = self.clock()
         return room
@@ -254,9 +298,9 @@ class RoomStore:
             self._drop(room, "closed by its teacher")
 
     # ---- attendees ----
-    def join(self, code: str, attendee: str) -> Room:
-        """Seat ``attendee`` (a page's session) in the room, or refresh its seat; RoomError when the code names no
-        open room or the room is full."""
+    def join(self, code: str, attendee: str, address: str = UNKNOWN) -> Room:
+        """Seat ``attendee`` (a page's session, from client ``address``) in the room, or refresh its seat; RoomError
+        when the code names no open room or the room is full."""
         room = self.get(code)
         if room is None:
             raise RoomError(f"No class is open with the code “{_shown(code, 20)}”: it may have ended, or the code "
@@ -266,12 +310,34 @@ class RoomStore:
             if attendee not in room.attendees:
                 for s, seen in list(room.attendees.items()):  # free the seats of pages gone quiet
                     if now - seen > ATTENDEE_IDLE_S:
-                        del room.attendees[s]
-                if len(room.attendees) >= self.size:
+                        self._unseat(room, s)
+                if len(room.attendees) >= self.size and not self._seat_over_share(room, address):
                     raise RoomError(f"This class is full ({self.size} attendees, SPECVIZ_CLASS_SIZE).")
                 room.names.setdefault(attendee, len(room.names) + 1)
             room.attendees[attendee] = now
+            room.addresses[attendee] = address
         return room
+
+    @staticmethod
+    def _unseat(room: Room, session: str) -> None:
+        room.attendees.pop(session, None)
+        room.addresses.pop(session, None)
+
+    def _seat_over_share(self, room: Room, address: str) -> bool:
+        """Free a seat of the address holding more than a fair share for a newcomer from ``address`` (False: none
+        is over its share, the room is full)."""
+        held: dict[str, list[str]] = {}
+        for s in sorted(room.attendees, key=room.attendees.__getitem__):  # least recently seen first
+            held.setdefault(room.addresses.get(s, UNKNOWN), []).append(s)
+        share = self.size / len(set(held) | {address})
+        over = [a for a, seats in held.items() if a != address and len(seats) > max(1.0, share)]  # one stays
+        if not over:
+            return False
+        victim = max(over, key=lambda a: len(held[a]))
+        self._unseat(room, held[victim][0])
+        log.info("class %s: a seat of an address holding %d made way for another address", room.code,
+                 len(held[victim]))
+        return True
 
     def seen(self, room: Room, attendee: str) -> None:
         if attendee in room.attendees:
@@ -287,7 +353,7 @@ class RoomStore:
             if payload is not None and key not in room.payloads:
                 room.payloads[key] = payload
                 while len(room.payloads) > VIEWS_KEPT:
-                    room.payloads.pop(next(iter(room.payloads)))
+                    self._release(room.payloads.pop(next(iter(room.payloads))))
             if (key, step) != (room.view_key, room.step):
                 room.view_key, room.step = key, step
                 room.version += 1
@@ -297,9 +363,15 @@ class RoomStore:
         room = self.get(code)
         return room.payloads.get(key) if room is not None else None
 
+    def _release(self, payload: Any) -> None:
+        try:
+            self.release(payload)
+        except Exception:  # noqa: BLE001 -- a failing release must not keep a room open: the store sweeps it
+            log.warning("a room's shown run could not be released", exc_info=False)
+
     def set_experiment(self, code: str, secret: str, experiment: str | None) -> Room:
         room = self.teacher(code, secret)
-        if experiment is not None and experiment not in EXPERIMENTS:
+        if experiment is not None and (not isinstance(experiment, str) or experiment not in EXPERIMENTS):
             raise RoomError("No such experiment.")
         with self._lock:
             room.experiment = experiment
@@ -333,13 +405,13 @@ class RoomStore:
                 self.seen(room, attendee)
                 return point
         except PointRefused as exc:
-            log.warning("refused a point for class %s: %s", room.code if room else _shown(code, 20), exc)
+            self._refusals.warn(log, "refused a point for class %s: %s", room.code if room else _shown(code, 20), exc)
             raise
 
     def remove_point(self, code: str, secret: str, point_id: int) -> bool:
         room = self.teacher(code, secret)
         with self._lock:
-            gone = room.points.pop(int(point_id), None) if isinstance(point_id, (int, float)) else None
+            gone = room.points.pop(point_id, None) if type(point_id) is int else None  # (not True, not 1.5)
             if gone is not None:
                 room.points_version += 1
         return gone is not None

@@ -38,10 +38,20 @@ def holds_something(session: Any) -> bool:
     for _id, value in list(getattr(session, "state_data", {}).items()):
         if getattr(value, "held", True) is False:  # a handle on a shipped recording: nothing of its own
             continue
-        if isinstance(blocks.get(_id), State) and value is not None and not (
-                isinstance(value, (list, dict, str, tuple, set)) and len(value) == 0):
+        block = blocks.get(_id)
+        if isinstance(block, State) and value is not None and not (
+                isinstance(value, (list, dict, str, tuple, set)) and len(value) == 0) and not _initial(block, value):
             return True
     return False
+
+
+def _initial(block: Any, value: Any) -> bool:
+    """Whether a State holds the value the page starts with (a refused action, e.g. a class join that failed,
+    writes the initial value back: it holds nothing, issue 62)."""
+    try:
+        return bool(type(value) is type(block.value) and value == block.value)
+    except Exception:  # noqa: BLE001 -- a value that cannot be compared is the visitor's own
+        return False
 
 
 def _evict(holder: Any, keep: str | None) -> None:

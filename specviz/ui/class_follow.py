@@ -39,11 +39,21 @@ class RoomShown(Shown):
         return False
 
     def _found(self) -> dict | None:
-        return ROOMS.payload(self.room, self.key)
+        return room_run(self.room, self.key)
 
     @property
     def nbytes(self) -> int | None:
         return None
+
+
+ROOM_SESSION = "room:"  # the trace store's session of a room's shown runs: "room:<code>"
+
+
+def room_run(code: str, key: str) -> dict | None:
+    """The traces of a run the room's teacher showed ({"spec", "std"}), while the room and the trace store hold it
+    (None once the room let it go, or the store needed the room for its fair share)."""
+    handle = ROOMS.payload(code, key)
+    return handle._found() if isinstance(handle, Shown) else None
 
 
 def view_key(state: Any) -> str | None:
@@ -60,18 +70,20 @@ def view_key(state: Any) -> str | None:
 
 _FRAMES: OrderedDict[tuple[str, str], LiveFrame] = OrderedDict()  # a teacher's run, drawn once per room
 _FRAMES_LOCK = threading.Lock()
-FRAMES_KEPT = 8
+FRAMES_KEPT = 4  # drawn views of up to 4 rooms' runs (each held by the trace store, within its budget)
 
 
 def _run_frame(code: str, key: str) -> LiveFrame | None:
     """The Live tab's frame for a run of the teacher's, drawn once and shared by the room's pages (as ui.live's
     shipped recordings are): the same views as live.final_frame, with a RoomShown handle, no store entry and
     no export file."""
+    payload = room_run(code, key)
     with _FRAMES_LOCK:
+        for k in [k for k in _FRAMES if room_run(*k) is None]:  # drawn views of runs no longer held go with them
+            del _FRAMES[k]
         if (code, key) in _FRAMES:
             _FRAMES.move_to_end((code, key))
             return _FRAMES[(code, key)]
-    payload = ROOMS.payload(code, key)
     if not payload:
         return None
     spec, std = payload.get("spec"), payload.get("std")

@@ -195,6 +195,15 @@ def rows(room: R.Room) -> list[dict[str, Any]]:
     return [p.row(f"attendee {room.attendee_number(p.attendee)}") for p in ROOMS.points(room.code)]
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may read as a formula (OWASP's list)
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(…)`` in an attendee's prompt), made inert
+    with a leading apostrophe; numbers and other text unchanged (issue 62)."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
 def write_points(room: R.Room) -> list[str]:
     """The room's points as a CSV and a JSON file; their paths."""
     data = rows(room)
@@ -205,7 +214,7 @@ def write_points(room: R.Room) -> list[str]:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
-    w.writerows(data)
+    w.writerows([{k: csv_cell(v) for k, v in row.items()} for row in data])
     csv_path, json_path = stem.with_suffix(".csv"), stem.with_suffix(".json")
     csv_path.write_text(buf.getvalue(), encoding="utf-8")
     json_path.write_text(json.dumps({"class": room.code, "experiment": room.experiment, "points": data}, indent=1),

@@ -35,17 +35,21 @@ import anyio
 import gradio as gr
 
 from ..serving import rooms as R
+from ..serving.clients import client_key
 from ..serving.rooms import ROOMS, RoomError
 from ..views import html as V
 from . import live, picture_ui, room_wait
-from .class_follow import RoomShown, rounds_of, view_frame, view_key
+from .class_follow import ROOM_SESSION, RoomShown, rounds_of, view_frame, view_key
 from .class_layout import EXPLORE, FOLLOW, ClassUI
 from .class_views import (bar_html, class_plot, count_html, page_url, point_choices, point_values, race_identity,
                           task_html, teacher_html, write_points)
 from .frames import LiveFrame, round_number
-from .store import Shown
+from .store import STORE, Shown, StoreFull
 
 log = logging.getLogger("specviz.classroom")
+# A room's shown runs are entries of the one trace store (session "room:<code>"): a run the room lets go, and every
+# run of a room that closes, leave the store with it (serving.rooms: one budget for all held state, issue 62).
+ROOMS.release = STORE.discard
 
 
 # ---- the room's state in a page: {"code", "role", "secret" (teacher only)} -----------------------------------
@@ -86,7 +90,7 @@ def post_race(st: Any, state: Any, request: gr.Request = None) -> str:
         return live.status_html("Refused: this race has no measured speedup (its standard run did not finish).",
                                 "error")
     try:
-        ROOMS.join(room.code, session)
+        ROOMS.join(room.code, session, client_key(request))
         point = ROOMS.post_point(room.code, session, race_identity(spec, std), point_values(spec, std))
     except RoomError as exc:
         return live.status_html(f"Refused: {exc}.", "error")
@@ -131,7 +135,7 @@ def _panel(ui: ClassUI, st: Any, room: R.Room | None, note: str = "", base: str 
 
 def start_class(ui: ClassUI, state: Any, step: Any, request: gr.Request = None) -> dict:
     try:
-        room = ROOMS.create()
+        room = ROOMS.create(client_key(request))
     except RoomError as exc:
         return _panel(ui, None, None, str(exc))
     st = {"code": room.code, "role": "teacher", "secret": room.secret}
@@ -143,7 +147,7 @@ def start_class(ui: ClassUI, state: Any, step: Any, request: gr.Request = None) 
 def join_class(ui: ClassUI, code: Any, request: gr.Request = None) -> dict:
     session = str(getattr(request, "session_hash", "") or "")
     try:
-        room = ROOMS.join(R.clean_code(code) or str(code or "")[:40], session)
+        room = ROOMS.join(R.clean_code(code) if isinstance(code, str) else "", session, client_key(request))
     except RoomError as exc:
         return _panel(ui, None, None, str(exc))
     return _panel(ui, {"code": room.code, "role": "attendee"}, room, "Joined: your Live tab follows the teacher's.")
@@ -177,8 +181,13 @@ def teacher_view(st: Any, state: Any, step: Any) -> None:
     if key is None:
         return
     payload = None
-    if key.startswith("run:"):
-        payload = {"spec": state.get("spec"), "std": state.get("std")}
+    if key.startswith("run:") and ROOMS.payload(st.get("code", ""), key) is None:
+        # Held by the trace store for the room, within its budget (the same traces: no copy, the bytes counted).
+        try:
+            payload = STORE.put(state.get("spec"), state.get("std"), nbytes=state.nbytes,
+                                session=ROOM_SESSION + str(st.get("code", "")), run=True)
+        except StoreFull as exc:
+            log.info("class %s: the teacher's run is not shared: %s", st.get("code"), exc)
     try:
         ROOMS.set_view(st["code"], st.get("secret"), key, round_number(step, rounds_of(state) or 2**31), payload)
     except RoomError as exc:
@@ -290,7 +299,7 @@ def set_experiment(ui: ClassUI, st: Any, experiment: Any) -> dict:
 def remove_point(ui: ClassUI, st: Any, pick: Any) -> dict:
     try:
         room = _teacher(st)
-        gone = ROOMS.remove_point(room.code, st.get("secret"), pick) if isinstance(pick, int) else False
+        gone = ROOMS.remove_point(room.code, st.get("secret"), pick) if type(pick) is int else False
     except RoomError as exc:
         return {ui.message: live.status_html(str(exc), "error")}
     return {ui.message: live.status_html(f"Point #{pick} removed." if gone else "Pick a point to remove.",

@@ -253,6 +253,19 @@ class TraceStore:
             item = self._items.get(key)
             return item[1] if item else None
 
+    def discard(self, handle: Any) -> None:
+        """Drop the one entry ``handle`` names (a room's shown run it let go: serving.rooms' ``release``)."""
+        if isinstance(handle, Shown) and handle.held:
+            with self._lock:
+                if handle.id in self._items:
+                    self._pop(handle.id)
+
+    def drop_session(self, session: str) -> None:
+        """Drop every entry of ``session`` (a room that closed)."""
+        with self._lock:
+            for key in [k for k, (_, _, s) in self._items.items() if s == session]:
+                self._pop(key)
+
     def drop(self, state: Any) -> None:
         """gr.State's delete_callback: the session ended (or its state expired), its traces go, all of them."""
         if isinstance(state, Shown) and state.held:
