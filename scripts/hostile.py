@@ -11,6 +11,8 @@ big model would be needed, and the page's events get the tiny pair too), then fi
              start event (which reads the link) sent with them
   events     forged values to the page's internal events (step, picture, Next/Previous, export, sweep,
              Run), malformed queue requests, a file path outside the upload folder
+  routes, dropped, classes, budget
+             what a client can make the server hold: scripts/hostile_holds.py
 
 After each battery the server must be healthy: GET / answers 200 and a normal 1-token /trace run succeeds.
 Tracebacks are counted in the server's log ("Traceback (most recent call last)") per battery.
@@ -43,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(1, str(ROOT))
 from page_events import Page, new_session, text_of  # noqa: E402
+
+import hostile_holds  # noqa: E402
 from tests.server import free_port, wait_for_page  # noqa: E402
 
 TINY = "tiny-random (tests)"
@@ -442,6 +446,13 @@ def battery_events(url: str, page: Page) -> Tally:
 
 BATTERIES = {"api": battery_api, "prompts": battery_prompts, "recordings": battery_recordings, "links": battery_links,
              "events": battery_events}
+for _name, _fn in hostile_holds.BATTERIES.items():  # what a client can make the server hold (issue 62)
+    def _battery(url: str, page: Page, _fn=_fn, _name=_name) -> Tally:
+        t = Tally(f"{_name}: {(_fn.__doc__ or _name).strip()}")
+        _fn(url, page, t, **({"pid": SERVER_PID[0]} if _name == "budget" else {}))
+        return t
+    BATTERIES[_name] = _battery
+SERVER_PID: list[int | None] = [None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the launched app (repeatable)")
     args = ap.parse_args(argv)
     server = Server(dict(e.split("=", 1) for e in args.env))
+    SERVER_PID[0] = server.proc.pid
     rows = []
     try:
         page = Page(server.url)

@@ -114,6 +114,6 @@ def test_sixteen_rooms_showing_a_big_recording_stay_within_the_store(app, tmp_pa
         assert page.fire(start, page.defaults(start), teacher)["ok"]
         rss.append(proc.memory_info().rss)
     grown = (rss[-1] - rss[3]) / 2**20  # from the fourth room on, the store is full: rooms replace each other
-    assert grown < 600, f"RSS grew {grown:.0f} MB over rooms 4-16 ({[round(r / 2**20) for r in rss]} MB)"
+    assert grown < 300, f"RSS grew {grown:.0f} MB over rooms 4-16 ({[round(r / 2**20) for r in rss]} MB)"
     assert TB not in server.log()
     assert httpx.get(server.url, timeout=30).status_code == 200  # a new visitor is served
