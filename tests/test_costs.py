@@ -14,6 +14,7 @@ from specviz import theory as th
 from specviz.core.settings import DecodeSettings
 from specviz.experiments import shootout, sweeps
 from specviz.theory.costs import COMPUTE_BOUND_V, loss_cause, race_costs
+from specviz.theory.figures import run_figures
 from specviz.views import race_plots
 from specviz.views.metrics import metrics_html
 from specviz.views.race import race_html
@@ -55,7 +56,7 @@ def test_without_a_standard_run_the_verify_cost_is_unknown_not_assumed():
     assert rc.v is None and rc.c is None and rc.with_verify is None and rc.measured is None
     assert rc.textbook == pytest.approx(spec.summary().theoretical_speedup)  # c per verify pass: all there is
     assert loss_cause(rc) is None
-    h = metrics_html(spec, costs=rc)
+    h = metrics_html(spec, figures=run_figures(spec, None))
     assert re.search(r"Verify factor v</th><td[^>]*>unknown<", h)
     assert re.search(r"Thm 3.8, measured verify</th><td[^>]*>unknown<", h)
     assert race_costs(make_std_trace(), None) is None and race_costs(None, None) is None
@@ -129,7 +130,7 @@ def test_rounds_that_won_put_the_loss_outside_them():
 def test_metrics_show_the_verify_factor_and_both_theorems():
     spec, std = make_trace(**VERIFY_BOUND), make_std_trace(step=STEP)
     rc = race_costs(spec, std)
-    h = metrics_html(spec, costs=rc)
+    h = metrics_html(spec, figures=run_figures(spec, std))
     assert re.search(r"Verify factor v</th><td[^>]*>2\.6 standard steps<", h)
     assert re.search(rf"Thm 3.8, textbook</th><td[^>]*>{rc.textbook:.2f}×<", h)
     assert re.search(rf"Thm 3.8, measured verify</th><td[^>]*>{rc.with_verify:.2f}×<", h)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from specviz.cli import export as cli
-from specviz.theory.costs import race_costs
+from specviz.theory.figures import run_figures
 from specviz.trace import Trace, load_recording, recording_to_json
 from specviz.views import html as V
 from specviz.views import plots as P
@@ -122,7 +122,7 @@ def check_page(page: str, spec: Trace | None, std: Trace | None) -> dict:
     assert all(h == V.race_html(spec, std, at_time=t) for h, t in zip(replayed[::25], times[::25]))
     # The metrics and the charts.
     summary = spec.summary() if spec else std.summary()
-    assert V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)) in page
+    assert V.metrics_html(summary, gamma=spec.gamma if spec else 0, figures=run_figures(spec, std)) in page
     figs = {p["id"]: p["fig"] for p in data["plots"]}
     assert len(figs) == (9 if is_tree_run(spec) else 6)
     assert figs["sv-x-plot-acceptance"] == json.loads(P.acceptance_by_position(spec).to_json())

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import pytest
 from markdown_it import MarkdownIt
 
-from specviz.theory.costs import race_costs
+from specviz.theory.figures import run_figures
 from specviz.views.chips import legend_html
 from specviz.views.glossary import GLOSSARY, abbr, definition, glossary_markdown, glossed, term_title
 from specviz.views.how import how_it_works
@@ -105,7 +105,7 @@ def test_the_narration_legend_metrics_and_race_define_their_symbols():
     assert legend["γ"].startswith("γ: Draft length")
     narration = hovers(narrate_html(spec.rounds[1], spec))
     assert narration.get("residual", "").startswith("residual: norm(max(0, p − q))")
-    metrics = metrics_html(spec, costs=race_costs(spec, std))
+    metrics = metrics_html(spec, figures=run_figures(spec, std))
     found = hovers(metrics)
     assert found["α"].startswith("α: Acceptance rate")  # in the definitions
     titles = [a.get("title", "") for t, a in parse(metrics).tags if t == "th"]  # and on the metrics' names

@@ -83,7 +83,9 @@ def test_the_figure_says_accepted_or_rejected_and_marks_the_correction(pair):
     su, sb = fsig_pair(pos.u, pos.b)  # significant digits: a tiny b is not rounded to 0.000
     assert fig.layout.xaxis2.title.text.startswith(f"u = {su} ≥ b = {sb}: rejected")
     ticks = fig.layout.xaxis.ticktext
-    assert any(t.startswith("⟲") or t.startswith("★ ⟲") for t in ticks) and any(t.startswith("★") for t in ticks)
+    # one glyph per meaning: ◆ the drafted token, ↻ the correction (as on the chips); ★ is the chips' bonus only
+    assert any(t.startswith("↻") or t.startswith("◆ ↻") for t in ticks) and any(t.startswith("◆") for t in ticks)
+    assert not any("★" in t or "⟲" in t for t in ticks)
     names = [t.name for t in fig.data]
     assert "overlap min(p, q)" in names and any(n.startswith("correction drawn from: residual") for n in names)
     assert f"{1 - pos.tv:.3f}" in fig.layout.title.text  # β = 1 − TV

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.theory.costs import race_costs
+from specviz.theory.figures import run_figures
 from specviz.trace import Round, Token, theoretical_speedup, trace_from_json
 from specviz.views import plots, race_plots
 from specviz.views.html import (
@@ -304,7 +304,9 @@ def test_a_stopped_race_gives_no_speedup_and_says_why():
     std.stop_reason = "stopped"
     h = race_html(spec, std)
     assert "data-speedup" not in h and "sv-speedup-v" not in h
-    assert "Stopped before the end" in h and "finished · stopped" in h
+    assert "Stopped before the end" in h and "finished · stopped" not in h  # amber, never the green "finished"
+    assert re.search(r'sv-badge--stopped"[^>]*>stopped · \d+ tokens<', h) and f"standard {std.n_tokens} tokens" in h
+    assert "The two texts differ" not in h  # cut at different points: no sentence on sampling
     std.stop_reason = "time_limit"  # the server's time limit stops both sides within the same budget: measured
     assert "data-speedup" in race_html(spec, std)
 
@@ -337,9 +339,9 @@ def test_narrate_rejection_and_correction():
     assert s.startswith("Round 2:")
     assert "proposed 4 tokens" in s
     assert "accepted the first 2" in s
-    assert f"token 3 {tr.rounds[1].draft[2].text!r}" in s
+    assert "token 3 '·3'" in s  # the chips' notation: a space is ·
     assert "rejected (u=0.74 ≥ b=0.29" in s
-    assert "correction ' fix'" in s and "residual" in s
+    assert "correction '·fix'" in s and "residual" in s
     assert "1 later draft was discarded" in s
     assert s.endswith("+3 tokens.")
     assert "\n" not in s
@@ -348,7 +350,7 @@ def test_narrate_rejection_and_correction():
 def test_narrate_bonus_first_rejection_eos_standard_eps_pending():
     tr = make_trace()
     s = narrate(tr.rounds[0], tr)
-    assert "accepted all 4" in s and "bonus token ' bonus!'" in s and s.endswith("+5 tokens.")
+    assert "accepted all 4" in s and "bonus token '·bonus!'" in s and s.endswith("+5 tokens.")
     s = narrate(tr.rounds[2], tr)
     assert "token 1" in s and "straight away" in s and "3 later drafts were discarded" in s
     s = narrate(tr.rounds[-1], tr)
@@ -378,7 +380,7 @@ def test_metrics_html():
     assert "Thm 3.8" in h
     assert "draft forward time ÷ verify pass time" in h  # no standard run: c per verify pass, v unknown
     assert re.search(r"Verify factor v</th><td[^>]*>unknown<", h)
-    with_std = metrics_html(tr, costs=race_costs(tr, make_std_trace()))
+    with_std = metrics_html(tr, figures=run_figures(tr, make_std_trace()))
     assert "a draft token&#x27;s time ÷ the standard step&#x27;s time" in with_std
     assert re.search(r"Verify factor v</th><td[^>]*>1\.09 standard steps<", with_std)  # 0.12 s ÷ 0.11 s
     std = metrics_html(make_std_trace().summary())
@@ -765,7 +767,7 @@ def test_a_tree_round_is_narrated_as_a_tree_with_its_own_stop_reason():
     assert "(drafting stopped: the tree reached its node budget of 16 nodes)" in s
     assert "the target checked the whole tree in one pass" in s
     assert "accepted a path of 2 tokens through it ('n0', 'n3')" in s
-    assert "all 2 children tried after 'n3' were rejected, so a correction ' fix' was sampled" in s
+    assert "all 2 children tried after 'n3' were rejected, so a correction '·fix' was sampled" in s
     assert s.endswith("+3 tokens.")
     assert "proposed 3 tokens" not in s and "draft length" not in s
     # Grown to depth γ, then cut to the node budget (best-first): both, not "the draft length".

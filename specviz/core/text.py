@@ -1,4 +1,5 @@
-"""The text of tokens: one token's (a chip) and a growing sequence's (the output).
+"""The text of tokens: one token's (a chip) and a growing sequence's (the output), and the one notation the
+page writes a token in (`token_label`: chips, narration, the rules' table, the acceptance picture, the challenges).
 
 The engine shows tokens as the views and the tests do; specviz.models.tokens re-exports these beside
 the prompt's encoding and the ids that end generation.
@@ -6,8 +7,74 @@ the prompt's encoding and the ids that end generation.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from functools import lru_cache
 from typing import Any
+
+
+# Characters no font draws as a glyph (a reader saw empty boxes): controls, format characters (bidi
+# overrides, zero-width spaces: they also reorder or hide text), private-use and unassigned code points,
+# lone surrogates, line/paragraph separators.  ZWJ (U+200D) stays: it joins emoji sequences.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+_KEEP = frozenset({"\u200d"})
+
+
+def unprintable(ch: str) -> bool:
+    """True for a character a token view shows as an escape instead of a glyph (see :func:`char_escape`)."""
+    return ch not in _KEEP and unicodedata.category(ch) in _UNPRINTABLE
+
+
+def char_escape(ch: str) -> str:
+    """A character as Python writes it in a string: \\x07, \\u200b, \\U000f0001 (plain text)."""
+    n = ord(ch)
+    if n <= 0xFF:
+        return f"\\x{n:02x}"
+    if n <= 0xFFFF:
+        return f"\\u{n:04x}"
+    return f"\\U{n:08x}"
+
+
+def char_escape(ch: str) -> str:
+    """A character as Python writes it in a string: \\x07, \\u200b, \\U000f0001 (plain text)."""
+    n = ord(ch)
+    if n <= 0xFF:
+        return f"\\x{n:02x}"
+    if n <= 0xFFFF:
+        return f"\\u{n:04x}"
+    return f"\\U{n:08x}"
+
+
+# Chips, the narration, the three rules' header, the acceptance picture's position picker and its bars, the tree
+# and the challenges all write a token with these: whitespace as a mark, an empty token ∅, a special token
+# (Qwen's <|im_end|>, <|endoftext|>) as ⟨im_end⟩, an unprintable character as its escape.
+WS_MARKS = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍"}
+EMPTY_TOKEN = "∅"
+_SPECIAL = re.compile(r"<\|([^<>|\s]{1,40})\|>")
+
+
+def special_token(text: str) -> str | None:
+    """The name of a special token ('im_end' for <|im_end|>), None for an ordinary token."""
+    m = _SPECIAL.fullmatch(text or "")
+    return m.group(1) if m else None
+
+
+def token_label(text: str, limit: int | None = None) -> str:
+    """A token as the page writes it everywhere (plain text): ' foo.\\n' reads ·foo.↵ (WS_MARKS).
+    ``limit``: at most this many characters, the last an ellipsis."""
+    name = special_token(text)
+    if name is not None:
+        shown = f"⟨{name}⟩"
+    elif text == "":
+        shown = EMPTY_TOKEN
+    else:
+        shown = "".join(WS_MARKS.get(ch) or (char_escape(ch) if unprintable(ch) else ch) for ch in text)
+    return shown if limit is None or len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def tok_repr(text: str, limit: int = 40) -> str:
+    """A token quoted in a sentence (plain text, NOT escaped for HTML): 'foo·bar↵' (:func:`token_label`)."""
+    return f"'{token_label(text, limit)}'"
 
 
 @lru_cache(maxsize=1)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.rules import draft_odds, expected_kept
+from ..core.text import tok_repr
 from ..hardware.curves import interpolate
-from ..theory.costs import loss_cause, race_costs
+from ..theory.costs import loss_cause
+from ..theory.figures import run_figures
 from ..trace import Picture, Round
 from ..theory.timing import flagged
 from .challenge_runs import (CLEAN_ENDS, MIN_ROUNDS, Given, Run, Verdict, count_based, describe, is_chain, none_yet,
@@ -77,7 +79,7 @@ def check_lose(runs: Sequence[Run], given: Given) -> Verdict:
             "guesses badly."))
     r = lost[0]
     sp = speedup(r)
-    cause = None if flagged(r.spec) else loss_cause(race_costs(r.spec, r.std))
+    cause = loss_cause(run_figures(r.spec, r.std).quoted)  # the headline's "why", at the costs it quotes
     why = f" Why, from the run's own numbers: {cause[1]}." if cause else ""
     return Verdict(passed=True, message=(
         f"{describe(r)} ran at {sp:.2f}× the standard speed{count_based(r)} (speculative took {1 / sp:.2f}× as long "
@@ -114,12 +116,13 @@ def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
     if given.answer not in MACHINE_BANDS:
         return Verdict(passed=False, message="Pick an answer first (just under the challenge), then check.")
     timed = [r for r in raced(runs) if is_chain(r.spec) and (r.spec.summary().mean_draft_length or 0) >= 3
-             and race_costs(r.spec, r.std).v is not None]
+             and run_figures(r.spec, r.std).v is not None]
     if not timed:
         return not_timed(runs, "raced the standard run with a chain of at least 3 drafted tokens a round")
     r = timed[0]
-    rc = race_costs(r.spec, r.std)
-    v, fed = rc.v, (r.spec.summary().mean_draft_length or 0) + 1
+    fig = run_figures(r.spec, r.std)  # v and c as the race's panels quote them (the probe's for a flagged race)
+    rc = fig.costs
+    v, fed = fig.v, (r.spec.summary().mean_draft_length or 0) + 1
     pv = probe_factor(r, given, fed)
     if pv is None and flagged(r.spec):
         return not_timed([r], "")
@@ -128,21 +131,27 @@ def check_machine(runs: Sequence[Run], given: Given) -> Verdict:
         return Verdict(passed=False, message=(
             f"Not what this machine measured in {describe(r)}. Read it off the This machine tab (the chosen "
             f"execution's curve at k = {tokens_text(fed)} tokens fed ÷ its value at k = 1) or the Live tab's metrics (v)."))
-    s = r.spec.summary()
     probe = ""
     if pv is not None:
         probe = f" The probe's curve for this execution gives T({tokens_text(fed)})/T(1) = {pv:.2f}: that is what was checked."
-        if band_of(pv) != band_of(v):
-            probe += (f" Your race measured v = {v:.2f} instead: the probe timed the target on a quiet machine, and a "
-                      "race's timings swing when other runs or programs share the cores.")
+        if band_of(pv) != band_of(v) and not fig.flagged:
+            probe += (f" Your race measured v = {fig.v_text()} instead: the probe timed the target on a quiet machine, "
+                      "and a race's timings swing when other runs or programs share the cores.")
     pred = ""
-    if rc.with_verify is not None and rc.textbook is not None and not flagged(r.spec):
-        pred = (f" With α = {s.alpha:.2f} and c = {rc.c:.2f} steps, Thm 3.8 predicts {rc.with_verify:.2f}× with your "
-                f"run's v against {rc.textbook:.2f}× textbook (v = 1); the race measured {rc.measured:.2f}×.")
-    return Verdict(passed=True, message=(
-        f"{describe(r)}: a verify pass over {tokens_text(fed)} tokens on average took {rc.t_verify * 1000:.0f} ms, "
-        f"{v:.2f} standard steps of {rc.t_step * 1000:.0f} ms (v = {v:.2f}); this machine: "
-        f"{BOUND_WORDS[band_of(truth)]}." + probe + pred))
+    if fig.with_verify is not None and fig.textbook is not None and fig.speedup is not None:
+        source = "this machine's probed v" if fig.v_source == "probed" else "your run's v"
+        pred = (f" With α = {fig.alpha:.2f} and c = {fig.c:.2f} steps, Thm 3.8 predicts {fig.with_verify:.2f}× with "
+                f"{source} against {fig.textbook:.2f}× textbook (v = 1); the race {'counted' if fig.flagged else 'measured'}"
+                f" {fig.speedup:.2f}×.")
+    if fig.flagged:
+        took = (f"{describe(r)}: its clocks were flagged (the machine was busy), so its verify pass over "
+                f"{tokens_text(fed)} tokens is quoted at this machine's probed cost, v = {fig.v_text()} standard steps; "
+                f"this machine: {BOUND_WORDS[band_of(truth)]}.")
+    else:
+        took = (f"{describe(r)}: a verify pass over {tokens_text(fed)} tokens on average took {rc.t_verify * 1000:.0f} ms, "
+                f"{fig.v_text()} standard steps of {rc.t_step * 1000:.0f} ms (v = {fig.v_text()}); this machine: "
+                f"{BOUND_WORDS[band_of(truth)]}.")
+    return Verdict(passed=True, message=took + probe + pred)
 
 
 # ---- 4. a correction the draft did not expect ---------------------------------------------------
@@ -226,9 +235,9 @@ def check_correction(runs: Sequence[Run], given: Given) -> Verdict:
     where = (" At temperature 0 the correction is the target's own argmax, whatever the draft ranked second."
              if greedy else f" There p = {pic.p[at]:.2f}, and the correction's distribution gave it {pic.res[at]:.2f}.")
     return Verdict(passed=True, message=(
-        f"{describe(hit.run)}, round {rnd.index + 1}, position {pos.i}: the draft proposed {drafted.text!r} and the "
+        f"{describe(hit.run)}, round {rnd.index + 1}, position {pos.i}: the draft proposed {tok_repr(drafted.text)} and the "
         f"target rejected it (u = {pos.u:.2f} ≥ b = {pos.b:.2f}). The draft's second choice was "
-        f"{pic.text[runner]!r} ({which} {q[runner]:.2f}), but the correction was {pic.text[at]!r}, the draft's "
+        f"{tok_repr(pic.text[runner])} ({which} {q[runner]:.2f}), but the correction was {tok_repr(pic.text[at])}, the draft's "
         f"{place} choice ({which} {q[at]:.2f})." + where))
 
 

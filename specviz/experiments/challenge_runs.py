@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..theory.costs import race_costs
-from ..theory.timing import flagged, trusted_speedup
+from ..theory.figures import run_figures
+from ..theory.timing import flagged
 from ..trace import Trace
 
 MIN_ROUNDS = 3  # a timed race needs a few rounds to say anything
@@ -65,11 +65,10 @@ def describe(run: Run) -> str:
 
 
 def speedup(run: Run) -> float | None:
-    """The race's measured speedup (speculative tok/s ÷ standard tok/s), None without a standard run.
-    A race whose timings were flagged (specviz.theory.timing: the machine was busy) is judged by its
-    count-based speedup instead, or not at all when it has none: its clocks are never credited."""
-    rc = race_costs(run.spec, run.std)
-    return trusted_speedup(run.spec, rc.measured if rc is not None else None)
+    """The speedup the race's headline quotes (specviz.theory.figures: speculative tok/s ÷ standard tok/s), None
+    without a standard run.  A race whose timings were flagged (specviz.theory.timing: the machine was busy) is
+    judged by its count-based speedup instead, or not at all when it has none: its clocks are never credited."""
+    return run_figures(run.spec, run.std).speedup if run.std is not None else None
 
 
 def count_based(run: Run) -> str:

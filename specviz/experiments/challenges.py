@@ -84,7 +84,7 @@ CHALLENGES: tuple[Challenge, ...] = (
         key="correction", title="A correction the draft did not expect",
         task="Find a rejected draft token whose correction is not the draft's second most likely token there.",
         hint="Sample (temperature 0.7–1), step through the rounds, and open the acceptance picture at a red "
-             "position: compare the ⟲ correction with the q bars.",
+             "position: compare the ↻ correction with the q bars.",
         why="The correction is drawn from the residual norm(max(0, p − q)): the target's probability the draft "
             "under-proposed, not the draft's next-best guess. A token the draft ranked second has a large q, so "
             "p − q there is often small or negative; the residual's mass sits where the target is surer than the "

@@ -8,6 +8,7 @@ formulas.py  the closed forms: Leviathan et al.'s tokens per round, Thm 3.8 (spe
 simulate.py  the simulations that check them, and the synthetic distributions they run on
 batch.py     Yin et al.'s Thm 3: batch drafts at one position, exact and by simulation
 costs.py     what a race's rounds cost in standard steps (c, the verify factor v), from its traces
+figures.py   a run's derived figures (v, c, α, speedup by clock and by counts, best γ), as every panel quotes them
 
 Notation (Leviathan et al. 2023, used throughout specviz): p = target distribution, q = draft
 distribution, γ = draft length, α = mean acceptance probability, c = cost of a draft forward / cost

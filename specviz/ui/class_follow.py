@@ -15,7 +15,7 @@ import gradio as gr
 
 from ..serving import rooms as R
 from ..serving.rooms import ROOMS
-from ..theory.costs import race_costs
+from ..theory.figures import run_figures
 from ..views import html as V
 from ..views import plots as P
 from ..views import race_plots as RP
@@ -95,7 +95,7 @@ def _run_frame(code: str, key: str) -> LiveFrame | None:
         status=live.status_html("The teacher's run, as the teacher's page shows it.", "ok"),
         legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
         state=RoomShown(0, room=code, key=key),
-        metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
+        metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, figures=run_figures(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),
         plot_speed=RP.speedup_bars(spec, std), step=SKIP, narration=narration, step_round=step_round,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.settings import DecodeSettings
 from ..serving import hosting
 from ..serving.jobs import RunForm  # noqa: F401  (the form is the serving layer's; the page builds it)
 
@@ -53,6 +54,24 @@ def form_values(trace: Any) -> dict[str, Any]:
     if trace.prompt:
         out["prompt"] = trace.prompt
     return out
+
+
+# The form's initial values where they differ from DecodeSettings' (the page starts as the first example sets it).
+PAGE_DEFAULTS = {"temperature": 0.0, "gamma": 5, "max_new_tokens": 48, "seed": 0}
+
+
+def page_default(name: str) -> Any:
+    """The form's default for a setting: PAGE_DEFAULTS', else DecodeSettings'."""
+    return PAGE_DEFAULTS[name] if name in PAGE_DEFAULTS else getattr(DecodeSettings, name)
+
+
+def example_form(example: dict) -> dict[str, Any]:
+    """{form field: value} as picking ``example`` sets the form: its prompt and the settings it names, and every
+    other setting of FORM_FROM_TRACE back to the page's default (ε to 0, the draft model, the constant policy,
+    the token-wise rule, top-p 1…), so an ε or a policy left from the last run never carries over silently and
+    everyone who picks it sends the same request (served from the recording cache)."""
+    out = {name: example.get(name, page_default(name)) for name in FORM_FROM_TRACE if name != "prompt"}
+    return {"prompt": example["prompt"], **out}
 
 
 def example_label(prompt: Any, examples: list[dict]) -> str | None:

@@ -143,6 +143,50 @@ def _same_run(path: Path, spec: Any) -> bool:
     return prompt == spec.prompt and stored == mine and n == len(spec.rounds)
 
 
+COPY_LABEL = "Copy a link to this round"
+
+
+def link_target(spec: Any, *, examples: list[dict], recordings: list[Path]) -> tuple[str, str]:
+    """What "Copy a link" can link to for the run shown, and how it differs: ("recording", "") when it is a
+    shipped recording; ("example", "γ = 4 here, 5 there") when it ran an example's prompt with other settings (or
+    live: the link opens the shipped recording, another run); ("none", "") when no link can open it (a prompt of
+    its own: the link would open the first shipped recording)."""
+    prompt = getattr(spec, "prompt", None)
+    if not prompt:
+        return "none", ""
+    rec = next((p for p in recordings if _prompt_of(p) == prompt), None)
+    if rec is not None and _same_run(rec, spec):
+        return "recording", ""
+    if rec is None and not any(e["prompt"] == prompt for e in examples):
+        return "none", ""
+    return "example", _differs(rec, spec) if rec is not None else ""
+
+
+def _differs(path: Path, spec: Any) -> str:
+    """The settings in which ``spec`` differs from the recording in ``path``: 'γ = 4 here, 5 there'."""
+    stored = json.loads(_recorded(path)[1] or "{}") or {}
+    mine = spec.settings.as_dict()
+    names = {"gamma": "γ", "epsilon": "ε", "temperature": "temperature", "max_new_tokens": "max new tokens",
+             "seed": "seed", "top_p": "top-p", "drafter": "drafter", "policy": "policy", "rule": "rule"}
+    diffs = [f"{names.get(k, k)} = {mine[k]} here, {stored[k]} there" for k in names if k in stored and k in mine
+             and mine[k] != stored[k]]
+    return "; ".join(diffs) or f"{len(spec.rounds)} rounds here, {_recorded(path)[2]} there"
+
+
+def copy_button(spec: Any, *, examples: list[dict], recordings: list[Path]) -> dict[str, Any]:
+    """The "Copy a link" button's label for the run shown: a link that opens another run says so (a live run of
+    an example links to its shipped recording, whose round N is another round), and a run no link can open
+    says that instead (its button is then off)."""
+    kind, differs = link_target(spec, examples=examples, recordings=recordings)
+    if kind == "example":
+        first = differs.split("; ")[0]
+        return dict(value=f"Copy a link to the shipped recording, not this run{f' ({first})' if first else ''}",
+                    interactive=True)
+    if kind == "none" and spec is not None:
+        return dict(value="No link opens this run: export its trace to share it", interactive=False)
+    return dict(value=COPY_LABEL, interactive=True)
+
+
 def open_link(link: Link, recordings: list[Path]) -> Any:
     """The Live tab's frame for a link: its recording (else the first shipped one) at its round, in step
     mode, and the link's notes on the status line."""

@@ -30,7 +30,7 @@ from ..serving.cancel import CANCELS
 from ..serving.jobs import Decoding, Finished, Job, Loading, Replaying, RunFailed, Stalled, Waiting, run_job
 from ..serving.replay import Busy, Entry, replay_speed
 from ..serving.service import InputError, Update, describe_error, job_seconds
-from ..theory.costs import race_costs
+from ..theory.figures import run_figures
 from ..theory.timing import flagged, starting, trusted_speedup
 from ..trace import MAX_TRACE_BYTES, Trace, TraceError, load_recording, recording_bytes
 from ..views import html as V
@@ -93,7 +93,7 @@ def final_frame(spec: Trace | None, std: Trace | None, status: str, shipped: Pat
     return LiveFrame(
         status=status, legend=V.legend_html(spec), rounds=V.rounds_html(spec), race=V.race_html(spec, std),
         state=state,
-        metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std)),
+        metrics=V.metrics_html(summary, gamma=spec.gamma if spec else 0, figures=run_figures(spec, std)),
         plot_pos=P.acceptance_by_position(spec), plot_hist=P.tokens_per_round_hist(spec),
         plot_draft=P.draft_lengths(spec), plot_time=P.round_times(spec), plot_curve=RP.tokens_vs_time(spec, std),
         plot_speed=RP.speedup_bars(spec, std),

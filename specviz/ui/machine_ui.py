@@ -17,9 +17,10 @@ from ..models import PRESETS, TINY_PRESET, ModelError, resolve_preset
 from ..serving.service import CUSTOM_PRESET, default_preset, default_target_exec, loaded_execution, offered_executions
 from ..views import machine as M
 from ..views.how import how_it_works
-from ..views.machine_words import machine_text
+from ..views.machine_words import last_run_words, machine_text
 from ..views.execution import exec_words
 from .frames import MachineFrame
+from .tabs import last_run_figures
 
 log = logging.getLogger("specviz.app")
 
@@ -108,15 +109,20 @@ def compare_choices(recorded: list[M.RecordedMachine] | None = None) -> list[tup
     return [(r.choice_label, r.key) for r in (M.load_recorded() if recorded is None else recorded)]
 
 
-def machine_views(preset: Any = None, compare: Any = None, folder: Path | None = None) -> MachineFrame:
-    """The tab for the page's preset and the recorded machines ticked in ``compare`` (file stems)."""
+def machine_views(preset: Any = None, compare: Any = None, folder: Path | None = None,
+                  state: Any = None) -> MachineFrame:
+    """The tab for the page's preset and the recorded machines ticked in ``compare`` (file stems); ``state``: the
+    page's shown run, whose best γ (the figures every panel quotes) is set apart from the probe's."""
     recorded = M.load_recorded(folder)
     picked = set(compare or []) if isinstance(compare, (list, tuple, set)) else set()
     shown = [r for r in recorded if r.key in picked]
     probe, execution, target, why = _probe_for(preset)
     if probe is not None and not probe.curves and probe.measured:
         probe = None  # an empty probe says nothing
-    note = machine_text(probe, execution=execution, target=target, why_none=why, recorded=recorded)
+    fig = last_run_figures(state)
+    spec = (state or {}).get("spec") if fig is not None else None
+    last = last_run_words(fig, spec.gamma if spec is not None else None)
+    note = machine_text(probe, execution=execution, target=target, why_none=why, recorded=recorded, last=last)
     # Without curves of its own, the panel shows every recorded machine rather than an empty plot.
     plot = M.verify_cost_figure(probe, shown if (probe is not None and probe.curves) else (shown or recorded),
                                 target=target)

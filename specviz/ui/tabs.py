@@ -17,8 +17,8 @@ from ..serving.jobs import request_at_gate
 from ..serving.replay import GATE, Busy
 from ..serving.service import InputError, describe_error
 from ..serving.sweep_budget import sweep_budget, time_limit_note, within
-from ..theory.costs import race_costs, steps
-from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round, optimal_gamma
+from ..theory.figures import RunFigures, best_gamma, run_figures, theory_point
+from ..theory.formulas import arithmetic_cost_factor, expected_speedup, expected_tokens_per_round
 from ..theory.simulate import synthetic_pair
 from ..views.rules import run_rule_expectations
 from ..views import html as V
@@ -118,19 +118,21 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
     except InputError as exc:
         raise gr.Error(str(exc), print_exception=False)
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
+    fig = last_run_figures(state)
     measured = None
-    rc = race_costs(spec, std) if spec and std else None
-    if rc is not None:
-        s, c_run = spec.summary(), rc.c if rc.c is not None else run_c(spec)
-        if s.alpha is not None and c_run is not None:
-            # c and v per standard step of the race's standard run (specviz.theory.costs)
-            measured = {"alpha": s.alpha, "c": c_run, "v": rc.v, "gamma": spec.gamma,
-                        "speedup": V.race_speedup(spec, std), "draft_len": mean_draft_length(spec)}
+    if fig is not None:
+        # α, c, v and the speedup as every panel quotes them (specviz.theory.figures): a flagged race's are
+        # the probe's v and c and its count-based speedup
+        measured = {"alpha": fig.alpha, "c": fig.c if fig.c is not None else run_c(spec), "v": fig.v,
+                    "gamma": spec.gamma, "speedup": fig.speedup, "draft_len": mean_draft_length(spec),
+                    "by": fig.speedup_by}
+        if measured["c"] is None or measured["alpha"] is None:
+            measured = None
     alpha, c, c_hat, g, vv = x["alpha"], x["c"], x["c_hat"], x["gamma"], x["v"]
-    g_opt, sp_opt = optimal_gamma(alpha, c, 64, vv)
+    g_opt, sp_opt = best_gamma(alpha, c, vv)
     why = ""
     if sp_opt <= 1:
-        why = (" — speculation does not pay here: the verify pass costs too much (v)" if optimal_gamma(alpha, c, 64)[1] > 1
+        why = (" — speculation does not pay here: the verify pass costs too much (v)" if best_gamma(alpha, c)[1] > 1
                else " — speculation does not pay here: the draft is too slow (c) for this acceptance rate (α)")
     verify = f", v = {slider_text('v', vv)}" if vv != 1 else ""
     note = (f"Optimal γ for α = {slider_text('alpha', alpha)}, c = {slider_text('c', c)}{verify}: **γ\\* = {g_opt}**, "
@@ -142,33 +144,56 @@ def theory_views(alpha: Any, gamma: Any, c: Any, c_hat: Any, state: Any, v: Any 
             + f", {arithmetic_cost_factor(alpha, g, c_hat):.2f}× the arithmetic of standard decoding.")
     g_axis = THEORY_GAMMA_MAX
     if measured:
-        dl = measured["draft_len"]
-        verify = f", a verify pass = {steps(rc.v)} standard steps" if rc.v is not None else ""
-        note += (f"  \nLast run: α = {measured['alpha']:.2f}, c = {measured['c']:.3f}{verify}, γ = {measured['gamma']} "
-                 f"({spec.settings.policy} policy), mean draft length {dl or 0:.2f}, measured speedup "
-                 f"{measured['speedup'] or 0:.2f}× (the marker, at the mean draft length; it includes the prompt "
-                 "pass, which Thm 3.8 does not model).")
-        g_axis = max(g_axis, math.ceil(dl or 0), int(measured["gamma"]))
+        note += "  \n" + last_run_line(fig, spec, measured["c"])
+        g_axis = max(g_axis, math.ceil(measured["draft_len"] or 0), int(measured["gamma"]))
     return TheoryFrame(note=note, speedup=TP.speedup_curves(alpha, c, g_axis, measured, v=vv),
                        tokens=TP.tokens_per_round_curves(alpha, THEORY_GAMMA_MAX, run_rule_expectations(spec)),
                        cost=TP.cost_factor_curve(alpha, c_hat, THEORY_GAMMA_MAX), thm1=TP.theorem1_plot(spec))
 
 
-def use_last_run(state: Any) -> tuple[Any, Any, Any, Any]:
-    """(α, γ, c, v) sliders of the Theory tab moved to the last run's measurements: c and v per
-    standard step when the run raced a standard run (specviz.theory.costs), else c per verify pass and v
-    left where it is."""
+def last_run_figures(state: Any) -> RunFigures | None:
+    """The figures of the page's last race (specviz.theory.figures), None without a race (no standard run)."""
     spec, std = (state or {}).get("spec"), (state or {}).get("std")
+    if not spec or not std or spec.kind != "speculative" or not spec.rounds:
+        return None
+    return run_figures(spec, std)
+
+
+def last_run_line(fig: RunFigures, spec: Any, c: float) -> str:
+    """The Theory note's line on the last run: its α, c, v, speedup and best γ, as every panel quotes them."""
+    dl = mean_draft_length(spec)
+    probed = " (this machine's probed cost: the race's clocks were flagged)" if fig.v_source == "probed" else ""
+    verify = f", a verify pass = {fig.v_text()} standard steps{probed}" if fig.v is not None else ""
+    if fig.speedup is None:
+        speed = ("no speedup: stopped before the end" if fig.cut else
+                 "no speedup to quote: its clocks were flagged and it has no count-based figure")
+    elif fig.speedup_by == "counts":
+        speed = (f"count-based speedup {fig.speedup_text()} (the marker, at the mean draft length; the wall clock, "
+                 "disturbed, is not quoted)")
+    else:
+        speed = (f"measured speedup {fig.speedup_text()} (the marker, at the mean draft length; it includes the prompt "
+                 "pass, which Thm 3.8 does not model)")
+    best = fig.best if fig.c is not None else best_gamma(theory_point("alpha", fig.alpha), theory_point("c", c))
+    tail = (f" Best γ under these costs: γ\\* = {best[0]} ({best[1]:.2f}×)." if best is not None and fig.v is not None
+            else "")
+    return (f"Last run: α = {fig.alpha:.2f}, c = {c:.3f}{verify}, γ = {spec.gamma} ({spec.settings.policy} policy), "
+            f"mean draft length {dl or 0:.2f}, {speed}.{tail}")
+
+
+def use_last_run(state: Any) -> tuple[Any, Any, Any, Any]:
+    """(α, γ, c, v) sliders of the Theory tab moved to the last run's figures (specviz.theory.figures): c and v
+    per standard step when the run raced a standard run (the probe's for a flagged race, as every panel quotes
+    them), else c per verify pass and v left where it is."""
+    spec = (state or {}).get("spec")
     s = spec.summary() if spec else None
-    rc = race_costs(spec, std) if spec and std else None
-    c = rc.c if rc is not None and rc.c is not None else run_c(spec)
+    fig = last_run_figures(state)
+    c = fig.c if fig is not None and fig.c is not None else run_c(spec)
     if s is None or s.alpha is None or c is None:
         return gr.skip(), gr.skip(), gr.skip(), gr.skip()
     g = min(spec.gamma, THEORY_GAMMA_MAX)
-    lo, hi = THEORY_RANGES["v"][1:3]
-    d = step_decimals  # each slider's value rounded as the note prints it
-    v = round(min(max(rc.v, lo), hi), d("v")) if rc is not None and rc.v is not None else gr.skip()
-    return round(min(max(s.alpha, 0.0), 0.99), d("alpha")), g, round(min(max(c, 0.0), 1.0), d("c")), v
+    # each slider's value clamped and rounded as the note prints it, as the run's best γ is taken (theory_point)
+    v = theory_point("v", fig.v) if fig is not None and fig.v is not None else gr.skip()
+    return theory_point("alpha", s.alpha), g, theory_point("c", c), v
 
 
 def batch_view(vocab: Any, closeness: Any, m_max: Any, seed: Any, tree_runs: Any = None):

@@ -12,6 +12,9 @@ import math
 import unicodedata
 from typing import Any
 
+from ..core.text import (EMPTY_TOKEN, WS_MARKS, char_escape, special_token, tok_repr,  # noqa: F401 (re-exported)
+                         token_label, unprintable)
+
 # ---- palette -------------------------------------------------------------------
 # One colour per token status/origin, shared by the chips (assets/style.css keeps
 # the same hues as CSS variables) and by the plotly figures.  Chosen so that the statuses stay
@@ -72,28 +75,6 @@ def esc(text: Any) -> str:
     return _html.escape("" if text is None else str(text), quote=True)
 
 
-# Characters no font draws as a glyph (a reader saw empty boxes): controls, format characters (bidi
-# overrides, zero-width spaces: they also reorder or hide text), private-use and unassigned code points,
-# lone surrogates, line/paragraph separators.  ZWJ (U+200D) stays: it joins emoji sequences.
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
-_KEEP = frozenset({"\u200d"})
-
-
-def unprintable(ch: str) -> bool:
-    """True for a character a token view shows as an escape instead of a glyph (see :func:`char_escape`)."""
-    return ch not in _KEEP and unicodedata.category(ch) in _UNPRINTABLE
-
-
-def char_escape(ch: str) -> str:
-    """A character as Python writes it in a string: \\x07, \\u200b, \\U000f0001 (plain text)."""
-    n = ord(ch)
-    if n <= 0xFF:
-        return f"\\x{n:02x}"
-    if n <= 0xFFFF:
-        return f"\\u{n:04x}"
-    return f"\\U{n:08x}"
-
-
 def escape_unprintable(text: str, keep: str = "") -> str:
     """``text`` with every :func:`unprintable` character (those in ``keep`` aside) written as its escape
     (plain text, NOT escaped for HTML)."""
@@ -119,37 +100,33 @@ def _char_title(ch: str) -> str:
     return f"U+{ord(ch):04X} {kind}, shown as its escape"
 
 
-def visible_ws(text: str) -> str:
-    """Token text for a chip, with whitespace made visible; returns escaped HTML.
+# ---- one notation for a token (specviz.core.text.token_label), as HTML -----------------------------
 
-    A space becomes a faint middle dot, a newline ↵, a tab ⇥; an empty token ∅; a control, invisible,
-    private-use or unassigned character its escape (\\x07, \\u200b), which no font draws as a box.
-    """
+
+def visible_ws(text: str) -> str:
+    """Token text for a chip (escaped HTML): :func:`token_label`'s notation, the marks faint
+    (<span class="sv-ws">), an unprintable character's name and a special token's text on hover."""
+    name = special_token(text)
+    if name is not None:
+        return f'<span class="sv-ws" title="{esc(f"special token {text}")}">⟨{esc(name)}⟩</span>'
     if text == "":
-        return '<span class="sv-ws">∅</span>'
-    marks = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍"}
+        return f'<span class="sv-ws">{EMPTY_TOKEN}</span>'
     out = []
     for ch in text:
-        if ch in marks:
-            out.append(f'<span class="sv-ws">{marks[ch]}</span>')
+        if ch in WS_MARKS:
+            out.append(f'<span class="sv-ws">{WS_MARKS[ch]}</span>')
         else:
             out.append(unprintable_html(ch, keep=""))
     return "".join(out)
 
 
-def tok_repr(text: str, limit: int = 40) -> str:
-    """Plain-text quoted token, e.g. ' foo' or '\\n    ' (NOT escaped for HTML); control, invisible,
-    private-use and unassigned characters as escapes ('\\x07', '\\u200b')."""
-    s = (
-        text.replace("\\", "\\\\")
-        .replace("\n", "\\n")
-        .replace("\t", "\\t")
-        .replace("\r", "\\r")
-    )
-    s = escape_unprintable(s)
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return f"'{s}'"
+def running_html(text: str) -> str:
+    """A token inside a running text (the race, the output): its own whitespace, a special token as a faint
+    ⟨im_end⟩ (its text on hover), unprintable characters as escapes.  Escaped HTML."""
+    name = special_token(text)
+    if name is not None:
+        return f'<span class="sv-ws" title="{esc(f"special token {text}")}">⟨{esc(name)}⟩</span>'
+    return unprintable_html(text)
 
 
 def fnum(x: float | None, digits: int = 2) -> str:

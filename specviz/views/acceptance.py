@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..trace import Position, Round, Trace
-from ._fmt import COLORS, fsig, fsig_pair
+from ._fmt import COLORS, fsig, fsig_pair, token_label
 from .figures import CLEAR, FONT_COLOR, apply_look, empty_figure
 
 INK = FONT_COLOR  # the u mark and the greedy picks: mid grey, visible on a light and on a dark page
@@ -33,8 +33,8 @@ def correction_possible(reject_prob: float) -> bool:
 
 
 def _label(text: str) -> str:
-    shown = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣") or "∅"
-    return shown if len(shown) <= 10 else shown[:9] + "…"
+    """A token in the position picker and under the bars: the page's one notation (``token_label``)."""
+    return token_label(text, 10)
 
 
 def _beta(pos: Position, rule: str) -> tuple[float, str]:
@@ -106,8 +106,8 @@ def acceptance_figure(spec: Trace | None, rnd: Round | None, index: int | None) 
     why = f"u = {su} {'<' if pos.u < pos.b else '≥'} {b_name} = {sb}: {verdict}"
     if rule == "block" and pos.accepted and pos.u >= pos.b:
         why += " (kept because a later position passed: block verification keeps up to the last one that does)"
-    sub = (f"{NAMES.get(rule, rule)} rule · position {pos.i} of round {rnd.index + 1} · ★ drafted"
-           + (" · ⟲ the correction drawn here" if corr is not None else "") + f" · {what}: {beta:.3f}")
+    sub = (f"{NAMES.get(rule, rule)} rule · position {pos.i} of round {rnd.index + 1} · ◆ drafted"
+           + (" · ↻ the correction drawn here" if corr is not None else "") + f" · {what}: {beta:.3f}")
     marks = None
     if greedy:
         sub += ("<br>greedy decoding: the rule sees one-hot p and q (b = 1 on a match, else 0); the bars show "
@@ -150,7 +150,7 @@ def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
         f"r: what the {j} earlier rejection{'s' if j > 1 else ''} left of p")
     beta = sum(min(a, b) for a, b in zip(pic.r, pic.q))
     sub = (f"token tree · depth {k + 1}, child {j + 1} tried (of {len(vis.tries)} tried here) · round {rnd.index + 1}"
-           f" · ★ this child" + (" · ⟲ the correction" if corr is not None else "")
+           f" · ◆ this child" + (" · ↻ the correction" if corr is not None else "")
            + f" · Σ min(r, q) over the shown tokens: {beta:.3f}")
     if j:
         sub += "<br>after a rejection the rule judges the next child against r = norm(max(0, r − q)), not p"
@@ -193,7 +193,7 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     # legend entries wrapped: on a 400 px phone a long one ran off the card
     target, draft = (_lines(target[0], 34), target[1]), (_lines(draft[0], 34), draft[1])
     res = (_lines(res[0], 34), res[1]) if res is not None else None
-    ticks = [("★ " if t == x_tok else "") + ("⟲ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
+    ticks = [("◆ " if t == x_tok else "") + ("↻ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
     fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
     fig.add_trace(go.Bar(x=xs, y=draft[1], name=draft[0], marker_color=C_Q, offset=-0.4, width=0.25,
                          hovertemplate="q = %{y:.3g}<extra></extra>"), row=1, col=1)

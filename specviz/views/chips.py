@@ -40,6 +40,7 @@ from ._fmt import (
 from .execution import trace_exec_line
 from .glossary import glossed
 from .narrate import tree_stop_sentence
+from .race_words import cut_line
 
 if TYPE_CHECKING:  # plain data only; no runtime dependency beyond the dataclasses
     from specviz.trace import DraftToken, Extra, Position, Round, Trace
@@ -297,7 +298,7 @@ def rounds_html(
     if newest_first:
         rows.reverse()
     if not rows:
-        return '<div class="sv-rounds sv-empty">Waiting for the first round…</div>'
+        return f'<div class="sv-rounds sv-empty">{esc(cut_line(trace) or "Waiting for the first round…")}</div>'
     more = (
         f'<div class="sv-more">… {plural(hidden, "earlier round")} not shown</div>' if hidden > 0 else ""
     )
@@ -306,6 +307,9 @@ def rounds_html(
     if eps > 0 and trace.kind != "standard":
         kind += f" · ε = {eps:g}"
     kind += " · times: target pass" if trace.kind == "standard" else " · times: draft + verify"
+    if (cut := cut_line(trace) if upto is None and pending_round is None else ""):  # the rounds end at a stop
+        line = f'<div class="sv-rounds-stop" data-stop="{esc(trace.stop_reason)}">{esc(cut)}</div>'
+        rows = [line, *rows] if newest_first else [*rows, line]
     total = len(rounds) + (1 if pending_round is not None else 0)
     head = (
         f'<div class="sv-rounds-head"><span>{esc(kind)}</span>'

@@ -16,7 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ..theory.costs import race_costs
+from ..theory.figures import run_figures as race_figures
 from ..trace import Trace
 from . import html as V
 from . import plots as P
@@ -144,7 +144,7 @@ def export_page(spec: Trace | None, std: Trace | None, *, source: str = "a specv
         raise ValueError("nothing to export: the recording holds no run")
     data, frames, _ = page_data(spec, std)
     summary = spec.summary() if spec else std.summary()
-    metrics = V.metrics_html(summary, gamma=spec.gamma if spec else 0, costs=race_costs(spec, std))
+    metrics = V.metrics_html(summary, gamma=spec.gamma if spec else 0, figures=race_figures(spec, std))
     last = frames[-1]
     tree_run = is_tree_run(spec)
     plots = "".join(f'<div class="sv-x-plot" id="{esc(p["id"])}"></div>' for p in data["plots"])

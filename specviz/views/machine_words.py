@@ -8,6 +8,7 @@ from typing import Sequence
 
 from ..hardware.curves import interpolate
 from ..hardware.probe import Probe
+from ..theory.figures import RunFigures
 from .execution import exec_words
 from .machine import DEFAULT_GAMMA, RecordedMachine, draft_ratio, probe_gamma, verify_factor
 
@@ -57,11 +58,26 @@ WHY = ("Speculative decoding pays only when the target's **verify pass is memory
        "and every round's verify pass costs several steps.")
 
 
+def last_run_words(fig: RunFigures | None, gamma: int | None = None) -> str:
+    """The page's last race, in the figures every panel quotes (specviz.theory.figures): its α, c and v and
+    the best γ they give (the Theory tab's γ*), set apart from the probe's best γ, which is the probe's
+    prediction at the pair's typical α on its own curve.  "" without a race whose v is known."""
+    if fig is None or fig.v is None or fig.alpha is None or fig.c is None or fig.best is None:
+        return ""
+    g, sp = fig.best
+    probed = ", this machine's probed cost (its clocks were flagged)" if fig.v_source == "probed" else ""
+    ran = f" It ran at γ = {gamma}." if gamma else ""
+    return (f"**Your last race:** α = {fig.alpha:.2f}, c = {fig.c:.2f} and a verify pass of {fig.v_text()} standard "
+            f"steps{probed} give a **best γ of {g}** ({sp:.2f}× by Thm 3.8), the Theory tab's γ\\*.{ran} The probe's "
+            "best γ below is another figure: its prediction at the pair's typical α on this machine's curve.")
+
+
 def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", why_none: str = "",
-                 recorded: Sequence[RecordedMachine] = ()) -> str:
+                 recorded: Sequence[RecordedMachine] = (), last: str = "") -> str:
     """Markdown for the panel: this machine, why the verify factor T(γ+1)/T(1) decides, each
-    execution's factor and the predicted rates from the probe (or, without one, ``why_none``)."""
-    parts: list[str] = []
+    execution's factor and the predicted rates from the probe (or, without one, ``why_none``); ``last``:
+    the last race's sentence (`last_run_words`), first."""
+    parts: list[str] = [last] if last else []
     if probe is None or not probe.curves:
         if probe is not None and not probe.measured:
             label = probe.machine.get("label", "this machine")
@@ -132,8 +148,8 @@ def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
             rate = (f": even with a flat verify pass at most {_rate(p.get('rate'))} tokens/s speculative, "
                     f"{_rate(p.get('standard'))} standard")
         elif p.get("standard"):
-            rate = (f"; predicted {_rate(p.get('rate'))} tokens/s speculative (best γ = {p.get('gamma')}), "
-                    f"{_rate(p.get('standard'))} standard")
+            rate = (f"; predicted {_rate(p.get('rate'))} tokens/s speculative (best γ = {p.get('gamma')} at the "
+                    f"probe's α = {probe.alpha:.2f}), {_rate(p.get('standard'))} standard")
         elif p.get("rate"):
             rate = f"; {_rate(p.get('rate'))} tokens/s one step at a time"
         words = exec_words(e, probe.weights.get(e, ""))
@@ -175,4 +191,4 @@ def _bound_words(probe: Probe, c: float | None) -> str:
 
 
 
-__all__ = ["WHY", "isa_words", "machine_text"]
+__all__ = ["WHY", "isa_words", "last_run_words", "machine_text"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..theory.costs import RaceCosts, steps
+from ..theory.figures import RunFigures
 from ..trace import Summary, Trace
 from ._fmt import esc, fnum, fsec
 from .glossary import glossed, title_attr
@@ -20,7 +20,7 @@ _STOP = {
 
 # The one-letter symbols in the metrics' names (the glossary's hover cannot find single letters in text).
 _SYMBOLS = {"Verify factor v": ("v",), "c (cost ratio)": ("c",), "Thm 3.8, textbook": ("c",),
-            "Thm 3.8, measured verify": ("c", "v")}
+            "Thm 3.8, measured verify": ("c", "v"), "Best γ": ("c", "v")}
 
 
 def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
@@ -33,10 +33,11 @@ def _num(x: Any, fmt: str = "{:.2f}", suffix: str = "") -> str:
 
 
 def metric_rows(summary: Summary, gamma: int | None = None,
-                costs: RaceCosts | None = None) -> list[tuple[str, str, str, str]]:
-    """(group, metric, value, definition) rows, all plain text.  ``costs``: the race's cost model
-    (specviz.theory.costs.race_costs with the standard run), which puts c and Thm 3.8 in standard steps
-    and adds the verify factor; without it the verify cost is "unknown"."""
+                figures: RunFigures | None = None) -> list[tuple[str, str, str, str]]:
+    """(group, metric, value, definition) rows, all plain text.  ``figures``: the race's figures
+    (specviz.theory.figures.run_figures with the standard run), which put c and Thm 3.8 in standard steps,
+    add the verify factor, the speedup the page quotes and the best γ; without a standard run the verify cost
+    is "unknown".  A flagged race's v and c are this machine's probed ones, as every panel quotes them."""
     s = summary
     spec = s.kind == "speculative"
     g = f"γ={gamma}" if gamma else "γ"
@@ -61,6 +62,8 @@ def metric_rows(summary: Summary, gamma: int | None = None,
     add(("Speed", "Time to first token", fsec(s.ttft), "start to the end of the first round"))
     add(("Speed", "Throughput", _num(s.tokens_per_s, "{:.1f}", " tok/s"), "tokens ÷ wall time"))
     add(("Speed", "Decode throughput", _num(s.decode_tokens_per_s, "{:.1f}", " tok/s"), "after the first round: tokens ÷ time (the prompt's cost left out)"))
+    if spec:
+        add(("Speed", "Speedup", _speedup_value(figures), _speedup_definition(figures)))
     add(
         (
             "Speed",
@@ -121,20 +124,26 @@ def metric_rows(summary: Summary, gamma: int | None = None,
             add(("Acceptance", "Mean bias", fnum(s.mean_bias, 4), "TV(output dist., p) per position: 0 for exact (ε = 0) sampling"))
 
         add(("Cost model", "Draft forward time", fsec(s.t_draft_forward), "mean time of one draft forward pass"))
-        rc = costs
+        fig = figures
+        rc = fig.quoted if fig is not None else None
+        probed = fig is not None and fig.v_source == "probed"
         if rc is not None and rc.t_step:
             add(("Cost model", "Standard step time", fsec(rc.t_step),
                  "mean one-token step of the standard run in this race (its first, which also reads the prompt, left out)"))
-            add(("Cost model", "Verify factor v", f"{steps(rc.v)} standard steps" if rc.v is not None else "—",
+            own = (f"; its clocks were flagged, so this is this machine's probed cost for its passes (they measured "
+                   f"{fig.costs.v:.2f})" if probed and fig.costs is not None and fig.costs.v is not None else
+                   "; its clocks were flagged, so this is this machine's probed cost for its passes" if probed else "")
+            add(("Cost model", "Verify factor v", f"{fig.v_text()} standard steps" if fig.v is not None else "—",
                  "mean verify pass ÷ standard step: what a verify pass costs (Thm 3.8 assumes 1; "
-                 "about 1 on a memory-bound target, several on a compute-bound CPU)"))
-            add(("Cost model", "c (cost ratio)", fnum(rc.c, 3), "a draft token's time ÷ the standard step's time"))
+                 "about 1 on a memory-bound target, several on a compute-bound CPU)" + own))
+            add(("Cost model", "c (cost ratio)", fnum(fig.c, 3), "a draft token's time ÷ the standard step's time"
+                 + ("; probed, as v" if probed else "")))
         else:
             add(("Cost model", "Verify factor v", "unknown",
                  "verify pass ÷ standard step: run standard decoding in the same race to measure a step"))
             add(("Cost model", "c (cost ratio)", fnum(s.c, 3),
                  "draft forward time ÷ verify pass time (no standard step measured to divide by)"))
-        theo = rc.textbook if rc is not None else s.theoretical_speedup
+        theo = fig.textbook if fig is not None and fig.quoted is not None else s.theoretical_speedup
         add(
             (
                 "Cost model",
@@ -144,23 +153,45 @@ def metric_rows(summary: Summary, gamma: int | None = None,
                 "(a verify pass costs one standard step)",
             )
         )
-        wv = rc.with_verify if rc is not None else None
+        wv = fig.with_verify if fig is not None else None
         add(
             (
                 "Cost model",
                 "Thm 3.8, measured verify",
                 f"{wv:.2f}×" if wv is not None else "unknown",
-                f"(1 − α^(γ+1)) / ((1 − α)(γc + v)) with {g} and the measured verify factor v",
+                f"(1 − α^(γ+1)) / ((1 − α)(γc + v)) with {g} and the verify factor v above",
             )
         )
+        best = fig.best if fig is not None and fig.v is not None else None
+        add(("Cost model", "Best γ", f"γ* = {best[0]} ({best[1]:.2f}×)" if best else "—",
+             "the draft length Thm 3.8 gives the most speedup at this α, c and v (γ = 1…16; the Theory tab's γ*)"))
     return rows
 
 
-def metrics_html(summary: "Summary | Trace | None", *, gamma: int | None = None, costs: RaceCosts | None = None) -> str:
+def _speedup_value(fig: RunFigures | None) -> str:
+    if fig is None or fig.clock is None:
+        return "—"
+    if fig.cut:
+        return "none: stopped before the end"
+    return fig.speedup_text() or "none: clocks flagged"
+
+
+def _speedup_definition(fig: RunFigures | None) -> str:
+    """How the quoted speedup was obtained: the wall clock, or the counts when the clocks were flagged."""
+    if fig is not None and fig.flagged and fig.clock is not None:
+        return (f"count-based: this race's passes at this machine's probed costs (its clocks were flagged; the wall "
+                f"clock said {fig.clock:.2f}×)" if fig.counts is not None else
+                f"its clocks were flagged and it has no count-based figure (the wall clock said {fig.clock:.2f}×)")
+    return "speculative tokens/s ÷ standard tokens/s, by the wall clock (the headline's figure)"
+
+
+def metrics_html(summary: "Summary | Trace | None", *, gamma: int | None = None,
+                 figures: RunFigures | None = None) -> str:
     """The metrics of ``Trace.summary()`` as a compact table, each row with its definition.
 
-    ``summary`` may also be a Trace (its summary is taken, and γ from its settings).  ``costs``:
-    the race's cost model (specviz.theory.costs.race_costs), for the verify factor and Thm 3.8 with it.
+    ``summary`` may also be a Trace (its summary is taken, and γ from its settings).  ``figures``:
+    the race's figures (specviz.theory.figures.run_figures), for the verify factor, Thm 3.8 with it, the
+    speedup and the best γ, the same numbers as the headline's and the Theory tab's.
     """
     if isinstance(summary, Trace):
         gamma = gamma if gamma is not None else getattr(summary, "gamma", None)
@@ -170,7 +201,7 @@ def metrics_html(summary: "Summary | Trace | None", *, gamma: int | None = None,
     head = "Speculative decoding" if summary.kind == "speculative" else "Standard decoding"
     out = [f'<table class="sv-metrics"><caption>{esc(head)}</caption><tbody>']
     last_group = None
-    for group, name, value, definition in metric_rows(summary, gamma, costs):
+    for group, name, value, definition in metric_rows(summary, gamma, figures):
         if group != last_group:
             out.append(f'<tr class="sv-metrics-group"><th colspan="3">{esc(group)}</th></tr>')
             last_group = group

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.theory.costs import race_costs, steps
+from specviz.theory.costs import steps
+from specviz.theory.figures import run_figures
 
 from ._fmt import COLORS
 from .figures import compact_layout, empty_figure
@@ -67,25 +68,28 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
     title = "Speedup: measured vs theory"
     if spec is None or spec.kind != "speculative" or not spec.rounds:
         return empty_figure(title, "No data yet: run speculative decoding")
-    rc = race_costs(spec, std)
-    alpha, gamma = rc.alpha, spec.gamma
-    measured = rc.measured
-    theory, with_v, v = rc.textbook, rc.with_verify, rc.v
-    c = rc.c if rc.c is not None else rc.c_verify
+    fig_ = run_figures(spec, std)  # the numbers every panel quotes: a flagged race's counts and probed v
+    alpha, gamma = fig_.alpha, spec.gamma
+    measured = fig_.speedup
+    theory, with_v, v = fig_.textbook, fig_.with_verify, fig_.v
+    c = fig_.c
     free = None
     if alpha is not None:
         free = float(gamma + 1) if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
     # Short, two-line labels: four of them fit a third of a row without turning on their side.
-    names = ["measured", "Thm 3.8<br>textbook",
+    names = ["count-based" if fig_.speedup_by == "counts" else "measured", "Thm 3.8<br>textbook",
              f"Thm 3.8<br>v = {steps(v)}" if v is not None else "Thm 3.8<br>v unknown",
              "free<br>draft"]
     vals = [measured, theory, with_v, free]
     colors = [COLORS["speculative"], "rgba(100, 116, 139, 0.75)", COLORS["theory"], "rgba(100, 116, 139, 0.35)"]
     hovers = [
-        "speculative tok/s ÷ standard tok/s" if measured is not None else "run standard decoding to measure",
+        ("this race's passes at this machine's probed costs (its clocks were flagged)" if fig_.speedup_by == "counts"
+         else "speculative tok/s ÷ standard tok/s") if measured is not None
+        else "stopped before the end: no speedup" if fig_.cut else "run standard decoding to measure",
         "(1 − α^(γ+1)) / ((1 − α)(γc + 1)), Leviathan et al. 2023: a verify pass costs one standard step (v = 1)",
-        "(1 − α^(γ+1)) / ((1 − α)(γc + v)), v = verify pass ÷ standard step, measured in this race"
+        "(1 − α^(γ+1)) / ((1 − α)(γc + v)), v = verify pass ÷ standard step, "
+        + ("probed on this machine (the race's clocks were flagged)" if fig_.v_source == "probed" else "measured in this race")
         if v is not None else "needs a standard run to measure a step",
         "(1 − α^(γ+1)) / (1 − α): expected tokens per target pass (a free draft: c = 0, v = 1)",
     ]
@@ -116,8 +120,8 @@ def speedup_bars(spec: Trace | None, std: Trace | None) -> go.Figure:
     )
     parts = [f"α = {alpha:.2f}" if alpha is not None else "α = n/a", f"γ = {gamma}",
              f"verify = {steps(v)} steps" if v is not None else "verify cost unknown"]
-    if rc.c is not None:
-        c_text = f"c = {rc.c:.3f} (draft token ÷ standard step)"
+    if c is not None and fig_.c_per_step:
+        c_text = f"c = {c:.3f} (draft token ÷ standard step)"
     elif c is not None:
         c_text = f"c = {c:.3f} (draft token ÷ verify pass)"
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..core.rules import RULE_LABELS, RULES, WHY_ORDER, DraftOdds, draft_odds, expected_kept, kept_if_block, kept_if_match
 from ..core.rules import kept_if_token
 from ..trace import Round, Trace
-from ._fmt import esc, fnum, unprintable_html
+from ._fmt import esc, fnum, visible_ws
 
 NAMES = {value: label for label, value in RULE_LABELS.items()}
 BAR = "#2563eb"
@@ -42,7 +42,7 @@ def rules_html(rnd: Round, spec: Trace) -> str:
     used = spec.settings.rule
     kept = {"token": kept_if_token(odds, eps), "block": kept_if_block(odds), "match": kept_if_match(odds)}
     expect = expected_kept(odds, eps)
-    head = "".join(f"<th>≥{i}: {unprintable_html(d.text, keep='')}</th>" for i, d in enumerate(rnd.draft, 1))
+    head = "".join(f"<th>≥{i}: {visible_ws(d.text)}</th>" for i, d in enumerate(rnd.draft, 1))
     rows = []
     for rule in RULES:
         mark = f'<br><b class="sv-rule-ran">this run: kept {rnd.n_accepted}</b>' if rule == used else ""

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ._fmt import LABELS, esc, unprintable_html
+from ._fmt import LABELS, esc, running_html
 
 if TYPE_CHECKING:
     from specviz.trace import Token, Trace
@@ -40,7 +40,7 @@ def tokens_html(pairs: Iterable[tuple[Any, int | None]], highlight_origins: bool
         origin = getattr(tok, "origin", "target")
         if origin not in LABELS:
             origin = "target"
-        text = unprintable_html(getattr(tok, "text", ""))  # a control or private-use character as its escape
+        text = running_html(getattr(tok, "text", ""))  # a special token ⟨im_end⟩, a control character its escape
         if not highlight_origins:
             parts.append(f'<span class="sv-tk">{text}</span>')
             continue

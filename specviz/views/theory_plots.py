@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as th
+from ..theory.figures import BEST_GAMMA_MAX, best_gamma
 from .figures import FONT_COLOR, NO_DATA, empty_figure, safe_figure, wide_layout
 
 C_THEORY = "#1f77b4"
@@ -76,7 +77,7 @@ def speedup_curves(
     def build() -> go.Figure:
         gmax = max(1, int(gamma_max))
         sw = th.sweep_theory(a, cc, range(1, gmax + 1), v=vv)
-        g_opt, s_opt = th.optimal_gamma(a, cc, gmax, vv)
+        g_opt, s_opt = best_gamma(a, cc, vv) if gmax >= BEST_GAMMA_MAX else th.optimal_gamma(a, cc, gmax, vv)
         helps = s_opt > 1
         fig = make_subplots(specs=[[{"secondary_y": True}]])
         fig.add_trace(
@@ -140,7 +141,9 @@ def speedup_curves(
                 hover += f"<br>Thm 3.8 at γ={mg:g}, this α, c{', v' if mv else ''}: {pred:.3f}×"
             fig.add_trace(
                 go.Scatter(
-                    x=[mx], y=[ms], mode="markers", name="measured (spec ÷ standard tok/s)",
+                    x=[mx], y=[ms], mode="markers",
+                    name=("count-based (the race's clocks were flagged)" if m.get("by") == "counts"
+                          else "measured (spec ÷ standard tok/s)"),
                     marker=dict(symbol="diamond", size=13, color=C_MEASURED),
                     hovertemplate=hover + "<extra></extra>",
                 ),
