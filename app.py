@@ -54,7 +54,8 @@ from specviz.serving.rooms import ROOMS
 from specviz.serving.service import CUSTOM_PRESET, default_preset, ui_presets
 from specviz.ui import (api, challenges_ui, class_layout, classroom, export_ui, links, live, machine_ui,
                         picture_ui, present, shootout_ui, tabs, tree_ui)
-from specviz.ui.form import (FORM_FROM_TRACE, RULE_HELP, RunForm, example_label, form_duration, form_values,
+from specviz.ui.form import (FORM_FROM_TRACE, PAGE_DEFAULTS, RULE_HELP, RunForm, example_form, example_label,
+                             form_duration, form_values,
                              form_sweep_duration)
 from specviz.ui.frames import LiveFrame, MachineFrame, Slots, SweepFrame, TheoryFrame
 from specviz.ui.live import load_file, show_recording, status_html, step_views  # noqa: F401 (show_recording: tests)
@@ -99,7 +100,6 @@ tree_sweep = hosting.gpu(duration=form_sweep_duration)(tabs.tree_sweep)
 shootout = hosting.gpu(duration=form_sweep_duration)(shootout_ui.shootout)
 
 
-PAGE_DEFAULTS = {"temperature": 0.0, "gamma": 5, "max_new_tokens": 48, "seed": 0}  # the form's initial values
 
 
 def example_settings(example: dict) -> dict:
@@ -139,7 +139,8 @@ def build() -> gr.Blocks:
                             draft_id = gr.Textbox(label="Draft model", placeholder="org/name or local path")
                             target_id = gr.Textbox(label="Target model", placeholder="org/name or local path")
                         example = gr.Dropdown([e["label"] for e in EXAMPLES], value=EXAMPLES[0]["label"],
-                                              label="Example prompts", info="fills in the prompt (and γ, temperature)",
+                                              label="Example prompts",
+                                              info="fills in the prompt and its settings; the others go back to defaults",
                                               elem_id="sv-example")
                         prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=4, max_lines=12,
                                             elem_id="sv-prompt")
@@ -384,17 +385,20 @@ def build() -> gr.Blocks:
             return {epsilon: ups["epsilon"], variant: ups["variant"], rule: ups["rule"]}
         rule.change(on_rule, [drafter, epsilon, rule], [epsilon, variant, rule], api_visibility="private")
 
-        # An example sets every setting it names and resets the others to the page's defaults, so
-        # everyone who picks it sends the same request (served from the recording cache).
+        # An example sets every setting it names and resets the others to the page's defaults (ε back to 0, the
+        # draft model, the constant policy…: ui.form.example_form), so nothing carries over silently from the last
+        # run and everyone who picks it sends the same request (served from the recording cache).
+        example_form_fields = [form[name] for name in FORM_FROM_TRACE]
+
         def pick_example(label):
             ex = next((e for e in EXAMPLES if e["label"] == label), None)
             if not ex:
-                return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            s = example_settings(ex)
-            return ex["prompt"], s["temperature"], s["gamma"], s["max_new_tokens"], s["seed"]
+                return [gr.skip()] * len(FORM_FROM_TRACE)
+            values = example_form(ex)
+            return [values[name] for name in FORM_FROM_TRACE]
         # On the user's pick only (input, not change): when a recording or a link sets the dropdown to the example
         # it shows, the form keeps the recording's settings.
-        example.input(pick_example, [example], [prompt, temperature, gamma, max_new, seed], api_visibility="private")
+        example.input(pick_example, [example], example_form_fields, api_visibility="private")
         # A prompt typed or edited: the dropdown names the example it now is, else nothing (client-side, no request).
         example_of = json.dumps({e["prompt"]: e["label"] for e in EXAMPLES})
         prompt.input(None, [prompt], [example], js=f"(p) => ({example_of})[p] ?? null", api_visibility="private")
@@ -411,6 +415,10 @@ def build() -> gr.Blocks:
                        api_visibility="private")
         state.change(picture_ui.for_step, [state, step], [pos_pick, picture], concurrency_limit=None,
                      api_visibility="private")
+        # The button says where its link leads: a live run's opens the shipped recording, another run (issue 65).
+        state.change(lambda st: gr.Button(**links.copy_button((st or {}).get("spec"), examples=EXAMPLES,
+                                                               recordings=RECORDINGS)),
+                     [state], [copy_btn], concurrency_limit=None, api_visibility="private")
         copy_btn.click(lambda st, i, pr: links.link_query((st or {}).get("spec"), i, examples=EXAMPLES,
                                                           recordings=RECORDINGS, present=pr),
                        [state, step, present_box], [link_box],
@@ -466,9 +474,9 @@ def build() -> gr.Blocks:
         # This machine: the probe of the pair the preset names (loaded or cached; nothing is loaded for it).
         machine = Slots(MachineFrame, note=m_note, plot=m_plot)
 
-        def on_machine(p, compare):
-            return machine.write(machine_ui.machine_views(p, compare))
-        machine_in = [preset, m_compare]
+        def on_machine(p, compare, st):  # the last race's best γ (theory.figures) set apart from the probe's
+            return machine.write(machine_ui.machine_views(p, compare, state=st))
+        machine_in = [preset, m_compare, state]
         for evt in (demo.load, machine_tab.select, m_compare.change, preset.change, run_evt.success):
             evt(on_machine, machine_in, machine.outputs, concurrency_limit=None, api_visibility="private")
 

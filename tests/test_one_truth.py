@@ -298,3 +298,24 @@ def test_one_glyph_per_meaning():
     for path in (ROOT / "specviz" / "views" / "acceptance.py", ROOT / "docs" / "guide.md"):
         text = path.read_text(encoding="utf-8")
         assert "⟲" not in text and "★ drafted" not in text and "★ this child" not in text
+
+
+def test_the_page_wires_the_example_reset_the_link_button_and_this_machine():
+    """app.py: picking an example writes every setting it resets (ε among them), the link button follows the shown
+    run, and This machine reads the shown run (its best γ beside the probe's)."""
+    import app
+
+    demo = app.build()
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    deps = [d for d in demo.fns.values()]
+
+    def outputs_of(name: str) -> list[set]:
+        return [{getattr(o, "elem_id", None) for o in d.outputs} for d in deps if getattr(d.fn, "__name__", "") == name]
+
+    picks = outputs_of("pick_example")
+    assert picks and {"sv-epsilon", "sv-variant", "sv-policy", "sv-drafter", "sv-rule", "sv-top-p"} <= picks[0]
+    state = next(d for d in deps if by_id["sv-copy-link"] in d.outputs and getattr(d.fn, "__name__", "") == "<lambda>"
+                 and any(type(i).__name__ == "State" for i in d.inputs))
+    assert state is not None
+    machine = [d for d in deps if getattr(d.fn, "__name__", "") == "on_machine"]
+    assert machine and all(any(type(i).__name__ == "State" for i in d.inputs) for d in machine)
