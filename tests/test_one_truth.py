@@ -128,6 +128,13 @@ def panels(spec, std) -> dict[str, dict[str, object]]:
     page = export_page(spec, std)
     assert metrics in page  # the exported page's table is the Live tab's, figure for figure
     out["challenges"] = {"speedup": challenge_speedup(Run(spec=spec, std=std))}
+
+    from specviz.ui.class_views import point_values
+
+    point = point_values(spec, std)
+    out["class point"] = {"speedup": point["speedup"], "c": point["c"]}
+    if "v" in point:
+        out["class point"]["v"] = steps(point["v"]) if point["v"] is not None else None
     return out
 
 
@@ -136,7 +143,7 @@ def test_every_panel_gives_the_same_v_speedup_and_best_gamma(kind):
     spec, std = RACES[kind]()
     fig = run_figures(spec, std)
     found = panels(spec, std)
-    want = {"v": fig.v_text() or None, "speedup": fig.speedup, "best": fig.best[0] if fig.best else None}
+    want = {"v": fig.v_text() or None, "speedup": fig.speedup, "best": fig.best[0] if fig.best else None, "c": fig.c}
     for panel, said in found.items():
         for quantity, value in said.items():
             expected = want[quantity]
@@ -144,8 +151,11 @@ def test_every_panel_gives_the_same_v_speedup_and_best_gamma(kind):
                 assert value == pytest.approx(expected, abs=0.006), f"{kind}: {panel} says speedup {value}"
             elif panel == "theory sliders":  # the sliders hold the run's values rounded as they print them
                 assert value == expected, f"{kind}: the sliders' γ* {value}, the run's {expected}"
-            elif panel == "headline" and (fig.cut or quantity == "speedup" and fig.speedup is None):
+            elif panel in ("headline", "class point") and (fig.cut or quantity == "speedup" and fig.speedup is None):
                 pass  # a cut race's headline states no figure; a flagged one without counts shows its clock, disowned
+                # (the class refuses to post those: ui.classroom)
+            elif quantity == "c":
+                assert value == pytest.approx(expected, abs=1e-6), f"{kind}: {panel} says c = {value}, the figures {expected}"
             else:
                 assert value == expected, f"{kind}: {panel} says {quantity} = {value}, the figures {expected}"
     if fig.flagged and fig.v is not None:  # the probe's v, everywhere, not the race's own clocks'

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from ..serving import rooms as R
 from ..serving.rooms import ROOMS
+from ..theory.figures import run_figures
 from ..theory.timing import flagged, trusted_speedup
 from ..trace.summary import theoretical_speedup
 from ..views import html as V
@@ -122,7 +123,9 @@ def point_values(spec: Any, std: Any) -> dict[str, Any]:
     # teacher's plot rings it): a busy room's races are part of the experiment too
     trusted = (trusted_speedup(spec, sp) or sp) if sp else None
     st = spec.settings
-    return {"alpha": s.alpha, "mean_accepted_length": s.mean_accepted_length, "c": s.c, "speedup": trusted,
+    rc = run_figures(spec, std).quoted  # c as the race's panels quote it: per standard step, the probe's when flagged
+    c = rc.c if rc is not None and rc.c is not None else s.c
+    return {"alpha": s.alpha, "mean_accepted_length": s.mean_accepted_length, "c": c, "speedup": trusted,
             "spread": getattr(spec.timing, "spread", None) if spec.timing is not None else None,
             "gamma": float(st.gamma), "epsilon": float(st.epsilon), "temperature": float(st.temperature),
             "tokens": float(spec.n_tokens), "flagged": flagged(spec), "drafter": str(st.drafter),
