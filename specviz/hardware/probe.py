@@ -13,9 +13,18 @@ one-token step: on an AVX2-only CPU bf16's T(6) is ~5 T(1) while int8's is ~1.5 
 decoding then runs on the same execution (so every race and every exactness claim is same-model).
 
 Results are cached in ``<cache>/probe.json`` per machine (CPU model, ISA, threads, emulation, or
-GPU), torch version, model and dtype; a warm start reads them and measures nothing.  On a busy
-machine nothing is measured or recorded (the timings would mean nothing): the execution is
-``fallback``'s (int8 on a CPU) and measured on a quieter start.
+GPU), torch version, model and dtype; a warm start reads them and measures nothing.  A probe taken
+while the machine is busy is not a measurement of the machine (issue 65: one taken beside the test
+suite recorded T(1) = 1,420 ms where the quiet probe of the same start took 51.4 ms, and every later
+start drew "This machine" and its choices from it).  So on a CPU:
+
+- busy before it starts (:func:`.quiet.busy_before`), nothing is measured or recorded;
+- busy while it runs -- other processes' CPU over the probe's own window, :class:`specviz.models.busy.Watch`
+  -- its timings are recorded only as a *flagged* record (``"measured": false``, ``"busy"``: the reading,
+  and the timings it discarded), which no choice is made from (:func:`trusted`) and the page shows as
+  not measured;
+
+either way the execution is ``fallback``'s (int8 on a CPU) and measured on a quieter start.
 """
 
 from __future__ import annotations
@@ -26,24 +35,26 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
 from .curves import interpolate, monotone
 from .machine import Machine, this_machine
+from .timer import FULL_KS, PREFIX, PROBE_KS, VerifyTimer, draft_step_ms, verify_curve  # noqa: F401 (re-exported)
 
 log = logging.getLogger("specviz.models")
 
-PROBE_KS = (1, 2, 4, 8)  # tokens fed; k = 16 too for the roofline (`full=True`)
-FULL_KS = (1, 2, 4, 6, 8, 16)
-# Tokens in the cache before the timed passes.  Short, because on a compute-bound CPU the prefix's
-# own pass is the probe's largest cost (bf16 1.5B on the AVX2 EPYC: ~150 ms a token); the attention
-# over 16 or 60 cached tokens costs the same at these sizes.
-PREFIX = 16
 GAMMAS = range(1, 11)
-PROBE_FORMAT = 3  # 2: the int8 target runs its chains on the lean, traced forward (models.lean): other curves;
-# 3: its int8 linears are one call each on specviz's kernel (int8_linear): a few ms less a pass
+PROBE_FORMAT = 4  # 2: the int8 target runs its chains on the lean, traced forward (models.lean): other curves;
+# 3: its int8 linears are one call each on specviz's kernel (int8_linear): a few ms less a pass;
+# 4: the machine is watched while it is probed (issue 65): a record from before may hold timings taken under load
+
+
+class Verdict(Protocol):
+    """What watches a measurement (specviz.models.busy.Watch, or Stated): why it was crowded, or None."""
+
+    def verdict(self, threads: int) -> dict | None: ...
 
 
 @dataclass
@@ -59,7 +70,7 @@ class Probe:
     predicted: dict[str, dict] = field(default_factory=dict)  # execution -> {rate, gamma, standard}
     seconds: float = 0.0  # what measuring cost, building the executions included
     build_seconds: float = 0.0  # of which building the chosen execution (a start running it pays that anyway)
-    measured: bool = True  # False: chosen from the ISA on a busy machine
+    measured: bool = True  # False: chosen from the ISA on a busy machine (nothing measured, or flagged: ``busy``)
     # The chosen execution timed on one thread (where the machine has more): {"curve": {k: ms}, "draft_ms": ms}.
     # A race on a busy machine runs on one thread (hardware.load) and is priced by these.
     one_thread: dict | None = None
@@ -70,8 +81,13 @@ class Probe:
     copy_gbps: float | None = None
     # execution -> "gguf" where it ran on the GGUF's matrices as stored (models.q4k), as ModelPair.target_weights says
     weights: dict[str, str] = field(default_factory=dict)
+    # Set where the machine was busy while it was probed (a flagged record, never chosen from): the reading of other
+    # work over the probe (busy.Watch.verdict) and what was timed meanwhile ("step_ms", "draft_ms", "copy_gbps").
+    busy: dict | None = None
 
     def __post_init__(self) -> None:
+        if self.busy:
+            self.measured = False
         # never a curve that dips (curves.monotone): a cached probe from before, or one written by hand; its
         # predicted rates then follow the raised curve (the choice made stays: the model was built as chosen)
         raised = {e: monotone(c) for e, c in self.curves.items()}
@@ -152,71 +168,6 @@ def choose(curves: dict[str, dict[int, float]], draft_ms: float | None, alpha: f
     return max(predicted, key=lambda e: predicted[e]["rate"]), predicted
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class VerifyTimer:
-    """Times forwards over k new tokens after a PREFIX-token prefix (fed once) on one model: the
-    fastest of ``reps`` after one warm-up pass of that size (the minimum: other processes only ever
-    add time).  The GPU is synchronised before every clock read."""
-
-    def __init__(self, model: torch.nn.Module, vocab: int, device: torch.device | None = None):
-        from ..core.kv import cached_lm
-
-        self.device = device or next(model.parameters()).device
-        gen = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(0, vocab, (PREFIX + max(FULL_KS),), generator=gen).tolist()
-        self.lm = cached_lm(model, self.device, PREFIX + max(FULL_KS))
-        with torch.inference_mode():
-            self.lm.feed(self.ids[:PREFIX])
-
-    def _pass(self, k: int) -> float:
-        """Seconds of one forward over k new tokens after the prefix (cropped back after it)."""
-        _sync(self.device)
-        t = time.perf_counter()
-        self.lm.feed(self.ids[:PREFIX + k], keep=k)
-        _sync(self.device)
-        seconds = time.perf_counter() - t
-        self.lm.crop(PREFIX)
-        return seconds
-
-    def ms(self, k: int, reps: int = 1) -> float:
-        return self.curve((k,), reps=reps)[k]
-
-    def curve(self, ks: tuple[int, ...], known: dict[int, float] | None = None, reps: int = 1) -> dict[int, float]:
-        """ms for each k of ``ks`` not ``known``: one warm-up pass of each, then ``reps`` timed rounds (the step's
-        at least 2), each round passing every length in turn, so that a machine whose speed drifts while it is
-        probed (a shared VM: 20 % within minutes) moves every point alike, not the late ones alone (measured on
-        the Zen 3 EPYC, one length after another: T(2) = 67.6 ms under T(1) = 89.9); a point still under an earlier
-        one (a 2-token pass costs a step within noise there) is raised to it (:func:`.curves.monotone`)."""
-        out = dict(known or {})
-        todo = [k for k in ks if k not in out]
-        want = {k: max(reps, 2) if k == 1 else reps for k in todo}
-        times: dict[int, list[float]] = {k: [] for k in todo}
-        with torch.inference_mode():
-            for k in todo:
-                self._pass(k)
-            for r in range(max(want.values(), default=0)):
-                for k in todo:
-                    if r < want[k]:
-                        times[k].append(self._pass(k))
-        out.update({k: 1000 * min(ts) for k, ts in times.items()})
-        return monotone(out)
-
-    def close(self) -> None:
-        self.lm.free()
-
-
-def verify_curve(model: torch.nn.Module, vocab: int, ks: tuple[int, ...] = PROBE_KS) -> dict[int, float]:
-    """Milliseconds of a forward over k new tokens after the PREFIX-token prefix, for each k."""
-    timer = VerifyTimer(model, vocab)
-    try:
-        return timer.curve(ks)
-    finally:
-        timer.close()
-
 
 # --------------------------------------------------------------------------------------------------
 # The cache
@@ -257,6 +208,7 @@ def read_probes() -> dict:
 
 
 def known(machine: Machine, model: str, dtype: torch.dtype) -> Probe | None:
+    """The record for this machine, model and dtype, flagged or not (what the page shows)."""
     entry = read_probes().get(probe_key(machine, model, dtype))
     try:
         return Probe.from_dict(entry) if entry else None
@@ -264,10 +216,27 @@ def known(machine: Machine, model: str, dtype: torch.dtype) -> Probe | None:
         return None
 
 
+def is_trusted(probe: Probe | None) -> bool:
+    """Whether ``probe`` is a measurement of the machine: measured, and not flagged busy."""
+    return probe is not None and probe.measured and not probe.busy
+
+
+def trusted(machine: Machine, model: str, dtype: torch.dtype) -> Probe | None:
+    """The record execution choices are made from: :func:`known`'s where it is a measurement, never a flagged one
+    (busy while probed) nor one chosen from the ISA."""
+    probe = known(machine, model, dtype)
+    return probe if is_trusted(probe) else None
+
+
 def remember(probe: Probe, machine: Machine, model: str, dtype: torch.dtype) -> None:
-    """Store ``probe`` (atomically; only a cache: failures are ignored)."""
+    """Store ``probe`` (atomically; only a cache: failures are ignored).  A flagged probe never replaces a
+    measurement."""
     entries = read_probes()
-    entries[probe_key(machine, model, dtype)] = probe.as_dict()
+    key = probe_key(machine, model, dtype)
+    if probe.busy and isinstance(entries.get(key), dict) and entries[key].get("measured", True) \
+            and not entries[key].get("busy") and entries[key].get("curves"):
+        return
+    entries[key] = probe.as_dict()
     try:
         path = _probe_path()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,13 +261,20 @@ def fallback(machine: Machine) -> str:
 
 
 def unmeasured(machine: Machine, name: str, alpha: float, candidates: tuple[str, ...],
-               draft_ms: float | None = None) -> Probe:
+               draft_ms: float | None = None, busy: dict | None = None) -> Probe:
     """What a busy CPU runs without measuring (its timings would mean nothing): :func:`fallback`'s execution,
-    recorded nowhere, so that a quieter start measures."""
+    so that a quieter start measures.  ``busy``: why a probe that ran is not a measurement (then recorded,
+    flagged, by the caller); without it nothing was timed and nothing is recorded."""
     choice = fallback(machine) if fallback(machine) in candidates else candidates[0]
-    log.info("The machine is busy; running the target as %s without measuring (will measure on a quiet start)",
-             choice)
-    return Probe(machine.as_dict(), name, {}, draft_ms, alpha, choice, measured=False)
+    if busy:
+        log.warning("The machine was busy while %s was probed (other work: %s cores of %s, over %s s): its timings "
+                    "are not a measurement of the machine, kept only as a flagged record; running the target as %s "
+                    "(will measure on a quiet start)", name, busy.get("other_cores"), busy.get("cores"),
+                    busy.get("seconds"), choice)
+    else:
+        log.info("The machine is busy; running the target as %s without measuring (will measure on a quiet start)",
+                 choice)
+    return Probe(machine.as_dict(), name, {}, draft_ms, alpha, choice, measured=False, busy=busy)
 
 
 def best_possible(step_ms: float, draft_ms: float | None, alpha: float) -> float:
@@ -312,7 +288,8 @@ def best_possible(step_ms: float, draft_ms: float | None, alpha: float) -> float
 def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: int, *,
                  build: Callable[[str], torch.nn.Module], draft_ms: float | None, alpha: float,
                  candidates: tuple[str, ...], ks: tuple[int, ...] = PROBE_KS, full: bool = False,
-                 busy: Callable[[], bool] | None = None, draft_bytes: int | None = None) -> tuple[Probe, torch.nn.Module]:
+                 busy: Callable[[], bool] | None = None, watch: Verdict | None = None,
+                 draft_bytes: int | None = None) -> tuple[Probe, torch.nn.Module]:
     """Time ``model`` (as loaded: ``candidates[0]``) and ``build(execution)`` for the other candidates,
     choose, remember the result; return it with the chosen model (the others are dropped).
 
@@ -320,19 +297,26 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     one-token step is timed, and its verify curve only if that step leaves it a chance to win
     (:func:`best_possible`) -- so a cold start on the 2-core EPYC spends ~10-15 s here, not a
     minute.  ``full=True`` times every curve over ``FULL_KS`` (the roofline's curves).
-    ``build(e)`` returns the model executing as ``e`` (a copy where the weights change).  ``busy()``:
-    whether other processes compete for the cores (then nothing is measured: :func:`fallback`).  The
-    bytes each execution's step reads and the machine's copy bandwidth are kept for the bandwidth bound
-    (:mod:`.roofline`; ``draft_bytes``: the draft's step's)."""
+    ``build(e)`` returns the model executing as ``e`` (a copy where the weights change).  The bytes each
+    execution's step reads and the machine's copy bandwidth are kept for the bandwidth bound
+    (:mod:`.roofline`; ``draft_bytes``: the draft's step's).
+
+    On a CPU the machine must be quiet: ``busy()`` says whether other processes compete for the cores before it
+    starts (this machine's reading by default, :func:`.quiet.busy_before`; then nothing is measured:
+    :func:`fallback`), and ``watch`` (started by the caller where ``draft_ms`` was timed just before; by default
+    :func:`.quiet.watch`, which a stated ``busy`` stands in for) whether they did while it ran: then the
+    timings are recorded only as a flagged record, and :func:`fallback`'s execution runs."""
     from ..models import q4k
-    from ..models.int8 import machine_busy
+    from . import quiet
     from .roofline import copy_bandwidth, step_bytes
 
     machine = this_machine(machine_device(model))
-    busy = busy or machine_busy
-    if machine.kind == "cpu" and busy():
+    cpu = machine.kind == "cpu"
+    if cpu and (busy() if busy is not None else quiet.busy_before()):
         probe = unmeasured(machine, name, alpha, candidates, draft_ms)
         return probe, (model if probe.choice == candidates[0] else build(probe.choice))
+    watch = watch or quiet.watch(busy)
+    threads = torch.get_num_threads()
     t0 = time.perf_counter()
     ks = FULL_KS if full else ks
     first = fallback(machine)
@@ -370,11 +354,22 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
                 del models[e]
         del m
         gc.collect()
+    crowd = watch.verdict(threads) if cpu else None
+    copy_gbps = None if crowd else round(copy_bandwidth(machine_device(model)) / 1e9, 2)
+    crowd = crowd or (watch.verdict(threads) if cpu else None)  # the copy was timed in the window too
+    if crowd:
+        timed = {"step_ms": {e: round(c[min(c)], 1) for e, c in curves.items()},
+                 "draft_ms": None if draft_ms is None else round(draft_ms, 1), "copy_gbps": copy_gbps}
+        probe = unmeasured(machine, name, alpha, candidates, busy=crowd | timed)
+        probe.seconds = round(time.perf_counter() - t0, 1)
+        remember(probe, machine, name, dtype)
+        keep = probe.choice
+        return probe, (models[keep] if keep in models else model if keep == candidates[0] else build(keep))
     choice, predicted = choose(curves, draft_ms, alpha)
     probe = Probe(machine.as_dict(), name, curves, draft_ms, alpha, choice, predicted,
                   seconds=round(time.perf_counter() - t0, 1), build_seconds=round(builds[choice], 1), step_mb=sizes,
                   draft_mb=None if draft_bytes is None else round(draft_bytes / 1e6, 3),
-                  copy_gbps=round(copy_bandwidth(machine_device(model)) / 1e9, 2), weights=weights)
+                  copy_gbps=copy_gbps, weights=weights)
     log.info("Target %s runs as %s (predicted %s); probing took %.1f s, %.1f s of it building %s (which a start "
              "running %s pays anyway)", name, choice, ", ".join(f"{e} {p['rate']:.2f} tok/s" for e, p in predicted.items()),
              probe.seconds, probe.build_seconds, choice, choice)
@@ -386,60 +381,11 @@ def machine_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def draft_step_ms(model: torch.nn.Module, vocab: int) -> float:
-    """The draft's one-token step after the PREFIX-token prefix, ms."""
-    timer = VerifyTimer(model, vocab)
-    try:
-        return timer.ms(1, reps=3)
-    finally:
-        timer.close()
-
-
-# --------------------------------------------------------------------------------------------------
-# Command line: full curves for the roofline, and recordings to ship
-# --------------------------------------------------------------------------------------------------
-
-
 def main(argv: list[str] | None = None) -> int:
-    """python -m specviz.hardware.probe [--preset default] [--out FILE]: time every execution of the
-    pair's target over FULL_KS (and the draft's step), print the curves, store them in the probe cache
-    and, with --out, as a recording the page can show beside this machine's (assets/hardware/)."""
-    import argparse
+    """``python -m specviz.hardware.probe``: :func:`.probe_cli.main`."""
+    from .probe_cli import main as cli
 
-    from ..models import load_pair, resolve_preset
-    from ..models.executions import apply, candidates
-
-    ap = argparse.ArgumentParser(prog="python -m specviz.hardware.probe", description=main.__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="default")
-    ap.add_argument("--out", default=None, help="also write the result here (JSON)")
-    ap.add_argument("--note", default="", help="how the figures were obtained (written into --out)")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from ..models.presets import PRESETS
-
-    preset = resolve_preset(args.preset)
-    pair = load_pair(preset, target_exec="bf16")
-    target = pair.target
-    from pathlib import Path
-
-    from ..models.convert import offline_pack, source_of
-
-    ref = PRESETS[preset].target
-    source = Path(source_of(ref, None)[0]) if offline_pack(ref) else None
-    from .roofline import step_bytes
-
-    draft_ms = draft_step_ms(pair.draft, pair.vocab_size)
-    probe, _ = probe_target(target, PRESETS[preset].target, pair.dtype, pair.vocab_size,
-                            build=lambda e: apply(target, e, source_dir=source, copy_model=True), draft_ms=draft_ms,
-                            alpha=PRESETS[preset].typical_alpha, candidates=candidates(pair.device, pair.dtype),
-                            full=True, busy=lambda: False, draft_bytes=step_bytes(pair.draft))
-    doc = probe.as_dict() | {"draft": pair.draft_name, "target": pair.target_name,
-                             "draft_exec": pair.draft_quant or "bf16", "note": args.note, "prefix": PREFIX}
-    print(json.dumps(doc, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-    return 0
+    return cli(argv)
 
 
 if __name__ == "__main__":

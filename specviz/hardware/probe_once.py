@@ -1,6 +1,7 @@
 """What a warm start adds to a cached probe, once per machine (then remembered): the chosen execution timed on one
 thread (what a race on a busy machine is priced by), and the bandwidth bound's figures where the probe was made
-before they were kept.  Neither runs on a busy machine, where timings mean nothing."""
+before they were kept.  Neither runs on a busy machine, where timings mean nothing, and neither is kept where the
+machine turned busy while it was timed (:mod:`.quiet`: watched as the probe is)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Callable
 
 import torch
 
-from . import roofline
+from . import quiet, roofline
 from .machine import this_machine
-from .probe import PROBE_KS, Probe, VerifyTimer, draft_step_ms, machine_device, remember
+from .probe import Probe, machine_device, remember
+from .timer import PROBE_KS, VerifyTimer, draft_step_ms
 
 log = logging.getLogger("specviz.models")
 
@@ -38,12 +40,11 @@ def time_one_thread(target: torch.nn.Module, draft: torch.nn.Module | None, voca
 def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | None, vocab: int, dtype: torch.dtype,
                    busy: Callable[[], bool] | None = None) -> Probe:
     """``probe`` with its chosen execution timed on one thread too (once per machine: remembered), where
-    the machine has more than one and is quiet now; the probe unchanged otherwise."""
-    from ..models.int8 import machine_busy
-
+    the machine has more than one and is quiet now, and stayed quiet while it was timed; the probe unchanged
+    otherwise.  ``busy``: the machine stated (then not watched), this machine's reading by default."""
     machine = this_machine(machine_device(target))
     if (probe.one_thread or not probe.measured or machine.kind != "cpu" or (probe.machine or {}).get("threads", 1) <= 1
-            or (busy or machine_busy)()):
+            or (busy() if busy is not None else quiet.busy_before())):
         return probe
     from ..models.warm import pack_now
 
@@ -51,7 +52,14 @@ def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module
     for model in (target, draft):  # a deferred load (models.warm) packs before it is timed
         if model is not None:
             pack_now(model)
-    probe.one_thread = time_one_thread(target, draft, vocab)
+    watch = quiet.watch(busy)
+    one = time_one_thread(target, draft, vocab)
+    crowd = watch.verdict(1)
+    if crowd:
+        log.warning("The machine was busy while %s was timed on one thread (other work: %s cores of %s): not kept",
+                    probe.model, crowd.get("other_cores"), crowd.get("cores"))
+        return probe
+    probe.one_thread = one
     log.info("Target %s as %s on one thread: %s ms for %s tokens, draft step %s ms (%.1f s)", probe.model, probe.choice,
              "/".join(f"{v:.0f}" for v in probe.one_thread["curve"].values()), "/".join(map(str, probe.one_thread["curve"])),
              probe.one_thread["draft_ms"], time.perf_counter() - t0)
@@ -65,14 +73,22 @@ def add_bound(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | No
     of the chosen execution (``target``, as it runs) and of the draft reads, and the copy bandwidth (~0.3 s,
     once per machine: remembered; not on a busy machine, where a copy's time means nothing)."""
     from ..models import q4k
-    from ..models.int8 import machine_busy
 
     device = machine_device(target)
-    if probe.copy_gbps or not probe.measured or not probe.curves or (busy or machine_busy)():
+    cpu = device.type == "cpu"
+    if probe.copy_gbps or not probe.measured or not probe.curves or (cpu and (busy() if busy is not None
+                                                                              else quiet.busy_before())):
+        return probe
+    watch = quiet.watch(busy)
+    copy_gbps = round(roofline.copy_bandwidth(device) / 1e9, 2)
+    crowd = watch.verdict(torch.get_num_threads()) if cpu else None
+    if crowd:
+        log.warning("The machine was busy while its copy bandwidth was timed (other work: %s cores of %s): not kept",
+                    crowd.get("other_cores"), crowd.get("cores"))
         return probe
     probe.step_mb = {**probe.step_mb, probe.choice: round(roofline.step_bytes(target) / 1e6, 3)}
     probe.draft_mb = round(roofline.step_bytes(draft) / 1e6, 3) if draft is not None else None
-    probe.copy_gbps = round(roofline.copy_bandwidth(device) / 1e9, 2)
+    probe.copy_gbps = copy_gbps
     if q4k.in_use(target):
         probe.weights = {**probe.weights, probe.choice: "gguf"}
     log.info("Bandwidth bound of %s: %.0f MB a step at %.1f GB/s", probe.choice, probe.step_mb[probe.choice],
