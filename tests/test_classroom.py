@@ -271,7 +271,7 @@ def test_an_attendees_poll_rebuilds_nothing_unless_the_page_must_move():
     views = Slots(LiveFrame, **{f.name: object() for f in dataclasses.fields(LiveFrame)})
     step = views["step"]
     small = frozenset([step, views["narration"], views["step_round"], ui.bar_text, ui.poll, ui.follow, ui.room,
-                       ui.task, ui.seen, ui.want_all])
+                       ui.task, ui.posted, ui.seen, ui.want_all])
     room = C.ROOMS.create()
     try:
         teacher = {"code": room.code, "role": "teacher", "secret": room.secret}

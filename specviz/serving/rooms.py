@@ -1,27 +1,31 @@
-"""Class rooms (issue 58): a teacher's page leads, attendees follow, and the room collects one experiment's points.
+"""Class rooms (issue 58, 66): a teacher's page leads, attendees follow, and the room collects its experiments' points.
 
 Rooms live in the server's memory, behind one small interface (`RoomStore`: create, get, join, set_view,
-set_experiment, post_point, remove_point, close, expire) so that another backing store could replace it later.
-Everything is bounded:
+set_experiment, post_point, remove_point, close, results, expire) so that another backing store could replace it
+later.  Everything is bounded:
 
 * at most `SPECVIZ_CLASS_ROOMS` rooms at once, and `SPECVIZ_CLASS_ROOMS_PER_CLIENT` opened from one client address
   (serving.clients).  Past either, a room that holds nothing (no attendee, no point) makes way: the client's own
   least recently used one, or any left empty for EMPTY_ROOM_IDLE_S; only when every room holds something is a new
   one refused, in words (issue 62: one client opened all 50 rooms with ``?class=new``);
-* at most `SPECVIZ_CLASS_SIZE` attendees a room.  An attendee silent for ATTENDEE_IDLE_S gives up the seat (an
-  attendee's page asks every second; a hidden tab at least once a minute).  A full room seats a newcomer from
-  another address by freeing the least recently seen seat of the address holding more than a fair share (the
-  room's size over the addresses seated, the newcomer's counted), so one client cannot take every seat, while a
-  whole class behind one NAT still fits;
+* at most `SPECVIZ_CLASS_SIZE` attendees a room.  A seat is a person's browser, not a page: its key is a hash of
+  an id the browser keeps (`seat_key`), so a reload or a second tab keeps the one seat (issue 66).  An attendee
+  silent for ATTENDEE_IDLE_S gives up the seat (an attendee's page asks every second; a hidden tab at least once a
+  minute).  A full room seats a newcomer from another address by freeing the least recently seen seat of the
+  address holding more than a fair share (the room's size over the addresses seated, the newcomer's counted), so
+  one client cannot take every seat, while a whole class behind one NAT still fits;
 * the teacher's shown runs are handles on the one trace store (ui.store): their bytes count in
   `SPECVIZ_STORE_MB` like a visitor's, and go when the room goes (``release``);
-* a room closes after `SPECVIZ_CLASS_HOURS` without teacher activity;
-* at most POINTS_PER_ATTENDEE points an attendee and one point per race.
+* a room closes after `SPECVIZ_CLASS_HOURS` without teacher activity.  A room its teacher ends keeps its points,
+  read-only, for the teacher's export until then (at most `SPECVIZ_CLASS_ROOMS` ended rooms);
+* at most POINTS_PER_ATTENDEE points an attendee in each experiment, and one point per race.  Each experiment
+  keeps its own points; a point the teacher removes stays removed (its race is refused if posted again).
 
 A room's code is 9 characters from a 31-letter alphabet without look-alikes (~44.6 bits: not guessable, and
 short enough to read off a projector).  Driving the room (its view, experiment, points) takes the teacher's
 secret, a separate random token the join link never contains.  A posted point is checked (finite numbers in
-range, known experiment, one point per race); a refused one costs one log line, never a traceback.
+range, known experiment, one point per race: serving.room_points); a refused one costs one log line, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ from typing import Any, Callable, Protocol
 from .clients import UNKNOWN
 from .envvars import env_int, env_number
 from .ratelimit import RateLimit
+from .room_points import (EXPERIMENTS, RANGES, REQUIRED, TEXT_FIELDS, Point, PointRefused, RoomError, check_point,
+                          seat_key, shown)
+
+__all__ = ["EXPERIMENTS", "RANGES", "REQUIRED", "TEXT_FIELDS", "Point", "PointRefused", "Room", "RoomError",
+           "RoomStore", "ROOMS", "check_point", "clean_code", "seat_key"]
 
 log = logging.getLogger("specviz.rooms")
 
@@ -48,55 +57,11 @@ CLASS_ROOMS = env_int("SPECVIZ_CLASS_ROOMS", 50)  # rooms open at once
 CLASS_ROOMS_PER_CLIENT = env_int("SPECVIZ_CLASS_ROOMS_PER_CLIENT", 3)  # rooms opened from one address
 ATTENDEE_IDLE_S = 3 * 60  # an attendee whose page has not asked for this long gives up the seat
 EMPTY_ROOM_IDLE_S = 10 * 60  # a room with no attendee and no point, its teacher away this long, makes way
-POINTS_PER_ATTENDEE = 10  # one point a race, at most this many races an attendee
+POINTS_PER_ATTENDEE = 10  # one point a race, at most this many races an attendee in each experiment
 CODE_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: read off a projector
 CODE_LENGTH = 9  # 31**9 ≈ 2**44.6
 VIEWS_KEPT = 3  # the teacher's last few shown runs, so an attendee who explores still sees the one they left with
-
-# The experiments a teacher may set: key -> (title, the task as the attendees read it).
-EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "gamma": ("Everyone picks γ", "Pick a γ from 1 to 10, choose the example “Chat” and press Run. "
-              "Your race lands on the teacher's plot."),
-    "epsilon": ("Find the ε where α reaches 0.95", "On the example “Translation, sampled”, raise the over-acceptance ε "
-                "until α reaches 0.95; every race you run is a point."),
-    "lose": ("Make speculation lose", "Change any setting so that speculative decoding is slower than "
-             "standard decoding (a speedup below 1×)."),
-}
-
-# A point's checked fields: name -> (low, high); None bounds are open.
-RANGES: dict[str, tuple[float, float]] = {
-    "alpha": (0.0, 1.0),
-    "mean_accepted_length": (0.0, 65.0),
-    "c": (0.0, 50.0),
-    "speedup": (0.0, 100.0),
-    "spread": (0.0, 10.0),
-    "gamma": (0.0, 64.0),
-    "epsilon": (0.0, 1.0),
-    "temperature": (0.0, 2.0),
-    "tokens": (0.0, 100_000.0),
-}
-REQUIRED = ("alpha", "mean_accepted_length", "speedup", "gamma")
-TEXT_FIELDS = {"drafter": 40, "policy": 40, "example": 80, "preset": 80, "replayed": 8}
-
-
-class RoomError(Exception):
-    """A room action that cannot be done; the message is for the page."""
-
-
-class PointRefused(RoomError):
-    """A posted point that is not a valid race of this attendee's; the message is for the page."""
-
-
-@dataclass
-class Point:
-    id: int
-    attendee: str  # the attendee's page (Gradio session); never shown
-    race: str  # the race's identity (a hash of its trace): one point per race
-    values: dict[str, Any]
-    posted: float
-
-    def row(self, who: str = "") -> dict[str, Any]:
-        return {"id": self.id, "attendee": who, **self.values, "posted": round(self.posted, 3)}
+RESTORE_S = 20.0  # a reopened teacher's page shows the room's view first: its own moves count after this at most
 
 
 @dataclass
@@ -106,11 +71,14 @@ class Room:
     created: float
     teacher_seen: float
     owner: str = UNKNOWN  # the client address that opened it (serving.clients)
-    attendees: dict[str, float] = field(default_factory=dict)  # session -> last time its page asked
-    addresses: dict[str, str] = field(default_factory=dict)  # session -> its client address
-    names: dict[str, int] = field(default_factory=dict)  # session -> attendee number, in order of joining
+    attendees: dict[str, float] = field(default_factory=dict)  # seat -> last time one of its pages asked
+    addresses: dict[str, str] = field(default_factory=dict)  # seat -> its client address
+    names: dict[str, int] = field(default_factory=dict)  # seat -> attendee number, in order of joining
     experiment: str | None = None
     points: dict[int, Point] = field(default_factory=dict)
+    removed: dict[int, Point] = field(default_factory=dict)  # points the teacher removed: their races stay refused
+    restoring: dict[str, float] = field(default_factory=dict)  # a reopened teacher's page -> since (`RESTORE_S`)
+    ended: float | None = None  # when its teacher ended it (its points stay for the export until it expires)
     view_key: str = ""  # what the teacher shows (a shipped recording's name, or a run's key in `payloads`)
     step: int = 1
     version: int = 0  # bumped at every change of the view
@@ -122,8 +90,18 @@ class Room:
     def attendee_number(self, session: str) -> int:
         return self.names.get(session, 0)
 
-    def posters(self) -> int:
-        return len({p.attendee for p in self.points.values()})
+    def posters(self, experiment: str | None = None) -> int:
+        """People who posted (to ``experiment``, else to any)."""
+        held = list(self.points.values())  # (one C-level copy: safe beside a post on another thread)
+        return len({p.attendee for p in held if experiment is None or p.experiment == experiment})
+
+    def people(self) -> int:
+        """The class's attendees, as the bar and the count box both say it: each seated browser, and each that
+        posted a point still on the plot (a person who posted and left still counts as having posted)."""
+        return len(set(self.attendees) | {p.attendee for p in list(self.points.values())})
+
+    def lifetime_end(self, ttl_s: float) -> float:
+        return self.teacher_seen + ttl_s
 
     def holds_nothing(self) -> bool:
         """No attendee and no point: closing it loses nobody's work."""
@@ -141,6 +119,8 @@ class Rooms(Protocol):
     def post_point(self, code: str, attendee: str, race: str, values: dict[str, Any]) -> Point: ...
     def remove_point(self, code: str, secret: str, point_id: int) -> bool: ...
     def close(self, code: str, secret: str) -> None: ...
+    def results(self, code: str, secret: str) -> Room: ...
+    def points(self, code: str, experiment: str | None = None, *, removed: bool = False) -> list[Point]: ...
     def expire(self, now: float | None = None) -> int: ...
 
 
@@ -156,47 +136,6 @@ def clean_code(text: Any) -> str:
     return code if len(code) == CODE_LENGTH and all(ch in CODE_ALPHABET for ch in code) else ""
 
 
-def _shown(value: Any, limit: int = 40) -> str:
-    text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def check_point(values: Any) -> dict[str, Any]:
-    """The point's values, checked and normalised; PointRefused (with the reason) when one is not a race's."""
-    if not isinstance(values, dict):
-        raise PointRefused("a point is a set of named values")
-    out: dict[str, Any] = {}
-    for name, (lo, hi) in RANGES.items():
-        v = values.get(name)
-        if v is None:
-            if name in REQUIRED:
-                raise PointRefused(f"the point has no {name}")
-            out[name] = None
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise PointRefused(f"{name} is not a number ({_shown(v)})")
-        v = float(v)
-        if not math.isfinite(v) or not lo <= v <= hi:
-            raise PointRefused(f"{name} = {_shown(v)} is outside {lo:g}…{hi:g}")
-        out[name] = v
-    if out["gamma"] < 1:
-        raise PointRefused("γ is below 1: not a speculative race")
-    if out["speedup"] <= 0:
-        raise PointRefused("the speedup must be above 0")
-    if out["mean_accepted_length"] > out["gamma"] + 1:
-        raise PointRefused("more tokens accepted a round than γ + 1: not a real race")
-    flagged = values.get("flagged", False)
-    if not isinstance(flagged, bool):
-        raise PointRefused("flagged is not true or false")
-    out["flagged"] = flagged
-    for name, limit in TEXT_FIELDS.items():
-        v = values.get(name)
-        if v is not None and not isinstance(v, str):
-            raise PointRefused(f"{name} is not text")
-        out[name] = (v or "")[:limit]
-    return out
-
-
 class RoomStore:
     """Rooms in this process's memory (see the module's notes for the bounds).  Thread-safe."""
 
@@ -205,6 +144,7 @@ class RoomStore:
         self.max_rooms, self.size, self.ttl_s, self.per_client = max_rooms, size, hours * 3600, per_client
         self.clock = clock
         self._rooms: dict[str, Room] = {}
+        self._ended: dict[str, Room] = {}  # rooms their teachers ended: points kept, read-only, until they expire
         self._lock = threading.Lock()
         # Called with every shown-run payload a room lets go (a newer one, or the room closed): the app sets it to
         # free the payload's trace-store entry (ui.classroom).
@@ -274,6 +214,8 @@ class RoomStore:
         stale = [r for r in self._rooms.values() if self._stale(r, now)]
         for room in stale:
             self._drop(room, "expired")
+        for room in [r for r in self._ended.values() if now > r.lifetime_end(self.ttl_s)]:
+            del self._ended[room.code]
         return len(stale)
 
     def expire(self, now: float | None = None) -> int:
@@ -285,25 +227,72 @@ class RoomStore:
         """The room, when ``secret`` is its teacher's (the teacher's activity keeps it open); RoomError else."""
         room = self.get(code)
         if room is None:
+            if clean_code(code) in self._ended:
+                raise RoomError("This class has ended.")
             raise RoomError("This class is closed or its code is unknown.")
-        if not isinstance(secret, str) or not hmac.compare_digest(secret.encode(), room.secret.encode()):
-            self._refusals.warn(log, "refused a teacher action on class %s: wrong secret", room.code)
-            raise RoomError("Only the teacher's page can do that.")
+        self._check_secret(room, secret)
         room.teacher_seen = self.clock()
         return room
 
+    def _check_secret(self, room: Room, secret: Any) -> None:
+        if not isinstance(secret, str) or not hmac.compare_digest(secret.encode(), room.secret.encode()):
+            self._refusals.warn(log, "refused a teacher action on class %s: wrong secret", room.code)
+            raise RoomError("Only the teacher's page can do that.")
+
     def close(self, code: str, secret: str) -> None:
+        """End the class: its attendees' pages let go, its shown runs are released; its points stay, read-only,
+        for its teacher's export (`results`) until the class would have expired."""
         room = self.teacher(code, secret)
         with self._lock:
-            self._drop(room, "closed by its teacher")
+            self._drop(room, "ended by its teacher")
+            room.attendees.clear()
+            room.addresses.clear()
+            room.restoring.clear()
+            room.ended = self.clock()
+            self._ended[room.code] = room
+            while len(self._ended) > self.max_rooms:
+                del self._ended[min(self._ended, key=lambda c: self._ended[c].ended or 0.0)]
+
+    def results(self, code: str, secret: Any) -> Room:
+        """The room whose points its teacher may read: open, or ended and not yet expired; RoomError else."""
+        code = clean_code(code)
+        with self._lock:
+            self._expire(self.clock())
+            room = self._ended.get(code)
+        if room is None:
+            return self.teacher(code, secret)
+        self._check_secret(room, secret)
+        return room
+
+    # ---- a teacher's page reopened (a reload, a new tab) ----
+    def begin_restore(self, room: Room, page: str) -> None:
+        """The teacher's page ``page`` was just (re)opened: until it shows the room's view (or RESTORE_S), what it
+        shows is its fresh start, not a move of the teacher's, and must not replace the room's view."""
+        now = self.clock()
+        with self._lock:
+            for p, since in list(room.restoring.items()):
+                if now - since > RESTORE_S:
+                    del room.restoring[p]
+            if room.view_key:
+                room.restoring[page] = now
+
+    def restoring(self, room: Room, page: Any) -> bool:
+        since = room.restoring.get(page) if isinstance(page, str) else None
+        if since is not None and self.clock() - since > RESTORE_S:
+            room.restoring.pop(page, None)
+            return False
+        return since is not None
+
+    def end_restore(self, room: Room, page: Any) -> None:
+        room.restoring.pop(page, None)
 
     # ---- attendees ----
     def join(self, code: str, attendee: str, address: str = UNKNOWN) -> Room:
-        """Seat ``attendee`` (a page's session, from client ``address``) in the room, or refresh its seat; RoomError
-        when the code names no open room or the room is full."""
+        """Seat ``attendee`` (a browser's seat, `seat_key`, from client ``address``) in the room, or refresh its
+        seat; RoomError when the code names no open room or the room is full."""
         room = self.get(code)
         if room is None:
-            raise RoomError(f"No class is open with the code “{_shown(code, 20)}”: it may have ended, or the code "
+            raise RoomError(f"No class is open with the code “{shown(code, 20)}”: it may have ended, or the code "
                             "is mistyped. Ask your teacher for the link.")
         now = self.clock()
         with self._lock:
@@ -393,11 +382,14 @@ class RoomStore:
                 raise PointRefused("the race has no identity")
             checked = check_point(values)
             with self._lock:
+                if any(p.race == race and p.attendee == attendee for p in room.removed.values()):
+                    raise PointRefused("the teacher removed this race from the plot; run another race to post one")
                 mine = [p for p in room.points.values() if p.attendee == attendee]
                 if any(p.race == race for p in mine):
                     raise PointRefused("this race is on the teacher's plot already (one point per race)")
-                if len(mine) >= POINTS_PER_ATTENDEE:
-                    raise PointRefused(f"you have posted {POINTS_PER_ATTENDEE} points, the most one attendee may")
+                if sum(p.experiment == room.experiment for p in mine) >= POINTS_PER_ATTENDEE:
+                    raise PointRefused(f"you have posted {POINTS_PER_ATTENDEE} points to this experiment, the most "
+                                       "one attendee may")
                 room._ids += 1
                 point = Point(room._ids, attendee, race, {"experiment": room.experiment, **checked}, self.clock())
                 room.points[point.id] = point
@@ -405,7 +397,7 @@ class RoomStore:
                 self.seen(room, attendee)
                 return point
         except PointRefused as exc:
-            self._refusals.warn(log, "refused a point for class %s: %s", room.code if room else _shown(code, 20), exc)
+            self._refusals.warn(log, "refused a point for class %s: %s", room.code if room else shown(code, 20), exc)
             raise
 
     def remove_point(self, code: str, secret: str, point_id: int) -> bool:
@@ -413,20 +405,24 @@ class RoomStore:
         with self._lock:
             gone = room.points.pop(point_id, None) if type(point_id) is int else None  # (not True, not 1.5)
             if gone is not None:
+                room.removed[gone.id] = gone
                 room.points_version += 1
         return gone is not None
 
-    def points(self, code: str) -> list[Point]:
-        room = self.get(code)
-        if room is None:
-            return []
+    def points(self, code: str, experiment: str | None = None, *, removed: bool = False) -> list[Point]:
+        """Copies of the points of the room with this code, open or ended (those posted to ``experiment`` only,
+        when given; the removed ones with ``removed``)."""
+        code = clean_code(code)
         with self._lock:
-            return [dataclasses.replace(p, values=dict(p.values)) for p in room.points.values()]
+            room = self._rooms.get(code) or self._ended.get(code)
+            held = (room.removed if removed else room.points).values() if room is not None else ()
+            return [dataclasses.replace(p, values=dict(p.values)) for p in held
+                    if experiment is None or p.experiment == experiment]
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"rooms": len(self._rooms), "attendees": sum(len(r.attendees) for r in self._rooms.values()),
-                    "points": sum(len(r.points) for r in self._rooms.values())}
+                    "points": sum(len(r.points) for r in self._rooms.values()), "ended": len(self._ended)}
 
 
 ROOMS = RoomStore()
