@@ -14,6 +14,9 @@ The Live tab (`specviz.ui.live.run`) and the `/trace` API (`specviz.ui.api`) bot
 - **Gated**: `GATE` lets one run at a time use the models, with a bounded queue (`Busy`).  The gate
   is left as soon as the engine is done, *before* `Finished` is handed over, so whatever the
   consumer does then (the page's tree walks still to play) never holds the models.
+- **One client, a share**: a client (its address) has at most `serving.client_runs.RUNS_PER_CLIENT` live
+  runs waiting for or holding the models (`ClientBusy`); a run whose client is gone (its ``should_stop``,
+  serving.cancel) leaves the gate's queue at once (issue 62).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any, Callable, Iterator, Union
 
 from ..core.settings import DecodeSettings
 from ..trace import Trace
+from .client_runs import CLIENT_RUNS
+from .liveness import current_client
 from .replay import CACHE, GATE, Abandoned, Entry, RunKey, Snapshot, follow, replay, run_key, snapshot
 from .service import (InputError, Request, Update, check_request, check_target_exec, describe_error, get_pair, load_needed,
                       race, tokenize)
@@ -181,18 +186,22 @@ class Stalled(RuntimeError):
 
 
 def run_job(job: Job, progress: Callable[[float, str], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Iterator[JobEvent]:
+            should_stop: Callable[[], bool] | None = None, client: str | None = None) -> Iterator[JobEvent]:
     """Run a checked job to its end, yielding what a client shows.  ``should_stop``: the client's cancel flag
-    (serving.cancel), read between rounds and between a long prompt's chunks.
+    (serving.cancel), read while waiting for the models, between rounds and between a long prompt's chunks: a
+    run told to stop while it waits ends with no `Finished`.  ``client``: the address whose share of live runs
+    this one takes (serving.client_runs); by default the client of the Gradio event being served (none outside
+    one: a run from Python is never limited).
 
-    Raises InputError / ModelError while loading, Busy when the queue is full, RunFailed when the
-    run breaks, Stalled when followed runs kept stopping.  Closing the generator (a cancelled event,
-    Stop) ends the engine's loop within a round, frees its caches and leaves the gate."""
+    Raises InputError / ModelError while loading, Busy when the queue is full (ClientBusy when the client has
+    its share of live runs), RunFailed when the run breaks, Stalled when followed runs kept stopping.  Closing
+    the generator (a cancelled event, Stop) ends the engine's loop within a round, frees its caches and leaves
+    the gate."""
     for _ in range(CLAIMS):
         how, entry = CACHE.claim(job.key)
         try:
             if how in ("lead", "live"):
-                yield from _live(job, entry, progress, should_stop)
+                yield from _live(job, entry, progress, should_stop, client or current_client())
             else:
                 yield from _replayed(entry, how)
             return
@@ -202,32 +211,38 @@ def run_job(job: Job, progress: Callable[[float, str], None] | None = None,
 
 
 def _live(job: Job, entry: Entry | None, progress: Callable[[float, str], None] | None,
-          should_stop: Callable[[], bool] | None = None) -> Iterator[JobEvent]:
+          should_stop: Callable[[], bool] | None = None, client: str | None = None) -> Iterator[JobEvent]:
+    stop = should_stop or (lambda: False)
     try:
+        if stop():  # e.g. a follower whose client left, claiming the run again: it never waits
+            return
         yield Loading()
-        waits = request_at_gate(job, progress)
-        while True:
+        with CLIENT_RUNS.hold(client, GATE.retry_s()):  # the client's share, until the models are free again
+            with contextlib.closing(request_at_gate(job, progress)) as waits:  # closed: it leaves the queue
+                while True:
+                    if stop():  # the client went away (or pressed Stop) while waiting
+                        return
+                    try:
+                        yield Waiting(next(waits))
+                    except StopIteration as done:
+                        req = done.value
+                        break
+            final = Update("done", None)
             try:
-                yield Waiting(next(waits))
-            except StopIteration as done:
-                req = done.value
-                break
-        final = Update("done", None)
-        try:
-            # closing(): a cancelled job ends the engine's loop here (its `finally` frees the KV caches).
-            with contextlib.closing(race(req, should_stop or (lambda: False), standard=job.standard)) as updates:
-                for up in updates:
-                    if up.phase == "done":
-                        final = up
-                        continue
-                    if entry is not None:
-                        CACHE.update(entry, snapshot(up.spec), snapshot(up.std), up.spec_done)
-                    yield Decoding(up)
-        except Exception as exc:  # out of memory, a broken model…: a clean error, the server carries on
-            log.exception("run failed")
-            raise RunFailed(describe_error(exc)) from exc
-        finally:
-            GATE.leave()
+                # closing(): a cancelled job ends the engine's loop here (its `finally` frees the KV caches).
+                with contextlib.closing(race(req, stop, standard=job.standard)) as updates:
+                    for up in updates:
+                        if up.phase == "done":
+                            final = up
+                            continue
+                        if entry is not None:
+                            CACHE.update(entry, snapshot(up.spec), snapshot(up.std), up.spec_done)
+                        yield Decoding(up)
+            except Exception as exc:  # out of memory, a broken model…: a clean error, the server carries on
+                log.exception("run failed")
+                raise RunFailed(describe_error(exc)) from exc
+            finally:
+                GATE.leave()
         if entry is not None:
             entry.machine = final.spec.device if final.spec is not None else ""
             CACHE.finish(entry, final.spec, final.std)

@@ -61,4 +61,6 @@ def app_kwargs() -> dict[str, Any]:
     """What ``Blocks.launch(app_kwargs=...)`` passes to Gradio's FastAPI app to put `LongUrls` in front."""
     from starlette.middleware import Middleware
 
-    return {"middleware": [Middleware(LongUrls)]}
+    from .liveness import ClientStreams  # which clients still listen to their runs (issue 62)
+
+    return {"middleware": [Middleware(LongUrls), Middleware(ClientStreams)]}

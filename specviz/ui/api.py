@@ -6,12 +6,13 @@ import contextlib
 import inspect
 import json
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 
 from ..models import ModelError
 from ..serving.cancel import CANCELS
+from ..serving.clients import client_key
 from ..serving.jobs import Decoding, Finished, JobEvent, Replaying, RunFailed, RunForm, Stalled, run_job
 from ..serving.replay import Busy, Snapshot, replay_json
 from ..serving.service import InputError
@@ -53,27 +54,38 @@ def api_trace(prompt: str = "", preset: str = "", gamma: int = 5, epsilon: float
     rule: how a chain's drafts are verified, "token" (Leviathan et al.'s token-wise rejection sampling),
     "block" (Sun et al. 2025's block verification) or "match" (keep a draft token only when the target's
     own sample equals it); all exact; epsilon and variant "uno" apply to "token" only, trees take "token".
-    Cancelling the job (`Job.cancel()`) or closing the client stops decoding within about one round (or one
-    chunk of a long prompt's pass)."""
+    A run lasts as long as its client listens for it (serving.liveness), whether it waits for the models or
+    decodes.  A gradio_client that exits stops its run within about one round (or one chunk of a long prompt's
+    pass); over plain HTTP, a result stream (GET /gradio_api/call/trace/{event_id}) that is dropped, or not
+    opened within 3 seconds of the run's start, stops it that long after, plus a round or a chunk.
+    `Job.cancel()` ends the job's stream: the run stops at its next round, or, in a long prompt's pass, as a
+    dropped stream does (if the client has other jobs under way, at the pass's end).  One client address has
+    at most SPECVIZ_RUNS_PER_CLIENT (4) live runs waiting for or using the models; beyond, the error says so
+    (replays, and runs following an identical one in progress, are not limited)."""
     form = RunForm(preset=preset, prompt=prompt, gamma=gamma, epsilon=epsilon, temperature=temperature, top_p=top_p,
                    max_new_tokens=max_new_tokens, seed=seed, variant=variant, drafter=drafter, policy=policy, tau=tau,
                    branches=branches, tree_nodes=tree_nodes, tree_mode=tree_mode, target_exec=target_exec, rule=rule)
     session = getattr(request, "session_hash", None)
-    flag = CANCELS.start(session)  # a client that goes away sets it (the app's unload event): serving.cancel
+    # Set by a client that goes away: the app's unload event, or no event stream open (serving.cancel, .liveness).
+    flag = CANCELS.start(session)
     try:
         job = form.check(standard=standard)  # before loading any model
-        with contextlib.closing(run_job(job, should_stop=flag.is_set)) as events:  # a cancelled job ends at once
-            yield from _stream(events)
+        events = run_job(job, should_stop=flag.is_set, client=client_key(request) if request is not None else None)
+        with contextlib.closing(events):  # a cancelled job ends at once
+            yield from _stream(events, flag.is_set)
     except (InputError, ModelError, Busy, RunFailed, Stalled) as exc:
         raise gr.Error(str(exc), print_exception=False)
     finally:
         CANCELS.finish(session, flag)
 
 
-def _stream(events: Iterator[JobEvent]) -> Iterator[dict]:
-    """The recording so far, at most every API_STREAM_S, then the finished one."""
+def _stream(events: Iterator[JobEvent], stop: Callable[[], bool] = lambda: False) -> Iterator[dict]:
+    """The recording so far, at most every API_STREAM_S, then the finished one.  A replay (or a followed run)
+    ends when ``stop`` says so: nobody is left to see it."""
     last = time.perf_counter()
     for ev in events:
+        if isinstance(ev, Replaying) and stop():
+            return
         now = time.perf_counter()
         if isinstance(ev, Finished):
             if ev.replayed is not None:
