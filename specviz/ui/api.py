@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from ..models import ModelError
+from ..serving import input_types
 from ..serving.cancel import CANCELS
 from ..serving.clients import client_key
 from ..serving.jobs import Decoding, Finished, JobEvent, Replaying, RunFailed, RunForm, Stalled, run_job
@@ -118,3 +119,4 @@ class ApiBlocks(gr.Blocks):
                                print_exception=False)
             inputs.extend(p.default for p in params)  # preprocess_data reads this very list next
         super().validate_inputs(block_fn, inputs)
+        input_types.check(block_fn, inputs)  # before Gradio stores a value in the session (issue 62)
