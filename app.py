@@ -341,8 +341,8 @@ def build() -> gr.Blocks:
             for frame in run(form.read(values), getattr(request, "session_hash", None), progress):
                 yield views.write(frame)
 
-        def on_stop(current: str, st: Any, request: gr.Request = None):
-            return views.write(live.stop(current, st, getattr(request, "session_hash", None)))
+        def on_stop(st: Any, request: gr.Request = None):  # what the server knows of the run: never the page's HTML
+            return views.write(live.stopped(st, getattr(request, "session_hash", None)))
 
         # Progress and errors show on the status line only (the run writes its own messages there);
         # by default Gradio would cover every output with a spinner or an "Error" badge.
@@ -357,9 +357,9 @@ def build() -> gr.Blocks:
         # cancel (closing the run's generator between two outputs) cannot reach.  The drawing goes through the
         # queue (no limit, so it starts at once): only a queued event's new state fires `state.change` (the
         # acceptance picture, a teacher's room); Gradio 6 sends changed state ids with queued results only.
-        stop_btn.click(cancel_run, None, None, cancels=[run_evt, replay_evt], queue=False, show_progress="hidden",
+        stop_btn.click(stop_pressed, None, None, cancels=[run_evt, replay_evt], queue=False, show_progress="hidden",
                        api_visibility="private").then(
-            on_stop, [status, state], views.outputs, concurrency_limit=None, show_progress="hidden",
+            on_stop, [state], views.outputs, concurrency_limit=None, show_progress="hidden",
             api_visibility="private")
         # A page that closes (a client that goes away) cancels its run in progress: Gradio's supported unload event.
         demo.unload(cancel_run)
@@ -554,9 +554,15 @@ def build() -> gr.Blocks:
 
 
 def cancel_run(request: gr.Request = None) -> None:
-    """Stop pressed, or the page closed: the session's run in progress stops within a round or a prompt chunk."""
+    """The page closed: the session's run in progress stops within a round or a prompt chunk."""
     if CANCELS.cancel(getattr(request, "session_hash", None)):
-        log.info("a run was cancelled: its page closed or pressed Stop")
+        log.info("a run was cancelled: its page closed")
+
+
+def stop_pressed(request: gr.Request = None) -> None:
+    """Stop pressed: as `cancel_run`, and Stop's drawing (live.stopped) is told whether a run was in progress."""
+    if live.press_stop(getattr(request, "session_hash", None)):
+        log.info("a run was cancelled: its page pressed Stop")
 
 
 def session_alive(demo: gr.Blocks, session: str) -> bool:
@@ -576,7 +582,8 @@ def preload_default() -> None:
 
 def launch_options() -> dict[str, Any]:
     """The server's own launch arguments (the page's look aside): upload size, threads, sessions, and the
-    middleware that lets the page open whatever its URL holds (serving.long_urls)."""
+    middleware that lets the page open whatever its URL holds (serving.long_urls) and serves only the routes
+    the page uses (serving.routes)."""
     return dict(max_file_size=MAX_UPLOAD, max_threads=MAX_THREADS, state_session_capacity=SESSIONS,
                 app_kwargs=long_urls.app_kwargs())
 

@@ -141,7 +141,6 @@ TIERS: dict[str, tuple[str, ...]] = {
     "test_hosting.py": ("server",),
     "test_hardening.py": ("server",),
     "test_attacks.py": ("server",),  # issue 62's attacks, each on a server of its own settings
-    "test_abandoned_runs.py": (),  # its server tests are marked in the file
     "test_browser.py": ("browser", "server"),
     "test_shootout_browser.py": ("browser", "server"),
     "test_present_browser.py": ("browser", "server"),

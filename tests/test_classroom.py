@@ -323,3 +323,340 @@ def test_a_flagged_race_without_a_count_based_figure_still_posts_its_point_flagg
     values = class_views.point_values(spec, std)
     assert values["flagged"] is True and values["speedup"] == pytest.approx(V.race_speedup(spec, std))
     assert R.check_point(values)["flagged"] is True  # and the room takes it
+
+
+# ---- issue 66: a class a teacher can rely on -------------------------------------------------------------------
+
+def _ui():
+    import dataclasses
+
+    from specviz.ui import class_layout as CL
+    from specviz.ui.frames import LiveFrame, Slots
+
+    ui = CL.ClassUI(**{f.name: object() for f in dataclasses.fields(CL.ClassUI)})
+    views = Slots(LiveFrame, **{f.name: object() for f in dataclasses.fields(LiveFrame)})
+    return ui, views
+
+
+def _request(query=None, session="s1", host="192.0.2.1"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(query_params=query or {}, session_hash=session, headers={"referer": "http://h/"},
+                           client=SimpleNamespace(host=host), url="http://h/")
+
+
+def _client(browser="", teacher="", reopen=""):
+    import json
+
+    return json.dumps({"id": browser, "teacher": teacher, "reopen": reopen})
+
+
+def _recordings():
+    from pathlib import Path
+
+    return sorted((Path(__file__).resolve().parents[1] / "assets" / "traces").glob("*.json"))
+
+
+@pytest.fixture
+def closing():
+    """Rooms of the app's one store opened by a test, closed after it."""
+    from specviz.ui import classroom as C
+
+    made = []
+    yield made
+    for room in made:
+        try:
+            C.ROOMS.close(room.code, room.secret)
+        except RoomError:
+            pass
+
+
+def test_a_seat_is_a_browser_and_its_id_is_kept_nowhere():
+    a, b = "a" * 22, "b" * 22
+    assert R.seat_key(a, "tab-1") == R.seat_key(a, "tab-2") != R.seat_key(b, "tab-1")
+    assert a not in R.seat_key(a)
+    for junk in ("", "short", "x" * 65, "<script>alert(1)</script>xxxxxxxx", None, 17, ["a" * 22]):
+        assert R.seat_key(junk, "tab-1") == R.seat_key(None, "tab-1") != R.seat_key(None, "tab-2")
+
+
+def test_parse_client_takes_only_what_it_expects():
+    from specviz.ui.class_client import ident, parse_client
+
+    assert parse_client(_client("c" * 30, "s3cret", "")) == {"id": "c" * 30, "teacher": "s3cret", "reopen": ""}
+    for junk in (None, "", "[1]", "{", '{"id": 5}', "x" * 5000, '{"id": "bad id!"}'):
+        assert parse_client(junk)["id"] == ""
+    assert ident(None) == "" and '"gone"' in ident(None, "abc")
+    st = {"code": "c", "role": "attendee", "seat": "b:1"}
+    assert "seat" not in ident(st) and "secret" not in ident({**st, "secret": "x"})
+    assert '"secret": "x"' in ident({"code": "c", "role": "teacher", "secret": "x"})
+
+
+def test_one_browser_is_one_attendee_however_many_tabs_and_reloads(closing):
+    """Issue 66: "2 of 4 attendees have posted" with two attendees, one with a second tab and one reload."""
+    from specviz.ui import classroom as C
+    from specviz.ui.class_views import bar_html, count_html
+
+    ui, _ = _ui()
+    room = C.ROOMS.create("198.51.100.1")
+    closing.append(room)
+    C.ROOMS.set_experiment(room.code, room.secret, "gamma")
+    alice, bob = "a1" * 11, "b2" * 11
+    pages = [(alice, "tab-1"), (alice, "tab-2"), (bob, "tab-3"), (bob, "tab-3-reloaded")]
+    for browser, session in pages:
+        out = C.join_class(ui, room.code, _client(browser), _request(session=session))
+        assert out[ui.room]["role"] == "attendee"
+    assert len(room.attendees) == 2 and room.people() == 2
+    seat = C.join_class(ui, room.code, _client(alice), _request(session="tab-9"))[ui.room]["seat"]
+    C.ROOMS.post_point(room.code, seat, "race-0001", GOOD)
+    assert 'data-people="2"' in bar_html(room, "teacher") and "2 attendees" in bar_html(room, "teacher")
+    assert "1 of 2 attendees has posted" in count_html(room)
+    # a page without an id (a script, blocked storage): a seat of its own session, as before
+    C.join_class(ui, room.code, "", _request(session="script-1"))
+    assert room.people() == 3
+
+
+def test_the_teacher_refresh_keeps_the_bar_and_the_count_in_step(closing):
+    from specviz.ui import classroom as C
+
+    ui, _ = _ui()
+    out = C.on_load(ui, _client("t" * 20), _request({"class": "new"}))
+    st = out[ui.room]
+    room = C.ROOMS.get(st["code"])
+    closing.append(room)
+    C.join_class(ui, room.code, _client("z" * 20), _request(session="att"))
+    live = C.teacher_refresh(ui, st, out[ui.seen])
+    assert 'data-people="1"' in live[ui.bar_text] and 'data-people="1"' in live[ui.count]
+
+
+def test_a_reloaded_teacher_page_is_the_teacher_of_the_same_class_where_it_was(closing):
+    """Issue 66: ?class=new made a new class on every reload; the private link reset the round and recording."""
+    from specviz.ui import classroom as C
+    from specviz.ui.store import Shown
+
+    ui, views = _ui()
+    recs = _recordings()
+    first = C.on_load(ui, _client("t" * 20), _request({"class": "new"}))
+    st = first[ui.room]
+    room = C.ROOMS.get(st["code"])
+    closing.append(room)
+    n = len(C.ROOMS)
+    shown = Shown.shipped(recs[1])
+    C.teacher_view(st, shown, 4)
+    C.ROOMS.set_experiment(room.code, room.secret, "epsilon")
+    assert (room.view_key, room.step) == ("rec:" + recs[1].name, 4)
+
+    # three ways back: this tab's ?class=new, the code with the kept secret, the private link
+    for client, query in [(_client("t" * 20, room.secret, room.code), {"class": "new"}),
+                          (_client("t" * 20, room.secret), {"class": room.code}),
+                          (_client(), {"class": room.code, "teacher": room.secret})]:
+        out = C.on_load(ui, client, _request(query, session="reloaded"))
+        again = out[ui.room]
+        assert again["role"] == "teacher" and again["code"] == room.code and len(C.ROOMS) == n
+        assert prop(out[ui.experiment], "value") == "epsilon" and isinstance(out[ui.restore], int)
+        # the page's own start lands (the first recording, round 1): the room keeps its view, and the page is
+        # told to show the room's (its sync), which it then does
+        default = Shown.shipped(recs[0])
+        assert isinstance(C.teacher_moved(ui, again, default, 1)[ui.want_all], int)
+        C.on_step(again, default, 1)
+        assert (room.view_key, room.step) == ("rec:" + recs[1].name, 4)
+        synced = C.attendee_sync(ui, views, views["step"], recs, again, None, default, 1)
+        assert synced[views["state"]] == shown and prop(synced[views["step"]], "value") == 4
+        assert C.teacher_moved(ui, again, shown, 4)[ui.want_all] == gr_skip()  # it shows the room's: restored
+        C.teacher_view(again, shown, 5)  # and now the teacher leads again
+        assert room.step == 5
+        C.teacher_view(again, shown, 4)
+
+
+def gr_skip():
+    import gradio as gr
+
+    return gr.skip()
+
+
+def prop(update, name):
+    """A property an event sets: from an update dict, or from the component a handler returned."""
+    return update.get(name) if isinstance(update, dict) else getattr(update, name)
+
+
+def test_start_on_a_teaching_page_and_new_without_storage_make_no_second_class(closing):
+    from specviz.ui import classroom as C
+
+    ui, _ = _ui()
+    out = C.on_load(ui, _client(), _request({"class": "new"}))
+    st = out[ui.room]
+    closing.append(C.ROOMS.get(st["code"]))
+    again = C.start_class(ui, st, _client(), None, 1, _request())
+    assert again[ui.room] is st and "already" in again[ui.message]
+
+
+def test_a_stale_kept_secret_is_forgotten_and_the_page_is_told(closing):
+    from specviz.ui import classroom as C
+
+    ui, _ = _ui()
+    out = C.on_load(ui, _client("t" * 20, "secret-of-a-gone-class"), _request({"class": "abcdefghj"}))
+    assert out[ui.room] is None and '"gone"' in out[ui.ident] and "closed" in out[ui.message]
+
+
+def _point(**change):
+    return {**GOOD, **change}
+
+
+def test_each_experiment_keeps_its_points_axes_and_reference(closing):
+    """Issue 66: switching experiments redrew the earlier points on the new axis; ε points read "γ 4"."""
+    import json
+
+    from specviz.trace.summary import theoretical_speedup
+    from specviz.ui import classroom as C
+    from specviz.ui.class_plot import class_plot
+    from specviz.ui.class_views import count_html, point_choices, write_points
+
+    room = C.ROOMS.create()
+    closing.append(room)
+    C.ROOMS.join(room.code, "a")
+    C.ROOMS.set_experiment(room.code, room.secret, "gamma")
+    C.ROOMS.post_point(room.code, "a", "race-gamma-1", _point(gamma=3, v=1.8, c=0.3, alpha=0.7))
+    C.ROOMS.post_point(room.code, "a", "race-gamma-2", _point(gamma=6, v=2.2, c=0.3, alpha=0.7))
+    C.ROOMS.set_experiment(room.code, room.secret, "epsilon")
+    assert "0 points" in count_html(room) and point_choices(room) == []
+    assert "No points yet" in json.dumps(class_plot(room).to_plotly_json(), ensure_ascii=False)
+    for i, eps in enumerate((0.1, 0.3)):
+        C.ROOMS.post_point(room.code, "a", f"race-epsilon-{i}", _point(gamma=4, epsilon=eps, alpha=0.8 + i / 10))
+    assert [label for label, _ in point_choices(room)] == ["#3 · attendee 1 · ε 0.1 · α 0.80",
+                                                           "#4 · attendee 1 · ε 0.3 · α 0.90"]
+    fig = class_plot(room)
+    races = next(t for t in fig.data if (t.name or "").startswith("races"))
+    assert list(races.x) == [0.1, 0.3] and list(races.y) == [0.8, 0.9]  # ε against α, only the ε points
+    assert "ε" in fig.layout.xaxis.title.text and fig.layout.xaxis.range[0] < 0.1 < 0.3 < fig.layout.xaxis.range[1]
+    # back to γ: its own two points, over Thm 3.8 at the class's measured α, c, v, and the textbook v = 1 faint
+    C.ROOMS.set_experiment(room.code, room.secret, "gamma")
+    fig = class_plot(room)
+    races = next(t for t in fig.data if (t.name or "").startswith("races"))
+    assert list(races.x) == [3.0, 6.0]
+    measured, textbook = (t for t in fig.data if t.mode == "lines")
+    assert "v = 2.00 (measured)" in measured.name and "v = 1" in textbook.name
+    at = list(measured.x).index(4.0)
+    assert measured.y[at] == pytest.approx(theoretical_speedup(0.7, 4, 0.3, 2.0))
+    assert textbook.y[at] == pytest.approx(theoretical_speedup(0.7, 4, 0.3, 1.0)) > measured.y[at]
+    lo, hi = fig.layout.xaxis.range
+    assert lo < 3 < 6 < hi <= 7.6  # the axis fits the points
+    # the export: every experiment's points, with their settings and costs
+    csv_path, json_path = write_points(room)
+    header = open(csv_path).readline().strip().split(",")
+    for name in ("experiment", "gamma", "epsilon", "temperature", "policy", "drafter", "v", "c", "alpha", "speedup",
+                 "flagged"):
+        assert name in header
+    data = json.load(open(json_path))
+    assert set(data["experiments"]) == {"gamma", "epsilon"} and len(data["points"]) == 4
+    assert [p["epsilon"] for p in data["experiments"]["epsilon"]["points"]] == [0.1, 0.3]
+    assert data["experiments"]["gamma"]["reference"]["v"] == pytest.approx(2.0)
+
+
+def test_points_are_bounded_per_experiment(store):
+    room = started(store)
+    store.join(room.code, "a")
+    for i in range(R.POINTS_PER_ATTENDEE):
+        store.post_point(room.code, "a", f"race-{i:04d}", GOOD)
+    with pytest.raises(PointRefused, match="this experiment"):
+        store.post_point(room.code, "a", "race-9999", GOOD)
+    store.set_experiment(room.code, room.secret, "lose")
+    assert store.post_point(room.code, "a", "race-9999", GOOD).values["experiment"] == "lose"
+
+
+def test_a_removed_point_stays_removed(store):
+    """Issue 66: a removed point still read "Posted" on the attendee's page, and one click on Post put it back."""
+    from specviz.ui import class_views
+
+    room = started(store)
+    store.join(room.code, "a")
+    p = store.post_point(room.code, "a", "race-0001", GOOD)
+    store.remove_point(room.code, room.secret, p.id)
+    with pytest.raises(PointRefused, match="removed this race"):
+        store.post_point(room.code, "a", "race-0001", GOOD)
+    assert store.points(room.code) == [] and [q.id for q in store.points(room.code, removed=True)] == [p.id]
+    assert store.post_point(room.code, "a", "race-0002", GOOD)  # another race is welcome
+    store.join(room.code, "b")
+    assert store.post_point(room.code, "b", "race-0001", GOOD)  # (and another attendee's same settings)
+    original = class_views.ROOMS
+    class_views.ROOMS = store
+    try:
+        mine = class_views.mine_html(room, "a")
+    finally:
+        class_views.ROOMS = original
+    assert "Removed by the teacher: #1" in mine and "refused" in mine and "Posted to the class: #2" in mine
+
+
+def test_an_ended_class_keeps_its_points_for_its_teacher_until_it_expires(store, clock):
+    room = started(store)
+    store.join(room.code, "a")
+    store.post_point(room.code, "a", "race-0001", GOOD)
+    store.close(room.code, room.secret)
+    assert store.get(room.code) is None and len(store) == 0  # closed to everyone else
+    with pytest.raises(RoomError, match="No class is open"):
+        store.join(room.code, "a")
+    with pytest.raises(RoomError, match="has ended"):
+        store.teacher(room.code, room.secret)
+    with pytest.raises(RoomError, match="Only the teacher"):
+        store.results(room.code, "guess")
+    assert store.results(room.code, room.secret) is room and len(store.points(room.code)) == 1
+    clock.t += 3600 + 1  # the class's lifetime (hours=1.0) from the teacher's last move
+    with pytest.raises(RoomError):
+        store.results(room.code, room.secret)
+    assert store.points(room.code) == []
+
+
+def test_ending_asks_first_offers_the_export_and_the_export_works_after(closing):
+    from specviz.ui import classroom as C
+
+    ui, _ = _ui()
+    st = C.on_load(ui, _client(), _request({"class": "new"}))[ui.room]
+    room = C.ROOMS.get(st["code"])
+    C.ROOMS.set_experiment(room.code, room.secret, "gamma")
+    C.ROOMS.join(room.code, "a")
+    C.ROOMS.post_point(room.code, "a", "race-0001", GOOD)
+    asked = C.ask_close(ui, st)
+    assert prop(asked[ui.confirm], "visible") is True and "export" in asked[ui.confirm_text]
+    assert C.ROOMS.get(room.code) is room  # asking ends nothing
+    out = C.close_class(ui, st, _request())
+    ended = out[ui.room]
+    assert ended["role"] == "ended" and C.ROOMS.get(room.code) is None
+    assert 'data-state="ended"' in out[ui.card] and prop(out[ui.manage], "visible") is False
+    files = C.export_points(ended)
+    assert prop(files, "visible") is True and len(prop(files, "value")) == 2
+    # a reload of the teacher's page: the ended class, read-only
+    again = C.on_load(ui, _client("t" * 20, room.secret), _request({"class": room.code}))
+    assert again[ui.room]["role"] == "ended" and 'data-state="ended"' in again[ui.card]
+    assert C.set_experiment(ui, again[ui.room], "gamma")[ui.plot] is not None
+
+
+def test_the_projected_card_is_large_and_holds_no_secret(closing):
+    import re
+
+    from specviz.ui import class_layout as CL
+    from specviz.ui import classroom as C
+    from specviz.ui.class_views import private_html, teacher_html
+
+    room = C.ROOMS.create()
+    closing.append(room)
+    card = teacher_html(room, "http://h/")
+    assert room.secret not in card and "<details" not in card and "<svg" in card
+    assert room.secret in private_html(room, "http://h/")
+    css = CL.CARD_CSS
+    code = re.search(r"#sv-class-card \.sv-class-code \{[^}]*font: 700 (\d+)px", css)
+    qr = re.search(r"#sv-class-card \.sv-class-qr svg \{ width: (\d+)px; height: (\d+)px", css)
+    assert int(code.group(1)) >= 48 and int(qr.group(1)) >= 320 and int(qr.group(2)) >= 320
+
+
+def test_a_point_carries_its_costs_in_standard_steps():
+    """The point's c and v are the race's, as its headline measures them (theory.costs)."""
+    from specviz.core.settings import DecodeSettings
+    from specviz.models import TINY_PRESET, load_pair
+    from specviz.serving.service import race, tokenize
+    from specviz.theory.costs import race_costs
+    from specviz.ui import class_views
+
+    pair = load_pair(TINY_PRESET)
+    done = list(race(tokenize(pair, "hello there", DecodeSettings.checked(max_new_tokens=12, gamma=3))))[-1]
+    values = class_views.point_values(done.spec, done.std)
+    rc = race_costs(done.spec, done.std)
+    assert values["v"] == pytest.approx(rc.v) and values["c"] == pytest.approx(rc.c)
+    assert R.check_point(values)["v"] == pytest.approx(rc.v)

@@ -58,9 +58,11 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, n: int) -> None:
 
 
 def app_kwargs() -> dict[str, Any]:
-    """What ``Blocks.launch(app_kwargs=...)`` passes to Gradio's FastAPI app to put `LongUrls` in front."""
+    """What ``Blocks.launch(app_kwargs=...)`` passes to Gradio's FastAPI app to put `LongUrls` in front, then
+    `ServedRoutes` (serving.routes)."""
     from starlette.middleware import Middleware
 
     from .liveness import ClientStreams  # which clients still listen to their runs (issue 62)
+    from .routes import ServedRoutes  # only the routes the page uses are served (issue 62)
 
-    return {"middleware": [Middleware(LongUrls), Middleware(ClientStreams)]}
+    return {"middleware": [Middleware(LongUrls), Middleware(ServedRoutes), Middleware(ClientStreams)]}

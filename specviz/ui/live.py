@@ -330,9 +330,41 @@ def _as_stopped(tr: Trace | None) -> Trace | None:
     return tr
 
 
-def stop(current: str | None, state: Any, session: str | None = None) -> LiveFrame:
-    """Stop pressed: draw the run as far as it got (no round left "verifying…") and say it stopped."""
+_PRESSED: OrderedDict[str, bool] = OrderedDict()  # session -> whether a run was in progress when Stop was pressed
+
+
+def press_stop(session: str | None) -> bool:
+    """Stop's first step (outside the queue): the session's run in progress stops (serving.cancel), and whether it
+    had one is kept for Stop's drawing, which follows (`stopped`).  The server's own knowledge of the run, never
+    the page's word: an event's inputs are whatever its client sends (issue 62)."""
+    running = CANCELS.cancel(session)
+    if session:
+        with _LIVE_LOCK:
+            _PRESSED[session] = running
+            _PRESSED.move_to_end(session)
+            while len(_PRESSED) > _LIVE_MAX:
+                _PRESSED.popitem(last=False)
+    return running
+
+
+def _shown_traces(state: Any) -> tuple[Trace | None, Trace | None]:
+    """(spec, std) the page's state shows: none for an empty state, or one whose traces the server dropped."""
+    get = getattr(state, "get", None)
+    if not state or get is None:
+        return None, None
+    return get("spec"), get("std")
+
+
+def stopped(state: Any, session: str | None = None) -> LiveFrame:
+    """Stop pressed: draw the run as far as it got (no round left "verifying…") and say it stopped.
+
+    Decided from what the server knows of the session: the traces its run left (`_live_put`), whether a run was
+    in progress when Stop was pressed (`press_stop`), the traces its state shows.  Never an empty frame, whatever
+    the state (empty, dropped by the store or by Gradio): Gradio reads an empty dict as one missing value of the
+    event's 22 ("on_stop didn't return enough output values"), and puts "Error" on every output."""
     live = _live_pop(session)
+    with _LIVE_LOCK:
+        was_running = _PRESSED.pop(session, False) if session else False
     if live:
         spec, std, running = live
         spec = _as_stopped(spec) if "spec" in running else spec
@@ -351,12 +383,17 @@ def stop(current: str | None, state: Any, session: str | None = None) -> LiveFra
             if spec:
                 frame.rounds, frame.tree = V.rounds_html(spec), live_tree(spec)
         return frame
-    if current and 'data-kind="info"' in current and "press Run" not in current:  # stopped while loading
+    if was_running:  # stopped before it drew a token: while loading the models, or waiting for them
         return LiveFrame(status=status_html("Stopped. Press Run to start again.", "warn"))
-    spec, std = (state or {}).get("spec"), (state or {}).get("std")
-    if spec or std:  # the replay was stopped: show the finished race
+    spec, std = _shown_traces(state)
+    if spec or std:  # no run: a replay of the race was stopped, so show the finished race
         return LiveFrame(race=V.race_html(spec, std))
-    return LiveFrame()
+    return LiveFrame(status=gr.skip())  # nothing ran, nothing shown to redraw: the page stays as it is
+
+
+def stop(_status: Any, state: Any, session: str | None = None) -> LiveFrame:
+    """`stopped`, called as the page once called it, with its status line first: that argument is ignored."""
+    return stopped(state, session)
 
 
 def replay(state: Any) -> Iterator[str]:
