@@ -113,8 +113,8 @@ def class_plot(room: R.Room | None, experiment: str | None = None) -> go.Figure:
             measured = [theoretical_speedup(x, max(g or 1.0, 1.0), c, vv) for x in grid]
             textbook = [theoretical_speedup(x, max(g or 1.0, 1.0), c, 1.0) for x in grid]
             at = f"γ = {_fmt(g, '.1f')}, c = {_fmt(c)}"
-        if vv is not None:
-            _curve(fig, grid, measured, f"Thm 3.8 at the class's {at}, v = {vv:.2f} (measured)", faint=False)
+        if vv is not None:  # (the name wrapped where a phone's legend wraps it: after the theorem)
+            _curve(fig, grid, measured, f"Thm 3.8 at the class's measured v = {vv:.2f}<br>({at})", faint=False)
         _curve(fig, grid, textbook, "textbook Thm 3.8 (v = 1)", faint=True)
         note = (f"the curve: Thm 3.8 at the class's measured costs (a verify pass: v = {vv:.2f} standard steps)"
                 if vv is not None else "the curve: the textbook Thm 3.8 (v = 1; the races measured no v)")
