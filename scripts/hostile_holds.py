@@ -121,11 +121,11 @@ def battery_classes(url: str, page: Page, tally: Any) -> None:
               visitor)
     join = page.event("click", elem_id="sv-class-join")
     for k in range(140):
-        r = page.fire(join, [f"nope{k}"], new_session(), timeout=60)
+        r = page.fire(join, page.defaults(join, **{"sv-class-code-in": f"nope{k}"}), new_session(), timeout=60)
         tally.note(f"refused join {k}", "refused" if "No class" in _out(page, join, r, "sv-class-message") else "failed",
                    _out(page, join, r, "sv-class-message")[:80] or str(r.get("error")))
     exp = page.event("input", elem_id="sv-class-experiment")
-    r = page.fire(exp, [None, "gamma"], teacher)
+    r = page.fire(exp, page.defaults(exp, **{"sv-class-experiment": "gamma"}), teacher)
     kept = "Experiment:" in _out(page, exp, r, "sv-class-message")
     tally.note("the teacher after 140 refused joins", "refused" if kept else "failed", "kept" if kept else str(r)[:120])
     r = page.fire(page.event("click", elem_id="sv-next"), [None, 1], visitor)

@@ -53,10 +53,11 @@ def test_refused_joins_keep_the_teacher_and_a_loaded_recording(app, tmp_path):
     assert page.fire(upload, [rec], visitor)["ok"]
     join = page.event("click", elem_id="sv-class-join")
     for k in range(140):
-        res = page.fire(join, ["zzzzzzzzz" if k % 2 else "no such class"], new_session())
+        res = page.fire(join, page.defaults(join, **{"sv-class-code-in": "zzzzzzzzz" if k % 2 else "no such class"}),
+                        new_session())
         assert "No class is open" in out(page, join, res, "sv-class-message")
     exp = page.event("input", elem_id="sv-class-experiment")
-    res = page.fire(exp, [None, "gamma"] if len(exp["inputs"]) == 2 else page.defaults(exp), teacher)
+    res = page.fire(exp, page.defaults(exp, **{"sv-class-experiment": "gamma"}), teacher)
     assert "Experiment: Everyone picks γ" in out(page, exp, res, "sv-class-message")
     nxt = page.event("click", elem_id="sv-next")
     res = page.fire(nxt, [None, 1], visitor)
@@ -117,3 +118,22 @@ def test_sixteen_rooms_showing_a_big_recording_stay_within_the_store(app, tmp_pa
     assert grown < 300, f"RSS grew {grown:.0f} MB over rooms 4-16 ({[round(r / 2**20) for r in rss]} MB)"
     assert TB not in server.log()
     assert httpx.get(server.url, timeout=30).status_code == 200  # a new visitor is served
+
+
+def test_an_upload_event_without_a_file_changes_nothing_and_logs_no_traceback(app):
+    """A forged upload event with no file once returned no value at all ("didn't return enough output values")."""
+    server, page = app
+    upload = page.event("upload", elem_id="sv-upload")
+    res = page.fire(upload, [None], new_session())
+    assert res["ok"], res
+    assert TB not in server.log()
+
+
+def test_a_refused_value_is_never_quoted_back_as_markup(app):
+    server, page = app
+    dep = page.event("change", elem_id="sv-preset") if any(
+        page.components.get(t[0], {}).get("props", {}).get("elem_id") == "sv-preset" and t[1] == "change"
+        for d in page.cfg["dependencies"] for t in d["targets"]) else None
+    assert dep is not None
+    res = page.fire(dep, ['<img src=x onerror="window.__pwned=1">'] * len(dep["inputs"]), new_session())
+    assert not res["ok"] and "<img" not in str(res["error"]) and "not in the list of choices" in str(res["error"])

@@ -30,7 +30,9 @@ _INSTALLED = "_specviz_forged"
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    # The client's own value may be quoted back (Gradio's "Value: … is not in the list of choices"): never as
+    # markup, whatever renders the message (issue 62).
+    text = " ".join(str(exc).split()).replace("<", "‹").replace(">", "›") or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -42,8 +44,7 @@ def refusal(exc: BaseException, fn_name: str | None = None) -> Exception:
     cause = exc.__cause__ if isinstance(exc, ComponentProcessingError) and exc.__cause__ else exc
     what = f"The values sent to this event{f' ({fn_name})' if fn_name else ''} could not be read: {_short(cause)}"
     if isinstance(exc, Error) and not isinstance(exc, ComponentProcessingError):
-        exc.print_exception = False  # a component's own refusal: its message is already the right one
-        return exc
+        return Error(_short(exc, 600), print_exception=False)  # a component's own refusal: its message, inert
     return Error(what, print_exception=False)
 
 

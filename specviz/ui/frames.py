@@ -179,7 +179,10 @@ class Slots(Generic[F]):
     def write(self, frame: Frame) -> dict[Any, Any]:
         if not isinstance(frame, self.cls):
             raise TypeError(f"expected a {self.cls.__name__}, got a {type(frame).__name__}")
-        return {self.by_name[k]: v for k, v in frame.updates().items()}
+        out = {self.by_name[k]: v for k, v in frame.updates().items()}
+        # Gradio reads an empty dict as one missing value ("didn't return enough output values"): a frame that
+        # changes nothing skips its first component instead (a forged upload with no file, issue 62).
+        return out or {next(iter(self.by_name.values())): {"__type__": "update"}}  # (gr.skip(), without Gradio)
 
     def read(self, values: Mapping[Any, Any]) -> F:
         return self.cls(**{n: values.get(c) for n, c in self.by_name.items()})
