@@ -89,7 +89,7 @@ CARD_CSS = """<style>
 #sv-class-card .sv-class-label { font-size: 22px; margin: 0; }
 #sv-class-card .sv-class-code { font: 700 64px/1.1 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
   letter-spacing: 0.04em; margin: 4px 0 12px; white-space: nowrap; }
-#sv-class-card .sv-class-url { font-size: 20px; margin: 0; word-break: break-all; }
+#sv-class-card .sv-class-url { font-size: 20px; margin: 0; overflow-wrap: anywhere; }
 #sv-class-card.sv-projecting, #sv-class-card:fullscreen { position: fixed; inset: 0; z-index: 10000; margin: 0;
   width: 100vw; height: 100vh; max-width: none; background: #fff; color: #111; display: flex; align-items: center;
   justify-content: center; cursor: zoom-out; }
@@ -102,7 +102,7 @@ CARD_CSS = """<style>
   width: min(70vh, 40vw); height: min(70vh, 40vw); }
 #sv-class-card.sv-projecting .sv-class-code, #sv-class-card:fullscreen .sv-class-code { font-size: min(6vw, 14vh); }
 #sv-class-card.sv-projecting .sv-class-url, #sv-class-card:fullscreen .sv-class-url,
-#sv-class-card.sv-projecting .sv-class-label, #sv-class-card:fullscreen .sv-class-label { font-size: min(2.4vw, 4vh); }
+#sv-class-card.sv-projecting .sv-class-label, #sv-class-card:fullscreen .sv-class-label { font-size: min(2.2vw, 4vh); }
 @media (max-width: 640px) {
   #sv-class-card .sv-class-qr svg { width: 240px; height: 240px; }
   #sv-class-card .sv-class-code { font-size: 40px; }

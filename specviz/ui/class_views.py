@@ -73,7 +73,7 @@ def teacher_html(room: R.Room, base: str) -> str:
             f'<p class="sv-class-label">Class code</p>'
             f'<p class="sv-class-code" id="sv-class-code" data-code="{room.code}">{spaced(room.code)}</p>'
             f'<p class="sv-class-url">Open <a href="{html.escape(link)}" target="_blank" id="sv-class-join-link">'
-            f'{html.escape(link)}</a><br>or scan the QR code.</p></div></div>')
+            f'{html.escape(base)}<wbr>{html.escape(link[len(base):])}</a><br>or scan the QR code.</p></div></div>')
 
 
 def private_html(room: R.Room, base: str) -> str:
