@@ -5,9 +5,11 @@
 Starts one server (scripts/soak_server.py, the tiny pair offered; or `--url` to use a running one), then:
 
 1. the teacher's page opens (the page's start event), starts a class and sets the experiment "Everyone picks γ";
-2. N attendees' pages open and join with the code; each polls its room once a second (the page's gr.Timer event,
-   with the values a browser sends, the step it shows included) and, as a browser does, fires the step's change
-   events when the poll moves its step;
+2. N attendees' pages open and join with the code, each with a browser id of its own (what a browser keeps in its
+   localStorage: ui.class_client), and `--tabs` of them open a second tab with the same id (one seat a browser:
+   the teacher's page must count N attendees, issue 66); each page polls its room once a second (the page's
+   gr.Timer event, with the values a browser sends, the step it shows included) and, as a browser does, fires the
+   step's change events when the poll moves its step;
 3. the teacher steps through the recording (`--steps` Next presses, `--step-every` seconds apart, each followed by
    the step's change events); the delay from the teacher's page showing a round to each attendee's poll
    returning it is measured;
@@ -16,8 +18,9 @@ Starts one server (scripts/soak_server.py, the tiny pair offered; or `--url` to 
    wait the page says (`--retries` presses at most, as a person would); the teacher's page refreshes its plot
    (its own timer event, every 2 s) and the time from each race's end to its point counted there is measured.
 
-Reports: p50/p95/max of both delays, failed events, tracebacks in the server log, RSS before and after, the CPU.
-Exit status 1 when a target is missed (p95 follow ≤ 2 s, every point within 5 s, 0 tracebacks).
+Reports: p50/p95/max of both delays, failed events, tracebacks in the server log, RSS before and after, the CPU,
+the attendees the teacher's page counts.  Exit status 1 when a target is missed (p95 follow ≤ 2 s, every point
+within 5 s, 0 tracebacks, N attendees counted).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import os
 import random
 import re
+import secrets
 import sys
 import tempfile
 import threading
@@ -67,8 +71,9 @@ class Session:
     """One browser tab: its events go through one event stream (Gradio's queue/data, per session), matched by
     event id, so a poll, a race and a step's change events may be pending at once, as in a browser."""
 
-    def __init__(self, page: Page, name: str | None = None):
+    def __init__(self, page: Page, name: str | None = None, browser: str | None = None):
         self.page, self.name = page, name or new_session()
+        self.browser = browser or secrets.token_hex(12)  # the browser's id (its localStorage): one seat a browser
         self.lock = threading.Lock()
         self.waiting: dict[str, cf.Future] = {}
         self.early: dict[str, dict] = {}
@@ -227,6 +232,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write the figures here as JSON")
     ap.add_argument("--follow-only", action="store_true", help="stop after the follow phase (no races)")
     ap.add_argument("--retries", type=int, default=4, help="Run presses per race when told the models are busy")
+    ap.add_argument("--tabs", type=int, default=6, help="attendees who open a second tab (the same browser)")
     args = ap.parse_args()
 
     server = None
@@ -264,19 +270,22 @@ def main() -> int:
         print(f"class {code} started; {args.attendees} attendees joining", flush=True)
 
         sessions = [Session(page) for _ in range(args.attendees)]
-        shown = {s: 1 for s in sessions}  # the step each attendee's page shows
-        following = {s: True for s in sessions}
+        tabs = [Session(page, browser=s.browser) for s in sessions[:max(0, args.tabs)]]  # follow only, no race
+        shown = {s: 1 for s in sessions + tabs}  # the step each attendee's page shows
+        following = {s: True for s in sessions + tabs}
         racing: set = set()
         seen_at: dict[tuple[str, int], float] = {}
         stop = threading.Event()
 
-        def open_and_join(s: str) -> None:
+        def open_and_join(s: Session) -> None:
             note("attendee page", cls.fire(cls.start_page, s))
-            note("join", cls.fire(cls.join, s, {cls.by_elem["sv-class-code-in"]: code}))
+            note("join", cls.fire(cls.join, s, {cls.by_elem["sv-class-code-in"]: code,
+                                                cls.by_elem["sv-class-client"]: json.dumps({"id": s.browser})}))
 
         with cf.ThreadPoolExecutor(16) as ex:
-            list(ex.map(open_and_join, sessions))
-        print(f"{len(sessions)} attendees joined; RSS {server.rss() / 2**20:.0f} MiB" if server else "joined", flush=True)
+            list(ex.map(open_and_join, sessions + tabs))
+        print(f"{len(sessions)} attendees joined ({len(tabs)} with a second tab); RSS {server.rss() / 2**20:.0f} MiB"
+              if server else "joined", flush=True)
 
         def poller(s: str) -> None:
             follow_id = cls.by_elem["sv-class-follow"]
@@ -302,7 +311,7 @@ def main() -> int:
                 stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))  # a gr.Timer(1.0): the next tick after this one
 
         cpu0 = (server_cpu(server) if server else 0.0, time.process_time(), time.monotonic())
-        threads = [threading.Thread(target=poller, args=(s,), daemon=True) for s in sessions]
+        threads = [threading.Thread(target=poller, args=(s,), daemon=True) for s in sessions + tabs]
         for t in threads:
             t.start()
         time.sleep(3)
@@ -318,8 +327,8 @@ def main() -> int:
             cls.stepped(teacher, step)
             time.sleep(args.step_every)
         time.sleep(3)
-        delays = [seen_at[(s, k)] - t for k, t in shown_at.items() for s in sessions if (s, k) in seen_at]
-        missed = sum(1 for k in shown_at for s in sessions if (s, k) not in seen_at and shown[s] < k)
+        delays = [seen_at[(s, k)] - t for k, t in shown_at.items() for s in sessions + tabs if (s, k) in seen_at]
+        missed = sum(1 for k in shown_at for s in sessions + tabs if (s, k) not in seen_at and shown[s] < k)
         cpu_s = {"server": round(server_cpu(server) - cpu0[0], 1) if server else None,
                  "load_script": round(time.process_time() - cpu0[1], 1), "wall": round(time.monotonic() - cpu0[2], 1)}
         print(f"follow: {len(delays)} attendee steps, p50 {pct(delays, .5):.2f} s, p95 {pct(delays, .95):.2f} s, "
@@ -337,6 +346,7 @@ def main() -> int:
 
         # The experiment: every attendee races once and posts it.
         counts: list[tuple[float, int]] = []
+        people: list[int] = []  # the attendees the teacher's page counts
 
         def teacher_refresh() -> None:
             while not stop.is_set():
@@ -346,6 +356,9 @@ def main() -> int:
                 m = re.search(r'data-points=\\"(\d+)', html)
                 if m:
                     counts.append((time.monotonic(), int(m.group(1))))
+                m = re.search(r'data-people=\\"(\d+)', html)
+                if m:
+                    people.append(int(m.group(1)))
                 stop.wait(max(0.0, 2.0 - (time.monotonic() - t0)))
 
         threading.Thread(target=teacher_refresh, daemon=True).start()
@@ -410,6 +423,7 @@ def main() -> int:
             "point_visible_p50_s": pct(visible, .5), "point_visible_p95_s": pct(visible, .95),
             "point_visible_max_s": max(visible) if visible else None,
             "points_on_teacher_page": counts[-1][1] if counts else 0,
+            "attendees_on_teacher_page": people[-1] if people else None, "second_tabs": len(tabs),
             "failed_events": len(failures), "tracebacks": tracebacks,
             "rss_before_mib": round(rss0 / 2**20) if rss0 else None, "rss_after_mib": round(rss1 / 2**20) if rss1 else None,
             "follow_cpu_s": cpu_s, "load_avg_before": load0, "load_avg_after": [round(x, 2) for x in os.getloadavg()],
@@ -425,8 +439,9 @@ def main() -> int:
         if args.out:
             args.out.write_text(json.dumps(figures, indent=1))
         ok = (figures["follow_p95_s"] or 99) <= 2.0 and all(v <= 5.0 for v in visible) and not tracebacks \
-            and posted == len(sessions)
-        print("PASS" if ok else "FAIL (targets: p95 follow ≤ 2 s, every point within 5 s, 0 tracebacks)")
+            and posted == len(sessions) and figures["attendees_on_teacher_page"] == len(sessions)
+        print("PASS" if ok else "FAIL (targets: p95 follow ≤ 2 s, every point within 5 s, 0 tracebacks, "
+              "one attendee a browser)")
         return 0 if ok else 1
     finally:
         if server:

@@ -120,7 +120,8 @@ class Rooms(Protocol):
     def remove_point(self, code: str, secret: str, point_id: int) -> bool: ...
     def close(self, code: str, secret: str) -> None: ...
     def results(self, code: str, secret: str) -> Room: ...
-    def points(self, code: str, experiment: str | None = None, *, removed: bool = False) -> list[Point]: ...
+    def points(self, code: str, experiment: str | None = None, *, removed: bool = False,
+               attendee: str | None = None) -> list[Point]: ...
     def expire(self, now: float | None = None) -> int: ...
 
 
@@ -409,15 +410,17 @@ class RoomStore:
                 room.points_version += 1
         return gone is not None
 
-    def points(self, code: str, experiment: str | None = None, *, removed: bool = False) -> list[Point]:
-        """Copies of the points of the room with this code, open or ended (those posted to ``experiment`` only,
-        when given; the removed ones with ``removed``)."""
+    def points(self, code: str, experiment: str | None = None, *, removed: bool = False,
+               attendee: str | None = None) -> list[Point]:
+        """Copies of the points of the room with this code, open or ended (those posted to ``experiment``, by
+        ``attendee``, when given; the removed ones with ``removed``)."""
         code = clean_code(code)
         with self._lock:
             room = self._rooms.get(code) or self._ended.get(code)
             held = (room.removed if removed else room.points).values() if room is not None else ()
             return [dataclasses.replace(p, values=dict(p.values)) for p in held
-                    if experiment is None or p.experiment == experiment]
+                    if (experiment is None or p.experiment == experiment)
+                    and (attendee is None or p.attendee == attendee)]
 
     def stats(self) -> dict[str, int]:
         with self._lock:

@@ -128,8 +128,8 @@ def mine_html(room: R.Room | None, seat: str) -> str:
     if room is None or not room.experiment:
         return ""
     exp = room.experiment
-    on = [p for p in ROOMS.points(room.code, exp) if p.attendee == seat]
-    off = [p for p in ROOMS.points(room.code, exp, removed=True) if p.attendee == seat]
+    on = ROOMS.points(room.code, exp, attendee=seat)  # (every attendee's poll asks: only its own are copied)
+    off = ROOMS.points(room.code, exp, removed=True, attendee=seat)
     def listed(ps: list[R.Point]) -> str:
         return ", ".join(f"#{p.id} ({html.escape(quantities(p))})" for p in ps)
 
