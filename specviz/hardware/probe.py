@@ -379,14 +379,3 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
 
 def machine_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m specviz.hardware.probe``: :func:`.probe_cli.main`."""
-    from .probe_cli import main as cli
-
-    return cli(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

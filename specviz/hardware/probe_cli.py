@@ -1,4 +1,4 @@
-"""``python -m specviz.hardware.probe``: full curves for the roofline, and recordings to ship."""
+"""``python -m specviz.hardware.probe_cli``: full curves for the roofline, and recordings to ship."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m specviz.hardware.probe [--preset default] [--out FILE]: time every execution of the
+    """python -m specviz.hardware.probe_cli [--preset default] [--out FILE]: time every execution of the
     pair's target over FULL_KS (and the draft's step), print the curves, store them in the probe cache
     and, with --out, as a recording the page can show beside this machine's (assets/hardware/).
 
