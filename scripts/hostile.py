@@ -61,14 +61,14 @@ TB = "Traceback (most recent call last)"
 
 
 class Server:
-    def __init__(self, env: dict[str, str], timeout: float = 300.0):
+    def __init__(self, env: dict[str, str], timeout: float = 300.0, script: Path = ROOT / "app.py"):
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/"
         self.log = Path(tempfile.mkstemp(prefix="hostile-server-", suffix=".log")[1])
         full = {**os.environ, "PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False",
                 "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "SPECVIZ_SHOW_TINY": "1", "SPECVIZ_PRELOAD": "0", **env}
         with open(self.log, "w") as f:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=full, stdout=f,
+            self.proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=full, stdout=f,
                                          stderr=subprocess.STDOUT)
         wait_for_page(self.proc, self.url, timeout, self.log)
 
@@ -130,6 +130,7 @@ class Tally:
     def __init__(self, name: str):
         self.name, self.inputs, self.refused, self.accepted, self.failed = name, 0, 0, 0, []
         self.accepted_inputs: list[str] = []
+        self.details: list[str] = []  # measurements a battery reports (times, memory), kept in the data file
 
     def note(self, what: str, outcome: str, message: str = "") -> None:
         """outcome: "refused" (with a message), "accepted" (ran, was coerced or ignored), "failed" (5xx, no
@@ -460,8 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--only", action="append", choices=sorted(BATTERIES), help="run these batteries only")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the launched app (repeatable)")
+    ap.add_argument("--script", type=Path, default=ROOT / "app.py",
+                    help="what to launch: tests/slow_prompt_app.py makes the tiny pair's prompt pass and drafts as "
+                         "slow as the real pair's, so the 'dropped' battery times real stops")
     args = ap.parse_args(argv)
-    server = Server(dict(e.split("=", 1) for e in args.env))
+    server = Server(dict(e.split("=", 1) for e in args.env), script=args.script)
     SERVER_PID[0] = server.proc.pid
     rows = []
     try:
@@ -477,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"battery": name, "what": tally.name, "inputs": tally.inputs,
                          "refused_with_message": tally.refused, "accepted": tally.accepted,
                          "failed": len(tally.failed), "failures": tally.failed[:20],
-                         "accepted_inputs": tally.accepted_inputs,
+                         "accepted_inputs": tally.accepted_inputs, "details": tally.details,
                          "tracebacks": server.text().count(TB) - before, "healthy_after": ok,
                          "seconds": round(time.perf_counter() - t0, 1)})
             r = rows[-1]

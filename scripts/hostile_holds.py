@@ -7,7 +7,8 @@ health and a new visitor at the end.
            dashboard, ...) and markup sent as every string input of every event, then every way a session can be
            replayed opened in Chromium: the script must never run (window.__pwned stays unset)
   dropped  /trace runs posted over plain HTTP and dropped (stream never opened, or closed after its first
-           message): the next visitor's 1-token run must start within 5 s
+           message): the next visitor's 1-token run must start within 5 s (launch hostile.py with
+           ``--script tests/slow_prompt_app.py`` so that the tiny pair's runs last as long as the real pair's)
   classes  140 refused joins (a teacher and a visitor with a loaded recording keep their state), one client
            opening rooms and taking seats past its share, forged types to every class event, a formula in the CSV
   budget   16 rooms each showing a 7.85 MB recording: the server's RSS and its temporary files stay within the
@@ -33,7 +34,7 @@ from page_events import Page, new_session, text_of  # noqa: E402
 
 MARKUP = '<img src=x onerror="window.__pwned=1">'
 UNUSED_ROUTES = ["gradio_api/deep_link?session_hash={s}", "monitoring", "monitoring/summary", "gradio_api/mcp/sse",
-                 "login", "logout", "gradio_api/startup-events", "gradio_api/vibe-edit/"]
+                 "login", "logout", "openapi.json", "gradio_api/vibe-edit/"]
 
 
 def _out(page: Page, dep: dict, result: dict, elem_id: str) -> str:
@@ -46,7 +47,7 @@ def _out(page: Page, dep: dict, result: dict, elem_id: str) -> str:
 def battery_routes(url: str, page: Page, tally: Any) -> None:
     session = new_session()
     for dep in page.cfg["dependencies"]:  # markup as every string input of every event, from one session
-        if not dep.get("backend_fn", True) or not dep["inputs"]:
+        if not dep.get("backend_fn", True) or not dep["inputs"] or not dep["targets"]:
             continue
         data = page.defaults(dep)
         kinds = [page.components.get(c, {}).get("type") for c in dep["inputs"]]
@@ -97,7 +98,7 @@ def _post_trace(url: str, prompt: str, max_new: int) -> str:
 def battery_dropped(url: str, page: Page, tally: Any) -> None:
     from hostile import call_trace
 
-    long_prompt = " ".join(f"word{i}" for i in range(1600))
+    long_prompt = " ".join(f"word{i}" for i in range(900))  # within SPECVIZ_MAX_PROMPT_TOKENS
     for how in ("never opened", "closed after the first message", "twelve at once"):
         n = 12 if how == "twelve at once" else 1
         ids = [_post_trace(url, long_prompt, 512) for _ in range(n)]
@@ -111,6 +112,7 @@ def battery_dropped(url: str, page: Page, tally: Any) -> None:
         ok = kind == "complete" and waited <= 5.0 + 10.0  # 5 s to stop, plus the tiny run itself on a busy box
         tally.note(f"dropped /trace ({how}); next run answered in {waited:.1f} s", "refused" if ok else "failed",
                    "stopped" if ok else f"{kind} {msg[:80]} after {waited:.1f} s")
+        tally.details.append(f"dropped /trace ({how}): the next 1-token run answered in {waited:.1f} s")
 
 
 def battery_classes(url: str, page: Page, tally: Any) -> None:
@@ -137,6 +139,8 @@ def battery_classes(url: str, page: Page, tally: Any) -> None:
         refused += "classes" in _out(page, start, r, "sv-class-message")
     r = page.fire(start, page.defaults(start), new_session())
     tally.note("one address opened 60 classes", "refused", f"{refused} refused in words; the server still opens one")
+    tally.details.append(f"one address opened 60 classes: {refused} refused in words, then another still opened "
+                         f"({'yes' if 'Class started' in _out(page, start, r, 'sv-class-message') else 'no'})")
     for dep in page.cfg["dependencies"]:  # forged types to every class event
         targets = {page.components.get(t[0], {}).get("props", {}).get("elem_id", "") for t in dep["targets"]}
         if not dep.get("backend_fn", True) or not any(str(t).startswith("sv-class") for t in targets):
@@ -163,6 +167,8 @@ def battery_budget(url: str, page: Page, tally: Any, pid: int | None = None) -> 
         if proc:
             rss.append(proc.memory_info().rss / 2**20)
     grown = rss[-1] - rss[3] if len(rss) > 3 else 0.0
+    tally.details.append("RSS after each of 16 rooms showing a 7.85 MB recording (MB): "
+                         + ", ".join(f"{r:.0f}" for r in rss))
     tally.note(f"16 rooms showing a 7.85 MB recording: RSS {rss[0]:.0f} → {rss[-1]:.0f} MB" if rss else "16 rooms",
                "refused" if grown < 300 else "failed", f"grew {grown:.0f} MB over rooms 4-16")
     ok = httpx.get(url, timeout=60).status_code == 200
