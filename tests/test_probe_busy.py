@@ -117,6 +117,37 @@ def test_a_flagged_probe_never_replaces_a_measurement_and_runs_the_fallback(cach
     assert kept is not None and kept.curves == {e: {k: round(v, 1) for k, v in c.items()} for e, c in first.curves.items()}
 
 
+def test_the_int8_peak_is_timed_inside_the_watch(cache, monkeypatch):
+    """The roofline's int8 peak (hardware.peak) is timed with the copy, after the curves and before the last verdict:
+    other work over it flags the probe like other work over the curves, and nothing of it is kept as a measurement."""
+    from specviz.hardware import peak
+
+    events: list[str] = []
+
+    class Watch(FakeWatch):
+        def __init__(self, *verdicts: dict | None):
+            super().__init__(None)
+            self.verdicts = list(verdicts)
+
+        def verdict(self, threads: int) -> dict | None:
+            events.append("verdict")
+            self._verdict = self.verdicts.pop(0)
+            return super().verdict(threads)
+
+    real = peak.measure_peaks
+    monkeypatch.setattr(peak, "measure_peaks", lambda threads: events.append("peak") or real(threads))
+    quiet_, _ = _probe(_target(), ("bf16",), busy=lambda: False, watch=Watch(None, None))
+    assert events == ["verdict", "peak", "verdict"] and quiet_.measured and quiet_.peak["gmacs"]
+    crowd = {"other_cores": 1.7, "cores": 2, "threads": 2, "limit": 0.5, "seconds": 3.0}
+    events.clear()  # crowded over the peak's own part of the window: timed, flagged, kept aside only
+    late, _ = _probe(_target(), ("bf16",), busy=lambda: False, watch=Watch(None, crowd))
+    assert events == ["verdict", "peak", "verdict"] and not late.measured and late.peak is None
+    assert late.busy["peak"]["gmacs"]
+    events.clear()  # crowded over the curves: the peak is not timed at all
+    early, _ = _probe(_target(), ("bf16",), busy=lambda: False, watch=Watch(crowd, crowd))
+    assert events == ["verdict"] and early.peak is None and early.busy["peak"] is None
+
+
 def test_a_stated_machine_is_not_watched(monkeypatch):
     """A test's or an operator's busy() stands for the window too: a stated quiet machine's probe is kept whatever
     else runs (the suite's own tests beside it)."""

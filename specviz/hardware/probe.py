@@ -81,6 +81,11 @@ class Probe:
     copy_gbps: float | None = None
     # execution -> "gguf" where it ran on the GGUF's matrices as stored (models.q4k), as ModelPair.target_weights says
     weights: dict[str, str] = field(default_factory=dict)
+    # The compute side of the roofline (hardware.peak, hardware.roofline): the CPU's int8 multiply-add peaks timed with
+    # the curves ({"threads", "gmacs": {isa: {threads: GMAC/s}}, "absent": {isa: why}}; "why" where none could be)
+    # and one token's multiply-adds in the target's products.  None in probes made before.
+    peak: dict | None = None
+    token_macs: int | None = None
     # Set where the machine was busy while it was probed (a flagged record, never chosen from): the reading of other
     # work over the probe (busy.Watch.verdict) and what was timed meanwhile ("step_ms", "draft_ms", "copy_gbps").
     busy: dict | None = None
@@ -298,8 +303,9 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     (:func:`best_possible`) -- so a cold start on the 2-core EPYC spends ~10-15 s here, not a
     minute.  ``full=True`` times every curve over ``FULL_KS`` (the roofline's curves).
     ``build(e)`` returns the model executing as ``e`` (a copy where the weights change).  The bytes each
-    execution's step reads and the machine's copy bandwidth are kept for the bandwidth bound
-    (:mod:`.roofline`; ``draft_bytes``: the draft's step's).
+    execution's step reads and the machine's copy bandwidth are kept for the bandwidth bound, and on a CPU its int8
+    multiply-add peaks (:mod:`.peak`) and a token's multiply-adds for the compute bound (:mod:`.roofline`;
+    ``draft_bytes``: the draft's step's).
 
     On a CPU the machine must be quiet: ``busy()`` says whether other processes compete for the cores before it
     starts (this machine's reading by default, :func:`.quiet.busy_before`; then nothing is measured:
@@ -308,7 +314,8 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     timings are recorded only as a flagged record, and :func:`fallback`'s execution runs."""
     from ..models import q4k
     from . import quiet
-    from .roofline import copy_bandwidth, step_bytes
+    from .peak import measure_peaks
+    from .roofline import copy_bandwidth, step_bytes, token_macs
 
     machine = this_machine(machine_device(model))
     cpu = machine.kind == "cpu"
@@ -356,10 +363,11 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
         gc.collect()
     crowd = watch.verdict(threads) if cpu else None
     copy_gbps = None if crowd else round(copy_bandwidth(machine_device(model)) / 1e9, 2)
-    crowd = crowd or (watch.verdict(threads) if cpu else None)  # the copy was timed in the window too
+    peak = measure_peaks(threads) if cpu and not crowd else None  # the int8 multiply-add peaks: ~0.1-0.3 s
+    crowd = crowd or (watch.verdict(threads) if cpu else None)  # the copy and the peaks were timed in the window too
     if crowd:
         timed = {"step_ms": {e: round(c[min(c)], 1) for e, c in curves.items()},
-                 "draft_ms": None if draft_ms is None else round(draft_ms, 1), "copy_gbps": copy_gbps}
+                 "draft_ms": None if draft_ms is None else round(draft_ms, 1), "copy_gbps": copy_gbps, "peak": peak}
         probe = unmeasured(machine, name, alpha, candidates, busy=crowd | timed)
         probe.seconds = round(time.perf_counter() - t0, 1)
         remember(probe, machine, name, dtype)
@@ -369,7 +377,7 @@ def probe_target(model: torch.nn.Module, name: str, dtype: torch.dtype, vocab: i
     probe = Probe(machine.as_dict(), name, curves, draft_ms, alpha, choice, predicted,
                   seconds=round(time.perf_counter() - t0, 1), build_seconds=round(builds[choice], 1), step_mb=sizes,
                   draft_mb=None if draft_bytes is None else round(draft_bytes / 1e6, 3),
-                  copy_gbps=copy_gbps, weights=weights)
+                  copy_gbps=copy_gbps, weights=weights, peak=peak, token_macs=token_macs(model))
     log.info("Target %s runs as %s (predicted %s); probing took %.1f s, %.1f s of it building %s (which a start "
              "running %s pays anyway)", name, choice, ", ".join(f"{e} {p['rate']:.2f} tok/s" for e, p in predicted.items()),
              probe.seconds, probe.build_seconds, choice, choice)

@@ -1,7 +1,8 @@
 """What a warm start adds to a cached probe, once per machine (then remembered): the chosen execution timed on one
-thread (what a race on a busy machine is priced by), and the bandwidth bound's figures where the probe was made
-before they were kept.  Neither runs on a busy machine, where timings mean nothing, and neither is kept where the
-machine turned busy while it was timed (:mod:`.quiet`: watched as the probe is)."""
+thread (what a race on a busy machine is priced by), and the roofline's figures (the bandwidth bound, the int8
+peaks: :mod:`.peak`) where the probe was made before they were kept.  Neither runs on a busy machine, where timings
+mean nothing, and neither is kept where the machine turned busy while it was timed (:mod:`.quiet`: watched as the
+probe is)."""
 
 from __future__ import annotations
 
@@ -69,29 +70,40 @@ def add_one_thread(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module
 
 def add_bound(probe: Probe, target: torch.nn.Module, draft: torch.nn.Module | None, dtype: torch.dtype,
               busy: Callable[[], bool] | None = None) -> Probe:
-    """``probe`` with the bandwidth bound's figures where it was made before they were kept: the bytes a step
-    of the chosen execution (``target``, as it runs) and of the draft reads, and the copy bandwidth (~0.3 s,
-    once per machine: remembered; not on a busy machine, where a copy's time means nothing)."""
+    """``probe`` with the roofline's figures where it was made before they were kept: the bytes a step of the chosen
+    execution (``target``, as it runs) and of the draft reads and the copy bandwidth (~0.3 s), and on a CPU the int8
+    multiply-add peaks (:mod:`.peak`, ~0.1-0.3 s) and a token's multiply-adds; once per machine (remembered), and
+    not on a busy machine, where a copy's or a loop's time means nothing."""
     from ..models import q4k
+    from .peak import measure_peaks
 
     device = machine_device(target)
     cpu = device.type == "cpu"
-    if probe.copy_gbps or not probe.measured or not probe.curves or (cpu and (busy() if busy is not None
-                                                                              else quiet.busy_before())):
+    want_copy, want_peak = not probe.copy_gbps, cpu and probe.peak is None
+    if not (want_copy or want_peak) or not probe.measured or not probe.curves or (
+            cpu and (busy() if busy is not None else quiet.busy_before())):
         return probe
     watch = quiet.watch(busy)
-    copy_gbps = round(roofline.copy_bandwidth(device) / 1e9, 2)
+    threads = int((probe.machine or {}).get("threads") or torch.get_num_threads())
+    copy_gbps = round(roofline.copy_bandwidth(device) / 1e9, 2) if want_copy else probe.copy_gbps
+    peak = measure_peaks(threads) if want_peak else probe.peak
     crowd = watch.verdict(torch.get_num_threads()) if cpu else None
     if crowd:
-        log.warning("The machine was busy while its copy bandwidth was timed (other work: %s cores of %s): not kept",
-                    crowd.get("other_cores"), crowd.get("cores"))
+        log.warning("The machine was busy while its copy bandwidth and int8 peak were timed (other work: %s cores of "
+                    "%s): not kept", crowd.get("other_cores"), crowd.get("cores"))
         return probe
-    probe.step_mb = {**probe.step_mb, probe.choice: round(roofline.step_bytes(target) / 1e6, 3)}
-    probe.draft_mb = round(roofline.step_bytes(draft) / 1e6, 3) if draft is not None else None
-    probe.copy_gbps = copy_gbps
-    if q4k.in_use(target):
-        probe.weights = {**probe.weights, probe.choice: "gguf"}
-    log.info("Bandwidth bound of %s: %.0f MB a step at %.1f GB/s", probe.choice, probe.step_mb[probe.choice],
-             probe.copy_gbps)
+    if want_copy:
+        probe.step_mb = {**probe.step_mb, probe.choice: round(roofline.step_bytes(target) / 1e6, 3)}
+        probe.draft_mb = round(roofline.step_bytes(draft) / 1e6, 3) if draft is not None else None
+        probe.copy_gbps = copy_gbps
+        if q4k.in_use(target):
+            probe.weights = {**probe.weights, probe.choice: "gguf"}
+        log.info("Bandwidth bound of %s: %.0f MB a step at %.1f GB/s", probe.choice, probe.step_mb[probe.choice],
+                 probe.copy_gbps)
+    probe.peak = peak
+    probe.token_macs = probe.token_macs or roofline.token_macs(target)
+    if peak:
+        log.info("Int8 multiply-add peaks (GMAC/s on 1 / %d threads): %s", threads, peak.get("why") or ", ".join(
+            f"{isa} {'/'.join(str(v) for v in c.values())}" for isa, c in peak.get("gmacs", {}).items()))
     remember(probe, this_machine(device), probe.model, dtype)
     return probe

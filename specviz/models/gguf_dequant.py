@@ -22,19 +22,15 @@ Types this module does not know go to gguf-py as before (:func:`dequantize`).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import shlex
-import shutil
-import subprocess
-import sysconfig
 import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from . import cbuild
 
 log = logging.getLogger("specviz.models")
 
@@ -125,36 +121,20 @@ _LIB_LOCK = threading.Lock()
 
 
 def _compiler() -> str | None:
-    for cc in (os.environ.get("CC"), sysconfig.get_config_var("CC"), "cc", "gcc"):
-        if cc and (path := shutil.which(shlex.split(cc)[0])):
-            return path
-    return None
+    return cbuild.compiler()
 
 
 def _build() -> ctypes.CDLL | None:
-    from .cache_paths import cache_dir
     from .kernels import switched_off
 
     if switched_off():
         return None
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join(CFLAGS).encode()).hexdigest()[:12]
-    lib = cache_dir() / "kernels" / f"gguf-dequant-{digest}.so"
-    try:
-        if not lib.exists():
-            cc = _compiler()
-            if cc is None:
-                log.info("No C compiler here: GGUF blocks are dequantized by torch (slower)")
-                return None
-            lib.parent.mkdir(parents=True, exist_ok=True)
-            tmp = lib.with_name(f".{lib.name}.{os.getpid()}.{threading.get_ident()}")
-            subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], check=True, capture_output=True, timeout=120)
-            tmp.replace(lib)  # atomic: a process loading beside this one never maps half a file
-        loaded = ctypes.CDLL(str(lib))
-    except (OSError, subprocess.SubprocessError) as e:
-        detail = getattr(e, "stderr", b"") or b""
-        log.info("The C dequantizer could not be built (%s%s): GGUF blocks are dequantized by torch (slower)",
-                 type(e).__name__, f": {detail.decode(errors='replace')[-300:]}" if detail else f": {e}")
+    loaded, why = cbuild.shared_library(SOURCE, CFLAGS, "gguf-dequant", _compiler)  # _compiler: a test replaces it
+    if loaded is None:
+        if why == cbuild.NO_COMPILER:
+            log.info("No C compiler here: GGUF blocks are dequantized by torch (slower)")
+        else:
+            log.info("The C dequantizer could not be built (%s): GGUF blocks are dequantized by torch (slower)", why)
         return None
     fn = loaded.specviz_dequantize
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]

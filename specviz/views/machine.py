@@ -203,11 +203,41 @@ def bound_line(probe: Probe) -> tuple[float, str] | None:
     return ms, f"its weights ({mb:,.0f} MB a step) at the copy bandwidth ({probe.copy_gbps:.1f} GB/s)"
 
 
+def roofline_trace(probe: Probe, lo: float, hi: float) -> go.Scatter | None:
+    """The chosen execution's roofline over k in [lo, hi] (:func:`specviz.hardware.roofline.probe_roofline`):
+    max(its bandwidth bound, k × a token's multiply-adds at the CPU's int8 peak), flat to its knee, then climbing;
+    the flat bandwidth bound alone where no peak applies (a float execution, no peak measured); None without either."""
+    from ..hardware.peak import words as isa_words
+    from ..hardware.roofline import probe_roofline
+
+    roof = probe_roofline(probe)
+    bound = bound_line(probe)
+    if roof is None or bound is None:
+        return None
+    ms, words = bound
+    knee = roof.knee()
+    if roof.token_ms is None or knee is None:
+        return go.Scatter(name=f"bandwidth bound of {probe.choice}: {words}", x=[lo, hi], y=[ms, ms], mode="lines",
+                          line=dict(color=FONT_COLOR, width=1, dash="dash"),
+                          hovertemplate=f"{ms:.1f} ms: {words}<extra></extra>", meta={"reference": "bound"})
+    xs = sorted({lo, hi} | ({knee} if lo < knee < hi else set()))
+    gmac = (roof.macs or 0) / 1e9
+    compute = f"k × {gmac:.2f} G multiply-adds at the int8 peak ({roof.gmacs:,.0f} GMAC/s, {isa_words(roof.isa)})"
+    return go.Scatter(
+        name=(f"roofline of {probe.choice}: max({probe.step_mb[probe.choice]:,.0f} MB at {probe.copy_gbps:.1f} GB/s, "
+              f"k × {gmac:.2f} GMAC at {roof.gmacs:,.0f} GMAC/s)"), x=xs, y=[roof.at(k) for k in xs],
+        mode="lines", line=dict(color=FONT_COLOR, width=1.5, dash="dash"),
+        hovertemplate=(f"k = %{{x:.1f}}: %{{y:.1f}} ms, the roofline: the larger of<br>{ms:.1f} ms, {words},<br>"
+                       f"and {roof.token_ms:.2f} ms a token, {compute}<extra></extra>"),
+        meta={"reference": "roofline", "bandwidth_ms": ms, "token_ms": roof.token_ms, "knee": knee, "isa": roof.isa})
+
+
 def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] = (), *,
                        target: str = "") -> go.Figure:
     """T(k) in ms against the k tokens fed, for each execution this machine's probe measured (the
     chosen one thick and labelled "chosen"), the chosen one-token step T(1) as a dashed flat line
-    (a memory-bound verify pass would stay on it), the bandwidth bound of that step dashed (where measured),
+    (a memory-bound verify pass would stay on it), its roofline dashed (where measured: the bandwidth bound, and
+    for int8 k × a token's multiply-adds at the CPU's int8 peak beyond the knee),
     the draft's one-token step with c = t_draft / T(1)
     beside it, and the ``recorded`` machines' curves, dashed, to compare with."""
     here = probe is not None and bool(probe.curves)
@@ -256,14 +286,9 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
             annotations.append(dict(x=1.0, y=t1, xref="paper", yref="y", xanchor="left", yanchor="bottom",
                                     showarrow=False, text=f"T(1), {probe.choice}",
                                     font=dict(size=12, color=FONT_COLOR)))
-        bound = bound_line(probe)
-        if bound is not None:
-            ms, words = bound
-            fig.add_trace(go.Scatter(
-                name=f"bandwidth bound of {probe.choice}: {words}", x=[lo, hi], y=[ms, ms], mode="lines",
-                line=dict(color=FONT_COLOR, width=1, dash="dash"),
-                hovertemplate=f"{ms:.1f} ms: {words}<extra></extra>", meta={"reference": "bound"}))
-            # named in the legend only: a label at the edge would sit on T(1)'s and the draft's
+        roof = roofline_trace(probe, lo, hi)
+        if roof is not None:  # named in the legend only: a label at the edge would sit on T(1)'s and the draft's
+            fig.add_trace(roof)
         c = draft_ratio(probe)
         if probe.draft_ms is not None:
             fig.add_trace(go.Scatter(
@@ -308,5 +333,5 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
     return fig
 
 
-__all__ = ["RecordedMachine", "bound_line", "load_recorded", "recorded_machine", "short_name",
+__all__ = ["RecordedMachine", "bound_line", "load_recorded", "recorded_machine", "roofline_trace", "short_name",
            "verify_cost_figure", "verify_factor"]

@@ -1,5 +1,6 @@
-"""The This machine panel's words: what the probe measured here, why the verify factor decides, the bandwidth
-bound, and the recorded machines beside it (the figure is :mod:`.machine`'s)."""
+"""The This machine panel's words: what the probe measured here, why the verify factor decides, the roofline (the
+bandwidth bound, and the int8 peak's compute bound) with each T(k) against it, and the recorded machines beside it
+(the figure is :mod:`.machine`'s)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 from typing import Sequence
 
 from ..hardware.curves import interpolate
+from ..hardware.peak import words as loop_words
 from ..hardware.probe import Probe
+from ..hardware.roofline import probe_roofline
 from ..theory.figures import RunFigures
 from .execution import exec_words
 from .machine import DEFAULT_GAMMA, RecordedMachine, draft_ratio, probe_gamma, verify_factor
@@ -168,6 +171,9 @@ def _measured(probe: Probe, *, execution: str, target: str) -> list[str]:
     bound = _bound_words(probe, c)
     if bound:
         parts.append(bound)
+    roof = _roofline_words(probe)
+    if roof:
+        parts.append(roof)
     return parts
 
 
@@ -178,7 +184,9 @@ def _bound_words(probe: Probe, c: float | None) -> str:
     if ratio is None or not t1:
         return ""
     mb, gbps = probe.step_mb[probe.choice], probe.copy_gbps
-    text = (f"**The bandwidth bound** (the dashed line): a one-token step of {probe.choice} reads {mb:,.0f} MB of "
+    roof = probe_roofline(probe)
+    line = "the dashed line's flat part" if roof is not None and roof.token_ms else "the dashed line"
+    text = (f"**The bandwidth bound** ({line}): a one-token step of {probe.choice} reads {mb:,.0f} MB of "
             f"weights, and streaming them at this machine's copy bandwidth ({gbps:.1f} GB/s, bytes read and written, "
             f"measured) takes {_ms(probe.bound_ms(mb))}: T(1) = {_ms(t1)} is **{ratio:.2f}×** that.  One token at a time, "
             "decoding waits on memory more than on arithmetic; that is the room a verify pass over several tokens uses.")
@@ -190,5 +198,48 @@ def _bound_words(probe: Probe, c: float | None) -> str:
     return text
 
 
+def peak_words(peak: dict | None) -> str:
+    """The int8 peaks a probe measured, per instruction set: "GMAC/s on 1 / 2 threads: AVX2 vpmaddubsw + vpmaddwd
+    110 / 218; ...; AMX tdpbusd tiles absent (the CPU has no amx_tile, amx_int8)"; its "why" where none was
+    measured; "" for a probe made before they were kept."""
+    if not isinstance(peak, dict):
+        return ""
+    if not peak.get("gmacs"):
+        return str(peak.get("why") or "peak not measured")
+    counts = sorted({int(n) for c in peak["gmacs"].values() for n in c})
+    rows = [f"{loop_words(isa)} {' / '.join(f'{c[str(n)]:,.0f}' for n in counts if str(n) in c)}"
+            for isa, c in peak["gmacs"].items()]
+    rows += [f"{loop_words(isa)} absent ({why})" for isa, why in (peak.get("absent") or {}).items() if isa == "amx"]
+    return f"GMAC/s on {' / '.join(map(str, counts))} thread{'s' if counts != [1] else ''}: " + "; ".join(rows)
 
-__all__ = ["WHY", "isa_words", "last_run_words", "machine_text"]
+
+def _roofline_words(probe: Probe) -> str:
+    """The roofline in words: the compute part where it applies (an int8 execution, a peak measured), and where each
+    measured T(k) of the chosen execution stands against max(bandwidth bound, k × compute time a token)."""
+    roof, curve = probe_roofline(probe), probe.curves.get(probe.choice) or {}
+    if roof is None or not curve:
+        return ""
+    measured = peak_words(probe.peak)
+    if roof.token_ms is None:
+        why = (f"{probe.choice}'s products run other instructions than int8's, whose peak is not measured"
+               if probe.choice != "int8" else "this probe was made before the int8 peak was measured" if not measured
+               else f"the int8 peak was not measured ({measured})" if not (probe.peak or {}).get("gmacs")
+               else "a token's multiply-adds were not counted")
+        head = f"**The roofline** is the bandwidth bound alone here: {why}."
+    else:
+        knee = roof.knee()
+        head = (f"**The roofline** (the dashed line): a pass over k tokens does k × {roof.macs / 1e9:.2f} G int8 "
+                f"multiply-adds (one a weight of each product: ≈ the target's parameter count). At this CPU's peak "
+                f"for them, **{roof.gmacs:,.0f} GMAC/s** on {probe.machine.get('threads', '?')} threads "
+                f"({loop_words(roof.isa)}, the instruction {probe.choice}'s products run here; timed with the curves), "
+                f"that is {roof.token_ms:.2f} ms a token, so T(k) ≥ max({_ms(roof.bandwidth_ms or 0)}, k × {roof.token_ms:.2f} ms)"
+                + (f": flat up to k ≈ {knee:.0f}, then climbing." if knee else "."))
+    stands = ", ".join(f"T({k}) = {ratio:.1f}×" for k, t in sorted(curve.items())
+                       if (ratio := roof.ratio(k, t)) is not None)
+    text = head + (f" Measured against it: {stands} its roofline." if stands else "")
+    if measured and (probe.peak or {}).get("gmacs"):
+        text += f" Int8 peaks measured here, {measured}."
+    return text
+
+
+__all__ = ["WHY", "isa_words", "last_run_words", "machine_text", "peak_words"]
