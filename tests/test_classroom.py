@@ -413,6 +413,14 @@ def test_one_browser_is_one_attendee_however_many_tabs_and_reloads(closing):
     # a page without an id (a script, blocked storage): a seat of its own session, as before
     C.join_class(ui, room.code, "", _request(session="script-1"))
     assert room.people() == 3
+    # nothing the server shows or exports names a browser's id or its seat (no one can take another's seat)
+    from specviz.ui.class_plot import class_plot
+    from specviz.ui.class_views import point_choices, write_points
+
+    shown = [bar_html(room, "teacher"), count_html(room), str(point_choices(room)),
+             class_plot(room).to_json(), *(open(f).read() for f in write_points(room))]
+    for secret in (alice, bob, seat, R.seat_key(bob)):
+        assert not any(secret in text for text in shown)
 
 
 def test_the_teacher_refresh_keeps_the_bar_and_the_count_in_step(closing):

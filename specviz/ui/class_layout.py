@@ -128,8 +128,8 @@ def build_tab(ui: ClassUI) -> None:
         ui.message = gr.HTML("", elem_id="sv-class-message")
         with gr.Column(visible=False, elem_id="sv-class-teacher") as ui.teacher_box:
             ui.card = gr.HTML("", elem_id="sv-class-card")
-            ui.project = gr.Button("Project the code (full screen)", size="sm", scale=0, min_width=240,
-                                   elem_id="sv-class-project")
+            ui.project = gr.Button("Project the code (full screen)", size="sm", variant="primary", scale=0,
+                                   min_width=240, elem_id="sv-class-project")
             with gr.Accordion("This page, for you only", open=False, elem_id="sv-class-private") as ui.private:
                 ui.private_link = gr.HTML("", elem_id="sv-class-private-link")
             ui.experiment = gr.Dropdown([("none (attendees follow only)", "")]
