@@ -73,7 +73,7 @@ def test_wrong_types_to_every_dropdown_radio_and_class_event_are_refused_in_word
     server, page = app
     checked = 0
     for dep in page.cfg["dependencies"]:
-        if not dep.get("backend_fn", True) or not dep["inputs"]:
+        if not dep.get("backend_fn", True) or not dep["inputs"] or not dep["targets"]:
             continue
         kinds = [page.components.get(c, {}).get("type") for c in dep["inputs"]]
         for i, kind in enumerate(kinds):
