@@ -371,6 +371,18 @@ def closing():
             pass
 
 
+def test_made_up_ids_cannot_grow_a_room_without_bound(store, clock):
+    room = started(store)
+    store.join(room.code, "keeper")
+    store.post_point(room.code, "keeper", "race-0001", GOOD)
+    for i in range(200):
+        clock.t += R.ATTENDEE_IDLE_S + 1  # each seat goes quiet, the next one takes a seat
+        store.teacher(room.code, room.secret)
+        store.join(room.code, f"bot-{i}")
+    assert len(room.names) <= 4 * store.size + 1 and room.attendee_number("keeper") == 1
+    assert room.attendee_number("bot-199") == 201  # numbers are never reused
+
+
 def test_a_seat_is_a_browser_and_its_id_is_kept_nowhere():
     a, b = "a" * 22, "b" * 22
     assert R.seat_key(a, "tab-1") == R.seat_key(a, "tab-2") != R.seat_key(b, "tab-1")

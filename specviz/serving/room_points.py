@@ -79,6 +79,22 @@ def seat_key(browser: Any, session: Any = "") -> str:
     return "s:" + hashlib.sha256(str(session or "").encode()).hexdigest()[:24]
 
 
+def seat_over_share(attendees: dict[str, float], addresses: dict[str, str], size: int, address: str,
+                    unknown: str = "unknown") -> tuple[str | None, int]:
+    """For a newcomer from ``address`` to a full room: the least recently seen seat of the address holding the most
+    seats above a fair share (the room's size over the addresses seated, the newcomer's counted; one seat always
+    stays), and how many that address holds; (None, 0) when no address is over its share."""
+    held: dict[str, list[str]] = {}
+    for s in sorted(attendees, key=attendees.__getitem__):  # least recently seen first
+        held.setdefault(addresses.get(s, unknown), []).append(s)
+    share = size / len(set(held) | {address})
+    over = [a for a, seats in held.items() if a != address and len(seats) > max(1.0, share)]
+    if not over:
+        return None, 0
+    victim = max(over, key=lambda a: len(held[a]))
+    return held[victim][0], len(held[victim])
+
+
 def shown(value: Any, limit: int = 40) -> str:
     """A value as a log line or a message may quote it: printable, and short."""
     text = "".join(ch if ch.isprintable() else "?" for ch in str(value))

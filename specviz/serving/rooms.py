@@ -44,7 +44,7 @@ from .clients import UNKNOWN
 from .envvars import env_int, env_number
 from .ratelimit import RateLimit
 from .room_points import (EXPERIMENTS, RANGES, REQUIRED, TEXT_FIELDS, Point, PointRefused, RoomError, check_point,
-                          seat_key, shown)
+                          seat_key, seat_over_share, shown)
 
 __all__ = ["EXPERIMENTS", "RANGES", "REQUIRED", "TEXT_FIELDS", "Point", "PointRefused", "Room", "RoomError",
            "RoomStore", "ROOMS", "check_point", "clean_code", "seat_key"]
@@ -86,6 +86,7 @@ class Room:
     payloads: dict[str, Any] = field(default_factory=dict, repr=False)  # the teacher's last shown runs
     closed: bool = False
     _ids: int = 0
+    _seated: int = 0  # seats ever numbered (an attendee's number)
 
     def attendee_number(self, session: str) -> int:
         return self.names.get(session, 0)
@@ -303,7 +304,12 @@ class RoomStore:
                         self._unseat(room, s)
                 if len(room.attendees) >= self.size and not self._seat_over_share(room, address):
                     raise RoomError(f"This class is full ({self.size} attendees, SPECVIZ_CLASS_SIZE).")
-                room.names.setdefault(attendee, len(room.names) + 1)
+                if attendee not in room.names:
+                    if len(room.names) >= 4 * self.size:  # (made-up ids: numbers only of seats with a point)
+                        keep = {*room.attendees, *(p.attendee for p in (*room.points.values(), *room.removed.values()))}
+                        room.names = {s: n for s, n in room.names.items() if s in keep}
+                    room._seated += 1
+                    room.names[attendee] = room._seated
             room.attendees[attendee] = now
             room.addresses[attendee] = address
         return room
@@ -316,17 +322,11 @@ class RoomStore:
     def _seat_over_share(self, room: Room, address: str) -> bool:
         """Free a seat of the address holding more than a fair share for a newcomer from ``address`` (False: none
         is over its share, the room is full)."""
-        held: dict[str, list[str]] = {}
-        for s in sorted(room.attendees, key=room.attendees.__getitem__):  # least recently seen first
-            held.setdefault(room.addresses.get(s, UNKNOWN), []).append(s)
-        share = self.size / len(set(held) | {address})
-        over = [a for a, seats in held.items() if a != address and len(seats) > max(1.0, share)]  # one stays
-        if not over:
+        seat, held = seat_over_share(room.attendees, room.addresses, self.size, address, UNKNOWN)
+        if seat is None:
             return False
-        victim = max(over, key=lambda a: len(held[a]))
-        self._unseat(room, held[victim][0])
-        log.info("class %s: a seat of an address holding %d made way for another address", room.code,
-                 len(held[victim]))
+        self._unseat(room, seat)
+        log.info("class %s: a seat of an address holding %d made way for another address", room.code, held)
         return True
 
     def seen(self, room: Room, attendee: str) -> None:
