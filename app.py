@@ -408,7 +408,8 @@ def build() -> gr.Blocks:
         # concurrency limit), as each attendee's page fires these at every step.
         # On a class teacher's page, the same event tells the room the round shown (classroom.teacher_view).
         step.change(classroom.on_step, [class_ui.room, state, step], [narration, step_round, tree_mask, pos_pick,
-                                                                      picture], queue=False, api_visibility="private")
+                                                                      picture], queue=False, api_visibility="private",
+                    **present.QUIET)
         step.change(None, [step], None, js=present.SCROLL_ROUND_JS, api_visibility="private")  # the panel follows
         # A position the visitor picks (not one a step picked: that step's picture came with it).
         pos_pick.input(picture_ui.for_position, [state, step, pos_pick], [picture], queue=False,
@@ -426,19 +427,19 @@ def build() -> gr.Blocks:
             None, [link_box], [link_box], api_visibility="private",
             js="(q) => { const u = new URL(window.location.href); u.search = q; const s = u.toString(); "
                "try { navigator.clipboard.writeText(s); } catch (e) {} return s; }")
-        prev_btn.click(live.prev_round, [step, state], [step], api_visibility="private")
+        prev_btn.click(live.prev_round, [step, state], [step], api_visibility="private", **present.QUIET)
         # Presenter mode (specviz.ui.present, assets/present.js): the toggle, the settings drawer, the keys' buttons.
         present_box.change(None, [present_box], None, js=present.TOGGLE_JS, api_visibility="private")
         drawer_btn.click(None, None, None, js=present.DRAWER_JS, api_visibility="private")
         play_btn.click(None, None, None, js=present.PLAY_JS, api_visibility="private")
-        first_round_btn.click(present.first_round, None, [step], api_visibility="private")
-        last_round_btn.click(present.last_round, [state], [step], api_visibility="private")
+        first_round_btn.click(present.first_round, None, [step], api_visibility="private", **present.QUIET)
+        last_round_btn.click(present.last_round, [state], [step], api_visibility="private", **present.QUIET)
         # "Download as a page": what the Live tab shows, as one HTML file (an older page hides when it changes).
         # Pages are made outside the model gate, EXPORTS.limit at a time; the others are answered at once (issue 33).
         page_btn.click(export_ui.download_page, [state], [page_file, status], concurrency_limit=8,
                        concurrency_id="exports", api_visibility="private")
         state.change(export_ui.hidden_page, None, [page_file], api_visibility="private")
-        next_btn.click(live.next_round, [state, step], [step], api_visibility="private")
+        next_btn.click(live.next_round, [state, step], [step], api_visibility="private", **present.QUIET)
 
         # After a recording loads, the form shows what it recorded (prompt and settings), so Run runs
         # what is on screen; an uploaded file is no longer the recording the dropdown names.  "Example prompts"

@@ -9,7 +9,9 @@
  * - Keys, in presenter mode, unless focus is in a text field: ← / → previous / next round, space
  *   play / pause (Next every PLAY_MS until the last round), Home / End first / last round, Escape
  *   closes the settings drawer.  They click the step-mode buttons (#sv-prev, #sv-next, #sv-first,
- *   #sv-last), so they do exactly what the buttons do.
+ *   #sv-last), so they do exactly what the buttons do.  The Play button reads "⏸ Pause" while playing.
+ *   A pause stops on the round the page shows: a round a tick asked for and the server had not drawn yet
+ *   when the pause came is stepped back from once it arrives (a second space let it through: issue 65).
  * - Any figure (presenter mode or not) whose title, subtitle or x-axis title is wider than the figure
  *   (a phone, or presenter mode's larger text) gets that text's font reduced until it fits.
  * - Tooltips (.sv-tip inside a chip) are placed in the viewport (position: fixed) when shown, above
@@ -39,29 +41,66 @@
   }
 
   // ---- step mode: play / pause ---------------------------------------------------------------------
+  const PLAY_LABEL = "▶ Play", PAUSE_LABEL = "⏸ Pause";
+  const HOLD_MS = 8000;  // how long a pause waits for the round a tick asked for (then gives up)
   let timer = null;
+  let tick = null;  // {from, to}: the round a tick's Next left and the round it asked for
+  let hold = null;  // {from, to, until}: paused while that round was on its way: back to `from` when it comes
+  let holdTimer = null;
   function roundNow() {
     const box = document.querySelector("#sv-step input[type=number]");
     if (!box) return null;
     return { at: Number(box.value), last: Number(box.getAttribute("max")) };
   }
-  function pause() {
+  function shownRound() {  // the round the narration shows: what the room sees
+    const el = document.querySelector("#sv-narration .sv-narration") || document.querySelector("#sv-narration");
+    const m = /^Round (\d+)\b/.exec((el?.textContent || "").trim());
+    return m ? Number(m[1]) : null;
+  }
+  function label() {  // the Play button says what it will do
+    const btn = document.querySelector("#sv-play");
+    if (!btn) return;
+    const text = timer ? PAUSE_LABEL : PLAY_LABEL;
+    const node = [...btn.childNodes].find((n) => n.nodeType === 3 && n.nodeValue.trim());
+    if (node) { if (node.nodeValue !== text) node.nodeValue = text; }
+    else if (btn.textContent.trim() !== text) btn.textContent = text;
+    btn.setAttribute("aria-pressed", timer ? "true" : "false");
+  }
+  function watchHold() {  // the asked-for round arrived: one step back, to the round shown at the pause
+    const r = roundNow();
+    if (!hold || !r || performance.now() > hold.until) { stopHold(); return; }
+    if (r.at === hold.to) { stopHold(); click("#sv-prev"); }
+  }
+  function stopHold() { hold = null; if (holdTimer) clearInterval(holdTimer); holdTimer = null; }
+  function pause(keep) {
     if (timer) clearInterval(timer);
+    const was = !!timer;
     timer = null;
     body().classList.remove("sv-playing");
+    label();
+    // `keep`: a pause from Play / space stays on the round shown (a key that steps does its own step)
+    if (keep && was && tick && shownRound() === tick.from) {
+      hold = { from: tick.from, to: tick.to, until: performance.now() + HOLD_MS };
+      if (!holdTimer) holdTimer = setInterval(watchHold, 50);
+      watchHold();
+    }
+    tick = null;
   }
   function play() {
     const r = roundNow();
     if (!r) return;
+    stopHold();
     if (r.at >= r.last) click("#sv-first");  // from the top again
     body().classList.add("sv-playing");
     timer = setInterval(() => {
       const s = roundNow();
       if (!s || s.at >= s.last) { pause(); return; }
+      tick = { from: s.at, to: s.at + 1 };
       click("#sv-next");
     }, PLAY_MS);
+    label();
   }
-  function togglePlay() { if (timer) pause(); else play(); }
+  function togglePlay() { if (timer) pause(true); else play(); }
 
   // ---- keys --------------------------------------------------------------------------------------
   const TEXT_TYPES = new Set(["text", "number", "search", "email", "url", "password", "tel", ""]);
@@ -197,7 +236,7 @@
   function syncPlots() {
     document.querySelectorAll(".js-plotly-plot").forEach((el) => { syncPlot(el); fitPlot(el); });
   }
-  setInterval(syncPlots, 700);  // cheap: a dozen figures; catches figures the server redraws
+  setInterval(() => { syncPlots(); label(); }, 700);  // cheap: a dozen figures; catches figures the server redraws
 
   // ---- tooltips: inside the viewport, never cut off by a scrolling panel ----------------------------
   function placeTip(chip) {

@@ -311,3 +311,56 @@ def test_tree_parts_show_for_a_tree_run_and_its_tooltips_stay_visible(viewport_p
     page.wait_for_function(f"() => !({VISIBLE})('#sv-tree-plots') && !({VISIBLE})('#sv-tree-mask-box')")
     assert_no_traceback(page)
     assert not page.svx_errors, f"JS errors: {page.svx_errors}"
+
+
+# ---- play / pause (issue 65) -------------------------------------------------------------------------------------
+
+# Samples, every 20 ms, whether a step faded the narration ("pending") or showed Gradio's progress text over it.
+WATCH_OVERLAY = """() => { window.__svOverlay = []; const blk = document.querySelector('#sv-narration');
+  setInterval(() => {
+    const faded = blk.querySelector('.pending');
+    const shown = [...blk.querySelectorAll('[data-testid=status-tracker]')].filter((w) => parseFloat(getComputedStyle(w).opacity) > 0.05
+      && getComputedStyle(w).display !== 'none' && getComputedStyle(w).visibility !== 'hidden' && w.textContent.trim());
+    if (faded || shown.length) window.__svOverlay.push((faded ? 'faded ' : '') + shown.map((w) => w.textContent.trim()).join(' '));
+  }, 20); }"""
+SHOWN_ROUND = "() => Number((/^Round (\\d+)/.exec(document.querySelector('#sv-narration .sv-narration')?.textContent.trim() || '') || [0, 0])[1])"
+BOX = "() => Number(document.querySelector('#sv-step input[type=number]').value)"
+PLAY_LABEL = "() => document.querySelector('#sv-play').textContent.trim()"
+
+
+def test_play_reads_pause_a_pause_stops_on_the_round_shown_and_steps_do_not_flicker(viewport_page, server, shots):
+    """Space plays (the button reads "⏸ Pause"), space pauses ("▶ Play") on the round the page shows, even when a
+    tick had already asked for the next one (it let one more round through); no step fades the narration under
+    a "processing" overlay."""
+    page = viewport_page(1280, 720)
+    open_app(page, server, f"?recording={PRESENTED}&round=1&present=1")
+    page.wait_for_function("() => document.body.classList.contains('sv-present')")
+    wait_until(page, server, f"() => ({SHOWN_ROUND})() === 1", "round 1", UI_S)
+    assert page.evaluate(PLAY_LABEL) == "▶ Play"
+    page.evaluate(WATCH_OVERLAY)
+    page.locator("#sv-legend").click()  # focus on the page, not a field
+    page.keyboard.press(" ")
+    page.wait_for_function(f"() => ({PLAY_LABEL})() === '⏸ Pause'", timeout=2000)
+    assert page.evaluate("document.querySelector('#sv-play').getAttribute('aria-pressed')") == "true"
+    # the second space at the moment the second tick's round is asked for (the box moved) but not drawn yet (the
+    # narration still shows the round before): pressed from the page, so no round trip lets round 3 arrive first
+    shown = page.evaluate(f"""() => new Promise((done) => {{ const t = setInterval(() => {{
+        if (({BOX})() === 3 && ({SHOWN_ROUND})() === 2) {{
+          clearInterval(t);
+          const at = ({SHOWN_ROUND})();
+          document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {{key: ' ', bubbles: true}}));
+          done(at);
+        }} }}, 5); }})""")
+    assert shown == 2
+    assert page.evaluate(PLAY_LABEL) == "▶ Play"
+    assert page.evaluate("document.querySelector('#sv-play').getAttribute('aria-pressed')") == "false"
+    page.wait_for_timeout(5000)  # longer than a tick and a step's round trip: round 3 came and was stepped back from
+    assert (page.evaluate(SHOWN_ROUND), page.evaluate(BOX)) == (2, 2)
+    # steps by key: no fading, no progress text
+    page.keyboard.press("ArrowRight")
+    wait_until(page, server, f"() => ({SHOWN_ROUND})() === 3", "round 3", UI_S)
+    page.keyboard.press("End")
+    wait_until(page, server, f"() => ({SHOWN_ROUND})() === ({BOX})() && ({BOX})() > 3", "the last round", UI_S)
+    assert page.evaluate("window.__svOverlay") == []
+    page.screenshot(path=str(shots / "presenter-paused.png"))
+    assert not page.svx_errors, f"JS errors: {page.svx_errors}"

@@ -12,7 +12,12 @@ the plots two to a row, and hides the settings column behind a "Settings" drawer
     Escape       close the settings drawer
 
 Keys are ignored while focus is in a text field.  They click the step-mode buttons, so a key does
-what its button does.  The same script keeps tooltips inside the viewport (placed when shown).
+what its button does.  The Play button reads "⏸ Pause" while it plays, and a pause stops on the round
+shown (a round already asked for is stepped back from).  The same script keeps tooltips inside the
+viewport (placed when shown).
+
+The step events (the four buttons and the round's views) are ``QUIET``: no "processing" overlay fades the
+narration at each step (on a projector it flickered at every round of a play).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 SCRIPT_PATH = Path(__file__).resolve().parents[2] / "assets" / "present.js"
+QUIET = {"show_progress": "hidden"}  # the step events' Gradio options (app.py)
 KEYS = {"ArrowLeft": "#sv-prev", "ArrowRight": "#sv-next", "Home": "#sv-first", "End": "#sv-last", " ": "play/pause"}
 TOGGLE_JS = "(on) => { window.svPresent && window.svPresent.set(on); }"
 DRAWER_JS = "() => { window.svPresent && window.svPresent.drawer(); }"
