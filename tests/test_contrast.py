@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,89 @@ def test_the_rules_table_escapes_its_token_headers():
     tr.rounds[0].draft[0].text = "bell\x07"
     html = rules_html(tr.rounds[0], tr)
     assert "≥1: bell\\x07" in "".join(_read(html).text) and "\x07" not in html
+
+
+# ---- the charts' text (issue 65) ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDINGS = sorted((ROOT / "assets" / "traces").glob("*.json"))
+
+
+def _figures_of(frame, prefix: str) -> dict:
+    import dataclasses
+
+    import plotly.graph_objects as go
+    return {f"{prefix}{f.name}": getattr(frame, f.name) for f in dataclasses.fields(frame)
+            if isinstance(getattr(frame, f.name), go.Figure)}
+
+
+@pytest.fixture(scope="module")
+def every_figure() -> dict:
+    """Every kind of chart the page draws: the Live tab's of each shipped recording, its acceptance pictures, the
+    Theory tab's (the last run measured), the Sweeps tab's shipped recording, the machine tab, a tree run's, and
+    the empty figures."""
+    from specviz.core.settings import DecodeSettings
+    from specviz.models import encode_prompt
+    from specviz.models.tiny import build_tiny_pair
+    from specviz.trace import load_recording
+    from specviz.ui import live, machine_ui, picture_ui, shootout_ui, tabs
+    from specviz.views import tree_plots
+    from specviz.views.figures import empty_figure
+    from tests import drafted
+
+    figs: dict = {}
+    for rec in RECORDINGS:
+        frame = live.show_recording(*load_recording(rec.read_bytes()), "Loaded")
+        figs.update(_figures_of(frame, f"{rec.stem}: "))
+        figs.update(_figures_of(tabs.theory_views(0.8, 5, 0.15, 0.05, frame.state), f"{rec.stem}: theory "))
+        for i in (1, 2):
+            figs[f"{rec.stem}: picture of round {i}"] = picture_ui.for_step(frame.state, i)[1]
+    pair = build_tiny_pair()
+    s = DecodeSettings.checked(gamma=3, max_new_tokens=10, temperature=1.0, seed=2, drafter="tree", branches=2,
+                               tree_nodes=6, tree_mode="iid")
+    tree = drafted.speculative_decode(pair, encode_prompt(pair, "hello there"), s, prompt="hello there")
+    figs["tree: sizes"], figs["tree: verify"] = tree_plots.tree_sizes(tree), tree_plots.tree_verify_scatter(tree)
+    figs["tree: picture"] = picture_ui.for_step({"spec": tree}, 1)[1]
+    figs.update(_figures_of(shootout_ui.recorded_frame(), "sweeps: "))
+    figs["sweeps: tree sweep"] = tree_plots.tree_sweep_plot([
+        {"nodes": n, "t_verify": 0.01 * n, "t_chain": 0.012 * n, "depth": 2, "repeats": 3} for n in (2, 4, 8)])
+    figs["theory: batch"] = tabs.batch_view(8, 0.5, 6, 0)
+    figs["machine"] = machine_ui.machine_views().plot
+    from tests.test_machine import make_probe
+    from specviz.views.machine import verify_cost_figure
+    figs["machine probed"] = verify_cost_figure(make_probe())
+    figs["empty"], figs["empty wide"] = empty_figure("t", "nothing"), empty_figure("t", "nothing", wide=True)
+    return figs
+
+
+def test_every_charts_text_reaches_4_5_to_1_in_light_and_dark_mode(every_figure):
+    """Titles, subtitles, ticks, legends and labels of every chart, in the colour each layout gives them, on the
+    surfaces a chart is drawn on (it is transparent), and in dark mode as the style sheet redraws them."""
+    rows = contrast.chart_checks(CSS, every_figure)
+    kinds = {r["text"].split(" ")[0] for r in rows}
+    assert {"title", "subtitle", "legend", "xaxis", "yaxis", "annotation", "bar", "scatter"} <= kinds, kinds
+    assert len({r["figure"] for r in rows}) >= 40 and {r["mode"] for r in rows} == {"light", "dark"}
+    low = sorted({f"{r['mode']}: {r['figure'].split(': ')[-1]}: {r['text']} {r['fg']} on {r['on']} {r['bg']} = "
+                  f"{r['ratio']:.2f}" for r in rows if r["ratio"] < contrast.AA})
+    assert not low, "\n".join(low)
+
+
+def test_the_charts_ink_is_redrawn_in_dark_mode_and_was_3_8_to_1_before():
+    """The check reads the style sheet and the layouts: the old grey (rgb(123, 129, 144)) fails it on white, and
+    without the dark-mode rule the light ink is under 4.5:1 on the dark block."""
+    from specviz.views.figures import FONT_COLOR, compact_layout
+    import plotly.graph_objects as go
+
+    ink = contrast.chart_ink(CSS)
+    assert ink[parse_color(FONT_COLOR)] == contrast.variables(CSS, ".dark")["sv-muted"]
+    assert ink[parse_color("#b45309")] == "#fbbf24"  # the Sweeps charts' "recorded on" line
+    fig = compact_layout(go.Figure(go.Bar(x=[1], y=[1], name="a")), "t", "x", "y", subtitle="s")
+    old = go.Figure(fig).update_layout(font_color="#7b8190")
+    low = [r for r in contrast.chart_checks(CSS, {"old": old}) if r["ratio"] < contrast.AA]
+    assert {r["mode"] for r in low} == {"light", "dark"}
+    assert min(r["ratio"] for r in low) == pytest.approx(3.8, abs=0.1)
+    no_rule = re.sub(r"\.dark \.js-plotly-plot[^\n]*\n", "", CSS)
+    assert contrast.chart_ink(no_rule) == {}
+    low = [r for r in contrast.chart_checks(no_rule, {"new": fig}) if r["ratio"] < contrast.AA]
+    assert low and {r["mode"] for r in low} == {"dark"}
+    assert not [r for r in contrast.chart_checks(CSS, {"new": fig}) if r["ratio"] < contrast.AA]

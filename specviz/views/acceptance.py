@@ -11,10 +11,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..trace import Position, Round, Trace
-from ._fmt import COLORS, fsig, fsig_pair, token_label
+from ._fmt import fsig, fsig_pair, token_label
 from .figures import CLEAR, FONT_COLOR, apply_look, empty_figure
 
-INK = FONT_COLOR  # the u mark and the greedy picks: mid grey, visible on a light and on a dark page
+INK = FONT_COLOR  # the u mark, the greedy picks and the notes: the charts' ink (redrawn for a dark page)
 from .rules import NAMES
 
 C_P, C_Q, C_RES, C_OVER = "#2563eb", "#f59e0b", "#dc2626", "rgba(16,185,129,0.28)"
@@ -161,6 +161,17 @@ def _tree_figure(spec: Trace, rnd: Round, index: int | None) -> go.Figure:
 
 
 LINE = 52  # characters a subtitle line may take: the picture must read on a 400 px phone as on a desktop
+# The gap between the bars and the u-vs-b bar, in px: on a phone the token labels under the bars stand upright and
+# take ~8 px a character (12 px font, measured in Chromium), so the gap grows with the longest label, the figure
+# with it; level labels (a desktop) take less than the GAP_PX they always had.
+GAP_PX = 65
+TICK_CHAR_PX = 8
+ROWS_PX = 295  # the two rows' own height (bars 80 %, the u-vs-b bar 20 %)
+
+
+def gap_px(ticks: list[str]) -> int:
+    """The px between the bars' axis and the u-vs-b bar: room for the longest tick label drawn upright."""
+    return max(GAP_PX, 24 + TICK_CHAR_PX * max((len(t) for t in ticks), default=0))
 
 
 def _lines(text: str, width: int = LINE) -> str:
@@ -194,7 +205,8 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     target, draft = (_lines(target[0], 34), target[1]), (_lines(draft[0], 34), draft[1])
     res = (_lines(res[0], 34), res[1]) if res is not None else None
     ticks = [("◆ " if t == x_tok else "") + ("↻ " if t == corr else "") + _label(txt) for t, txt in zip(ids, text)]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=0.18)
+    gap = gap_px(ticks)
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.8, 0.2], vertical_spacing=gap / (ROWS_PX + gap))
     fig.add_trace(go.Bar(x=xs, y=draft[1], name=draft[0], marker_color=C_Q, offset=-0.4, width=0.25,
                          hovertemplate="q = %{y:.3g}<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=target[1], name=target[0], marker_color=C_P, offset=-0.14, width=0.25,
@@ -211,6 +223,7 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
         fig.add_trace(go.Scatter(x=[i for i, _ in marks], y=[1.02] * len(marks), mode="markers+text",
                                  name="greedy's one-hot picks", text=[m for _, m in marks], textposition="top center",
                                  marker=dict(symbol="triangle-down", size=10, color=INK)), row=1, col=1)
+        fig.update_yaxes(range=[0, 1.18], row=1, col=1)  # their "pq" above the top mark, inside the plot (it was cut)
     fig.add_trace(go.Bar(x=[b], y=[""], orientation="h", marker_color="rgba(16,185,129,0.55)", width=0.6,
                          name=f"{b_name} = {fsig(b)}", showlegend=False,
                          hovertemplate=f"{b_name} = %{{x:.3g}}<extra></extra>"), row=2, col=1)
@@ -227,13 +240,13 @@ def _draw(*, title: str, sub: str, ids: list[int], text: list[str], x_tok: int, 
     top = 66 + 17 * n_lines
     fig.update_layout(title=dict(text=f"{title}<br><sup>{sub_lines}</sup>" if sub else title, x=0.01, xanchor="left",
                                  y=1, yref="container", yanchor="top", pad=dict(t=26)),
-                      barmode="overlay", height=420 + top, margin=dict(l=60, r=20, t=top, b=60),
+                      barmode="overlay", height=ROWS_PX + gap + top + 60, margin=dict(l=60, r=20, t=top, b=60),
                       legend=dict(orientation="h", y=-0.32, x=0), bargap=0.1,
                       annotations=[dict(text=rest, xref="paper", yref="paper", x=1, y=1.02, showarrow=False,
-                                        xanchor="right", font=dict(size=11, color=COLORS.get("theory", "#555")))]
+                                        xanchor="right", font=dict(size=11, color=INK))]
                       if rest else [])
-    if no_correction:  # where the correction's bars would be: said, in the correction's colour
+    if no_correction:  # where the correction's bars would be: said in the charts' ink (red was 3:1 on a dark page)
         fig.add_annotation(text=no_correction, xref="paper", yref="paper", x=0.5, y=0.55, showarrow=False,
-                           xanchor="center", font=dict(size=13, color=C_RES), bgcolor=CLEAR,
+                           xanchor="center", font=dict(size=13, color=INK), bgcolor=CLEAR,
                            name="no-correction")
     return fig

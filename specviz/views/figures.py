@@ -1,7 +1,10 @@
 """The figures' look, written once: every chart of the app is laid out here.
 
-One look for all of them: transparent backgrounds and a mid-grey font (so a figure reads in Gradio's
-light and dark modes alike), soft grid lines, one template and one hover label.  Two layouts:
+One look for all of them: transparent backgrounds and one grey ink for their text (``FONT_COLOR``, the
+page's muted grey: 4.5:1 or more on Gradio's light surfaces; in dark mode the style sheet redraws that ink in the
+dark muted grey, see assets/style.css "Plotly charts" and specviz.views.contrast.chart_checks), soft grid lines, one
+template and one hover label.  Plotly's toolbar (the modebar) is hidden by the style sheet on every chart: on a touch
+screen it stayed over the title.  Two layouts:
 
 * :func:`compact_layout`: the live-run charts (trace, race, tree, machine), which sit three to a row:
   fixed height, centred title, room for each line of the subtitle, legend under the plot.
@@ -19,7 +22,10 @@ from typing import Any, Callable
 
 import plotly.graph_objects as go
 
-FONT_COLOR = "#7b8190"  # readable on white and on Gradio's dark background
+# The charts' ink: titles, subtitles, ticks, axis titles, legends, labels (and reference lines).  It is the page's
+# light muted grey (--sv-muted in assets/style.css): 4.5:1 or more on every light surface; in dark mode the style
+# sheet redraws this exact colour as the dark muted grey (tests/test_contrast.py computes both).
+FONT_COLOR = "#5f6673"
 GRID_COLOR = "rgba(128, 128, 128, 0.22)"
 FONT_FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 TEMPLATE = "plotly_white"
@@ -90,7 +96,10 @@ def compact_layout(
         # Room for the title and each line of the subtitle (a figure shares a row with two others,
         # so long subtitles are broken with <br>; tests/test_views checks that every line fits).
         margin=dict(l=64, r=24, t=(84 + 18 * subtitle.count("<br>")) if subtitle else 56, b=100 if legend else 62),
-        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0, bgcolor=CLEAR, font=dict(size=12)),
+        # The legend at the figure's foot (container coordinates), under the x-axis title, not on it: anchored to the
+        # plot (y = -0.2 of its height) it sat on the title of a chart whose subtitle took more lines (issue 65).
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, xanchor="left", x=0, bgcolor=CLEAR,
+                    font=dict(size=12)),
         height=HEIGHT + (40 if legend else 0),
         showlegend=legend,
         bargap=0.25,

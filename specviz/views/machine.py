@@ -298,7 +298,7 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
             if c is not None:
                 annotations.append(dict(x=1.0, y=probe.draft_ms, xref="paper", yref="y", xanchor="left",
                                         yanchor="top", showarrow=False, text=f"draft step<br>c = {c:.2f}",
-                                        align="left", font=dict(size=12, color=DRAFT_COLOR)))
+                                        align="left", font=dict(size=12, color=FONT_COLOR)))  # amber text: 2:1
     steps = [c[min(c)] for c in curves_drawn if c[min(c)] > 0]
     log_y = bool(steps) and max(steps) / min(steps) > LOG_SCALE_RATIO
     if log_y:  # annotations on a log axis take log10 of the value

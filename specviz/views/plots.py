@@ -37,6 +37,11 @@ def _spec_ready(trace: Trace | None) -> str | None:
 # ---- acceptance by position --------------------------------------------------------
 
 
+# The acceptance bars' green, a shade deeper than the accepted chips' (#059669): their white labels are 5.5:1 on it,
+# 3.8:1 on the lighter one (tests/test_contrast.py checks every chart's text).
+ACCEPTED_DEEP = "#047857"
+
+
 def acceptance_by_position(trace: Trace | None) -> go.Figure:
     """Per-position acceptance rate (bars) with the overall α (dashed line)."""
     title = "Acceptance rate by draft position"
@@ -66,7 +71,7 @@ def acceptance_by_position(trace: Trace | None) -> go.Figure:
             textposition="inside",
             insidetextanchor="end",
             textfont=dict(color="#ffffff", size=13),
-            marker=dict(color=COLORS["accepted"], line=dict(width=0)),
+            marker=dict(color=ACCEPTED_DEEP, line=dict(width=0)),
             customdata=list(zip(accepted, tested)),
             hovertemplate="position %{x}<br>accepted %{customdata[0]} of %{customdata[1]} verified"
             "<br>rate %{y:.3f}<extra></extra>",

@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ._fmt import esc
-from .figures import NO_DATA, WIDE_WRAP, empty_figure, safe_figure, wide_layout, wrap_html
+from .contrast import label_color
+from .figures import FONT_COLOR, NO_DATA, WIDE_WRAP, empty_figure, safe_figure, wide_layout, wrap_html
 from .sweep_plots import error_bars, spread_text
 from .theory_plots import as_number
 
@@ -104,9 +105,10 @@ def chart(rows: Sequence[dict] | None, subtitle: str = "") -> go.Figure:
                 x=xs, y=names, orientation="h", marker_color=colors, showlegend=False, name=title,
                 text=[(fmt.format(x) + (NOISY if key == "speedup" and _noisy(r) else "")) if x is not None else ""
                       for x, r in zip(xs, ran)], textposition="auto", error_x=bars,
+                insidetextfont=dict(color=[label_color(c) for c in colors]),  # 4.5:1 on each bar (issue 65)
                 customdata=[_fmt(r, key, fmt) for r in ran],
                 hovertemplate="%{y}<br>" + title + " %{customdata}<extra></extra>"), row=1, col=col)
-        fig.add_vline(x=1.0, line=dict(color="black", width=1, dash="dash"), row=1, col=len(METRICS))
+        fig.add_vline(x=1.0, line=dict(color=FONT_COLOR, width=1, dash="dash"), row=1, col=len(METRICS))
         skipped = [SHORT.get(str(r.get("key")), str(r.get("label"))) for r in rows or [] if r.get("error")]
         sub = subtitle + ("; " if subtitle and skipped else "") + (
             f"did not run: {', '.join(skipped)} (see the table)" if skipped else "")

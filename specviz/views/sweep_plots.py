@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as th
-from .figures import NO_DATA, empty_figure, safe_figure, wide_layout
+from .figures import FONT_COLOR, NO_DATA, empty_figure, safe_figure, wide_layout
 from .theory_plots import C_MEASURED, C_OPT, C_THEORY, C_UNO, as_number
 
 C_NOISY = "#b45309"  # a point some of whose repeats the timing judge flagged
@@ -175,7 +175,7 @@ def gamma_sweep_plot(results: Sequence[dict] | None, alpha: float | None = None,
         marks = noisy_marks(rows, "gamma", "speedup")
         if marks is not None:
             fig.add_trace(marks)
-        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"))
+        fig.add_hline(y=1.0, line=dict(color=FONT_COLOR, width=1, dash="dash"))
         wide_layout(fig, title, sub, height=430)
         fig.update_xaxes(title_text="draft length γ", dtick=1)
         fig.update_yaxes(title_text="speedup (×)", rangemode="tozero")
@@ -223,7 +223,7 @@ def epsilon_sweep_plot(results: Sequence[dict] | None) -> go.Figure:
             marks = noisy_marks(grp, "epsilon", "speedup", f"timings flagged noisy ({variant.upper()})")
             if marks is not None:
                 fig.add_trace(marks, row=2, col=1)
-        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"), row=2, col=1)
+        fig.add_hline(y=1.0, line=dict(color=FONT_COLOR, width=1, dash="dash"), row=2, col=1)
         wide_layout(fig, title, "ε = 0 is exact (bias 0 for OPT); larger ε accepts more drafts at the cost of bias", height=620)
         fig.update_xaxes(title_text="over-acceptance threshold ε", row=3, col=1)
         fig.update_yaxes(rangemode="tozero")

@@ -52,6 +52,28 @@ def _alphas(alpha: Any) -> list[float]:
 # ---- Leviathan et al.: speedup, tokens per round, cost -----------------------------------
 
 
+STAR_CLEAR = 0.3  # γ either side of the star where the line passes under the star, not under its label
+
+
+def star_label_position(g_opt: int, gamma_max: int, line_x: float | None) -> str | None:
+    """Where the optimal γ's label goes beside its star: away from the dotted mean-draft-length line at ``line_x``
+    (it crossed "γ*=N: 1.03×", issue 65) and inside the plot; None where no side is clear (the subtitle names γ*).
+
+    The label's reach is taken as on a 400 px phone, where it spans about half the plot (γ from 0.5 to
+    gamma_max + 0.5): a side is clear when the label ends inside the plot and the line is not under it."""
+    reach = 0.5 * gamma_max
+    lo, hi = 0.5, gamma_max + 0.5
+    if line_x is None:
+        return "top left" if g_opt > 0.8 * gamma_max else "top center"
+    right = g_opt + reach <= hi and not (g_opt + STAR_CLEAR < line_x <= g_opt + reach)
+    left = g_opt - reach >= lo and not (g_opt - reach <= line_x < g_opt - STAR_CLEAR)
+    if right and (line_x < g_opt or not left):
+        return "top right"
+    if left:
+        return "top left"
+    return None
+
+
 def speedup_curves(
     alpha: float | None, c: float | None, gamma_max: int = 16, measured: dict | None = None, v: float = 1.0
 ) -> go.Figure:
@@ -106,17 +128,21 @@ def speedup_curves(
             ),
             secondary_y=True,
         )
+        line_x = as_number(m.get("draft_len")) if m and as_number(m.get("gamma")) is not None \
+            and as_number(m.get("speedup")) is not None else None
+        where = star_label_position(g_opt, gmax, line_x)
         fig.add_trace(
             go.Scatter(
-                x=[g_opt], y=[s_opt], mode="markers+text", name="optimal γ",
+                x=[g_opt], y=[s_opt], mode="markers+text" if where else "markers",
+                name="optimal γ",
                 marker=dict(symbol="star", size=16, color=C_OPT),
-                text=[f"γ*={g_opt}: {s_opt:.2f}×"], cliponaxis=False,
-                textposition="top left" if g_opt > 0.8 * gmax else "top center",
+                text=[f"γ*={g_opt}: {s_opt:.2f}×"] if where else None, cliponaxis=False,
+                textposition=where or None,
                 hovertemplate="optimal γ*=%{x}<br>%{y:.3f}×<extra></extra>",
             ),
             secondary_y=False,
         )
-        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
+        fig.add_hline(y=1.0, line=dict(color=FONT_COLOR, width=1, dash="dash"),
                       annotation_text="no speedup", annotation_position="bottom right")
         if m and as_number(m.get("gamma")) is not None and as_number(m.get("speedup")) is not None:
             mg, ms = as_number(m["gamma"]), as_number(m["speedup"])
@@ -129,7 +155,7 @@ def speedup_curves(
             if md is not None:
                 hover += f", mean draft length {md:.2f}"
                 fig.add_vline(x=md, line=dict(color=C_MEASURED, width=1, dash="dot"),
-                              annotation_text=f"mean draft length {md:.2f}", annotation_position="top right")
+                              annotation_text=f"mean draft<br>length {md:.2f}", annotation_position="top right")
             hover += f"<br>speedup {ms:.3f}×"
             if ma is not None:
                 hover += f"<br>α={ma:.3f}"
@@ -226,7 +252,7 @@ def cost_factor_curve(alpha: float | None, c_hat: float | None, gamma_max: int =
             x=gs, y=ys, mode="lines+markers", name="operations factor", line=dict(color=C_UNO),
             hovertemplate="γ=%{x}<br>%{y:.3f}× the operations of plain decoding<extra>Thm 3.11</extra>",
         ))
-        fig.add_hline(y=1.0, line=dict(color="black", width=1, dash="dash"),
+        fig.add_hline(y=1.0, line=dict(color=FONT_COLOR, width=1, dash="dash"),
                       annotation_text="plain decoding", annotation_position="bottom right")
         wide_layout(fig, title, f"α = {a:.3f}, ĉ = {ch:.3f} (draft ops / target ops per token)", height=400)
         fig.update_xaxes(title_text="draft length γ")
@@ -265,7 +291,7 @@ def theorem1_plot(trace: Any) -> go.Figure:
         ))
         fig.add_trace(go.Scatter(
             x=[0, top], y=[0, top], mode="lines", name="y = x (Thm 1)",
-            line=dict(color="black", dash="dash", width=1), hoverinfo="skip",
+            line=dict(color=FONT_COLOR, dash="dash", width=1), hoverinfo="skip",
         ))
         if eps > 0:
             fig.add_trace(go.Scatter(
@@ -291,6 +317,78 @@ def theorem1_plot(trace: Any) -> go.Figure:
 
 
 # ---- Yin et al. Thms 4–5: Pareto front --------------------------------------------------------
+
+
+PARETO_MARKER = 10  # px
+# The plot area of the Pareto chart on a 400 px phone, where its labels are most crowded (px, measured in Chromium):
+# wider screens only spread the points apart, the labels keep their size.
+PHONE_PLOT = (170.0, 250.0)
+LABEL_CHAR_PX, LABEL_LINE_PX = 7.0, 15.0  # a label's character and line at the 12 px font
+LABEL_POSITIONS = ("top right", "middle right", "bottom right", "top left", "middle left", "bottom left",
+                   "top center", "bottom center")
+SAME_PLACE_PX = 30.0  # two points of the same label closer than this share one label
+# px a label may run past the plot's right edge: into the figure's right margin (80 px, empty: the legend is below);
+# never past the other edges (the ticks, and the title above).
+RIGHT_ROOM = 40.0
+
+
+def _eps_label(d: dict) -> str:
+    return str(d.get("label") if d.get("label") is not None else f"ε={as_number(d.get('epsilon')) or 0:g}")
+
+
+def label_box(x: float, y: float, text: str, where: str, marker: float = PARETO_MARKER) -> tuple[float, ...]:
+    """(left, bottom, right, top) in px (y up) of plotly's label at ``where`` beside a marker at (x, y) px."""
+    w, h = LABEL_CHAR_PX * len(text), LABEL_LINE_PX
+    d = marker / 2 / 0.8 + 1  # plotly's offset from a marker's centre (Drawing.textPointPosition)
+    v, hz = where.split()
+    left = {"right": x + d, "left": x - d - w, "center": x - w / 2}[hz]
+    bottom = {"top": y + d, "bottom": y - d - h, "middle": y - h / 2}[v]
+    return left, bottom, left + w, bottom + h
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+def place_labels(points: list[tuple[float, float, str]], axis: tuple[float, float], front: float | None,
+                 plot: tuple[float, float] = PHONE_PLOT) -> list[str | None]:
+    """A textposition for each (x, y, label) point of the Pareto chart (both axes spanning ``axis``), or None for
+    a point whose label a point next to it carries (OPT and UNO at one ε).  Greedy, from the top point down: the
+    first position whose label box, on a plot of ``plot`` px, stays inside the plot (or the right margin's first
+    RIGHT_ROOM px) and clear of the markers, the front x + y = ``front`` and the labels already placed; else the
+    one that overlaps least."""
+    lo, span = axis[0], axis[1] - axis[0]
+    px = [((x - lo) / span * plot[0], (y - lo) / span * plot[1], t) for x, y, t in points]
+    r = PARETO_MARKER / 2 + 1
+    taken = [(x - r, y - r, x + r, y + r) for x, y, _ in px]
+    line = []
+    if front is not None:
+        def at(x: float, y: float) -> tuple[float, float]:
+            return (x - lo) / span * plot[0], (y - lo) / span * plot[1]
+        a, b = at(0, front), at(front, 0)
+        line = [(a[0] + (b[0] - a[0]) * k / 60, a[1] + (b[1] - a[1]) * k / 60) for k in range(61)]
+    out: list[str | None] = [None] * len(px)
+    order = sorted(range(len(px)), key=lambda i: -px[i][1])  # a pair's upper point carries the label
+    carried: list[int] = []
+    for i in order:
+        x, y, text = px[i]
+        if any(px[j][2] == text and math.dist(px[j][:2], (x, y)) < SAME_PLACE_PX for j in carried):
+            continue
+        best, cost = None, math.inf
+        for where in LABEL_POSITIONS:
+            box = label_box(x, y, text, where)
+            c = sum(_overlap(box, t) for t in taken)
+            c += sum(100.0 for lx, ly in line if box[0] <= lx <= box[2] and box[1] <= ly <= box[3])
+            c += 1000.0 * (max(0.0, -box[0]) + max(0.0, box[2] - plot[0] - RIGHT_ROOM) + max(0.0, -box[1])
+                           + max(0.0, box[3] - plot[1]))
+            if c < cost:
+                best, cost = where, c
+            if c == 0:
+                break
+        out[i] = best
+        taken.append(label_box(x, y, text, best))
+        carried.append(i)
+    return out
 
 
 def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
@@ -320,23 +418,27 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
                 line=dict(color=FONT_COLOR), fill="tozeroy", fillcolor="rgba(128,128,128,0.10)",
                 hovertemplate="reject %{x:.3f}<br>bias %{y:.3f}<extra>front</extra>",
             ))
-        top = 0.0
-        for variant, color, symbol, where in (("opt", C_OPT, "circle", ("top right", "bottom left")),
-                                              ("uno", C_UNO, "square", ("middle right", "top left"))):
+        groups = []
+        for variant, color, symbol in (("opt", C_OPT, "circle"), ("uno", C_UNO, "square")):
             grp = [d for d in pts if str(d.get("variant", "opt")).lower() == variant]
-            if not grp:
-                continue
-            labels = [str(d.get("label") if d.get("label") is not None else f"ε={as_number(d.get('epsilon')) or 0:g}")
-                      for d in grp]
-            xs = [float(d["reject_prob"]) / scale(d) for d in grp]
-            ys = [float(d["bias"]) / scale(d) for d in grp]
-            top = max([top, *xs, *ys])
+            if grp:
+                groups.append((variant, color, symbol, grp, [float(d["reject_prob"]) / scale(d) for d in grp],
+                               [float(d["bias"]) / scale(d) for d in grp]))
+        top = max([0.0, *(v for g in groups for v in g[4] + g[5])])
+        hi = max(top, front or 0.0) * 1.18 + 0.02
+        # The ε labels placed once for the whole chart: clear of each other, of the markers and of the front, inside
+        # the plot (they overlapped, "ε=0.2ε=0.2", and ran off its edge on a phone: issue 65).
+        labelled = [(x, y, _eps_label(d)) for g in groups for d, x, y in zip(g[3], g[4], g[5])]
+        places = iter(place_labels(labelled, (-0.02 * hi, hi), front))
+        for variant, color, symbol, grp, xs, ys in groups:
+            labels = [_eps_label(d) for d in grp]
+            where = [next(places) for _ in grp]
             fig.add_trace(go.Scatter(
-                x=xs, y=ys, mode="markers+text", text=labels,
-                textposition=[where[k % 2] for k in range(len(grp))],  # neighbours' labels on opposite sides
-                name=f"Decoding-{variant.upper()}", marker=dict(color=color, size=10, symbol=symbol),
+                x=xs, y=ys, mode="markers+text", text=[lab if w else "" for lab, w in zip(labels, where)],
+                textposition=[w or "top center" for w in where], cliponaxis=False, hovertext=labels,
+                name=f"Decoding-{variant.upper()}", marker=dict(color=color, size=PARETO_MARKER, symbol=symbol),
                 customdata=[[float(d["reject_prob"]), float(d["bias"]), scale(d)] for d in grp],
-                hovertemplate="%{text}<br>P(reject) %{customdata[0]:.3f}<br>bias TV(A, p) %{customdata[1]:.3f}"
+                hovertemplate="%{hovertext}<br>P(reject) %{customdata[0]:.3f}<br>bias TV(A, p) %{customdata[1]:.3f}"
                               + ("<br>TV(p, q) of its positions %{customdata[2]:.3f}" if own else "")
                               + "<extra>" + variant.upper() + "</extra>",
             ))
@@ -350,7 +452,6 @@ def pareto_plot(tv: float | None, points: Iterable[dict] | None) -> go.Figure:
             if t is not None:
                 sub = f"TV(p, q) = {t:.3f}; " + sub
         wide_layout(fig, title, sub, height=470)
-        hi = max(top, front or 0.0) * 1.18 + 0.02
         fig.update_xaxes(title_text="rejection r ÷ TV(p, q)" if own else "rejection probability r = 1 − Σ q·b",
                          range=[-0.02 * hi, hi])
         fig.update_yaxes(title_text="bias TV(A, p) ÷ TV(p, q)" if own else "bias TV(A, p)", range=[-0.02 * hi, hi])
@@ -389,9 +490,10 @@ def batch_plot(p: Any, q: Any, M_max: int = 16, n_mc: int = 20_000, seed: int = 
             ))
         fig.add_hline(y=floor, line=dict(color=C_SECOND, dash="dot"),
                       annotation_text=f"floor: p-mass where q = 0 ({floor:.3f})", annotation_position="top right")
-        sub = ("line: exact, M i.i.d. drafts from q checked in turn against r<sub>0</sub> = p, "
+        # broken by hand (wrap_html leaves a line with markup in it whole): it ran off a 400 px phone's chart
+        sub = ("line: exact, M i.i.d. drafts from q checked<br>in turn against r<sub>0</sub> = p,<br>"
                "r<sub>m</sub> = norm(max(0, r<sub>m−1</sub> − q))"
-               f"<br>dots: Monte Carlo of the procedure, {n:,} runs, seed {int(seed)}, ±2 s.e.")
+               f"<br>dots: Monte Carlo of the procedure,<br>{n:,} runs, seed {int(seed)}, ±2 s.e.")
         wide_layout(fig, title, sub, height=450)
         fig.update_xaxes(title_text="number of drafts M", dtick=1 if m_max <= 20 else None)
         fig.update_yaxes(title_text="P(all M drafts rejected)", range=[0, max(exact[0], 0.05) * 1.1])
