@@ -98,16 +98,17 @@ def _post_trace(url: str, prompt: str, max_new: int) -> str:
 def battery_dropped(url: str, page: Page, tally: Any) -> None:
     from hostile import call_trace
 
-    long_prompt = " ".join(f"word{i}" for i in range(900))  # within SPECVIZ_MAX_PROMPT_TOKENS
+    long_prompt = " ".join(f"word{i}" for i in range(55))  # ~440 tokens: + 500 new within the tiny pair's 1,024
     for how in ("never opened", "closed after the first message", "twelve at once"):
         n = 12 if how == "twelve at once" else 1
-        ids = [_post_trace(url, long_prompt, 512) for _ in range(n)]
+        ids = [_post_trace(url, long_prompt, 500) for _ in range(n)]
+        tally.details.append(f"dropped /trace ({how}): {n} posted, a {len(long_prompt.split())}-word prompt")
         if how == "closed after the first message":
             with httpx.stream("GET", url + f"gradio_api/call/trace/{ids[0]}", timeout=60) as s:
                 next(s.iter_lines())
         time.sleep(1.0)
         t0 = time.perf_counter()
-        kind, msg = call_trace(url, timeout=300)
+        kind, msg = call_trace(url, timeout=300, prompt=f"hello {how} {time.time()}")  # live: never a replay
         waited = time.perf_counter() - t0
         ok = kind == "complete" and waited <= 5.0 + 10.0  # 5 s to stop, plus the tiny run itself on a busy box
         tally.note(f"dropped /trace ({how}); next run answered in {waited:.1f} s", "refused" if ok else "failed",
