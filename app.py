@@ -102,6 +102,12 @@ shootout = hosting.gpu(duration=form_sweep_duration)(shootout_ui.shootout)
 
 
 
+STOPPING = "Stopping… the run ends after its current round (or chunk of the prompt)."
+STOPPING_JS = ("() => { const el = document.querySelector('#sv-status .sv-status'); if (el) { "
+               "el.className = 'sv-status sv-status-warn'; el.dataset.kind = 'stopping'; "
+               f"el.textContent = {json.dumps(STOPPING)}; }} }}")
+
+
 def example_settings(example: dict) -> dict:
     """The settings the page sends for an example: its own, else the form's defaults."""
     return {k: example.get(k, v) for k, v in PAGE_DEFAULTS.items()}
@@ -357,6 +363,9 @@ def build() -> gr.Blocks:
         # cancel (closing the run's generator between two outputs) cannot reach.  The drawing goes through the
         # queue (no limit, so it starts at once): only a queued event's new state fires `state.change` (the
         # acceptance picture, a teacher's room); Gradio 6 sends changed state ids with queued results only.
+        # At once, in the browser: the status line says the run is stopping (a round or a prompt chunk may take
+        # seconds on a busy machine, and only a generic timer showed meanwhile); Stop's drawing replaces it.
+        stop_btn.click(None, None, None, js=STOPPING_JS, api_visibility="private")
         stop_btn.click(stop_pressed, None, None, cancels=[run_evt, replay_evt], queue=False, show_progress="hidden",
                        api_visibility="private").then(
             on_stop, [state], views.outputs, concurrency_limit=None, show_progress="hidden",

@@ -292,10 +292,17 @@ def test_stop_mid_run_shows_where_it_got(page, server, shots):
     wait_until(page, server, "() => document.querySelectorAll('#sv-rounds .sv-round:not(.sv-round--pending)').length >= 1"
                " && document.querySelector('#sv-status .sv-status')?.innerText.startsWith('Speculative')",
                "the first round", RUN_S)
+    # every text the status line shows from now on
+    page.evaluate("() => { window.__said = []; new MutationObserver(() => window.__said.push("
+                  "document.querySelector('#sv-status')?.innerText || '')).observe("
+                  "document.querySelector('#sv-status'), {subtree: true, childList: true, characterData: true, "
+                  "attributes: true}); }")
     page.click("#sv-stop")
     wait_until(page, server, "() => document.querySelector('#sv-status .sv-status')?.dataset.kind === 'warn'",
                "the status to say the run stopped", UI_S)
     page.wait_for_timeout(2000)  # nothing may redraw after Stop
+    said = page.evaluate("() => window.__said")
+    assert any("Stopping…" in t for t in said), f"Stop said nothing before the server answered: {said[:5]}"
     kind, text = status(page)
     assert text.startswith("Stopped after"), f"status after Stop: [{kind}] {text}"
     assert page.locator("#sv-rounds .sv-round--pending").count() == 0, "a round is still 'verifying…' after Stop"
