@@ -103,7 +103,11 @@ shootout = hosting.gpu(duration=form_sweep_duration)(shootout_ui.shootout)
 
 
 STOPPING = "Stopping… the run ends after its current round (or chunk of the prompt)."
-STOPPING_JS = ("() => { const el = document.querySelector('#sv-status .sv-status'); if (el) { "
+# (only while a run is in progress: Gradio's progress tracker shows on the status line then; with nothing running,
+# Stop's drawing leaves the status line as it is, so "Stopping…" would stay)
+STOPPING_JS = ("() => { const el = document.querySelector('#sv-status .sv-status'); "
+               "const running = document.querySelector('#sv-status [data-testid=\"status-tracker\"]:not(.hide)'); "
+               "if (el && running) { "
                "el.className = 'sv-status sv-status-warn'; el.dataset.kind = 'stopping'; "
                f"el.textContent = {json.dumps(STOPPING)}; }} }}")
 
