@@ -30,7 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
-from page_events import Page, new_session, text_of  # noqa: E402
+from page_events import Page, new_session  # noqa: E402
 
 MARKUP = '<img src=x onerror="window.__pwned=1">'
 UNUSED_ROUTES = ["gradio_api/deep_link?session_hash={s}", "monitoring", "monitoring/summary", "gradio_api/mcp/sse",
@@ -38,10 +38,7 @@ UNUSED_ROUTES = ["gradio_api/deep_link?session_hash={s}", "monitoring", "monitor
 
 
 def _out(page: Page, dep: dict, result: dict, elem_id: str) -> str:
-    for cid, value in zip(dep["outputs"], result.get("output") or []):
-        if page.components.get(cid, {}).get("props", {}).get("elem_id") == elem_id:
-            return text_of(value)
-    return ""
+    return page.output(dep, result, elem_id) or ""
 
 
 def battery_routes(url: str, page: Page, tally: Any) -> None:

@@ -58,6 +58,13 @@ class Page:
             data.append(by_elem_id[eid] if eid in by_elem_id else props.get("value"))
         return data
 
+    def output(self, dep: dict, result: dict, elem_id: str) -> str | None:
+        """The text of an event's output, by the output component's elem_id (None: no such output, or no result)."""
+        for cid, value in zip(dep["outputs"], result.get("output") or []):
+            if self.components.get(cid, {}).get("props", {}).get("elem_id") == elem_id:
+                return text_of(value)
+        return None
+
     def upload(self, path: Path) -> dict:
         """Upload a file as the page's file inputs do: the FileData to send in an event."""
         with open(path, "rb") as f:

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from page_events import Page, new_session, text_of  # noqa: E402
+from page_events import Page, new_session  # noqa: E402
 
 from big_recording import big_recording  # noqa: E402
 from server import launch_app  # noqa: E402
@@ -33,12 +33,12 @@ def app(tmp_path_factory):
 
 
 def out(page: Page, dep: dict, result: dict, elem_id: str) -> str:
-    """The text of an event's output, by the output component's elem_id."""
+    """The text of an event's output, by the output component's elem_id (the event must have succeeded)."""
     assert result["ok"], result
-    for cid, value in zip(dep["outputs"], result["output"]):
-        if page.components.get(cid, {}).get("props", {}).get("elem_id") == elem_id:
-            return text_of(value)
-    raise LookupError(elem_id)
+    text = page.output(dep, result, elem_id)
+    if text is None:
+        raise LookupError(elem_id)
+    return text
 
 
 def test_refused_joins_keep_the_teacher_and_a_loaded_recording(app, tmp_path):

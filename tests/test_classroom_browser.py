@@ -309,15 +309,20 @@ def test_a_reloaded_teacher_page_keeps_its_class_round_and_experiment(pages, ser
         assert not pg.svx_errors, pg.svx_errors
 
 
-def test_an_attendee_with_two_tabs_and_a_reload_is_one_attendee(pages, server, shots):
-    """"2 of 4 attendees have posted" with two attendees, one of them with a second tab and one reload; the bar
-    said "0 attendees" while the count box said "0 of 2"."""
-    teacher = pages(1280, 720)
+def gamma_class(teacher, server):
+    """A class started by ``?class=new`` on the teacher's page, on "Everyone picks γ": (the page, its code)."""
     teacher.goto(server.url + "?class=new")
     wait_js(teacher, TEACHER_BAR, "the teacher's bar", 90)
     code = class_code(teacher)
     open_tab(teacher, "Class")
     pick(teacher, "sv-class-experiment", "Everyone picks γ")
+    return teacher, code
+
+
+def test_an_attendee_with_two_tabs_and_a_reload_is_one_attendee(pages, server, shots):
+    """"2 of 4 attendees have posted" with two attendees, one of them with a second tab and one reload; the bar
+    said "0 attendees" while the count box said "0 of 2"."""
+    teacher, code = gamma_class(pages(1280, 720), server)
 
     phone = pages(400, 860)
     phone.goto(server.url + f"?class={code}")
@@ -353,12 +358,7 @@ def test_an_attendee_with_two_tabs_and_a_reload_is_one_attendee(pages, server, s
 
 
 def test_experiments_keep_their_points_a_removed_point_stays_removed_and_ending_asks(pages, server, shots):
-    teacher = pages(1400, 900)
-    teacher.goto(server.url + "?class=new")
-    wait_js(teacher, TEACHER_BAR, "the teacher's bar", 90)
-    code = class_code(teacher)
-    open_tab(teacher, "Class")
-    pick(teacher, "sv-class-experiment", "Everyone picks γ")
+    teacher, code = gamma_class(pages(1400, 900), server)
     attendee = pages()
     attendee.goto(server.url + f"?class={code}")
     wait_js(attendee, ATTENDEE_BAR, "the attendee's bar", 90)

@@ -35,16 +35,6 @@ def char_escape(ch: str) -> str:
     return f"\\U{n:08x}"
 
 
-def char_escape(ch: str) -> str:
-    """A character as Python writes it in a string: \\x07, \\u200b, \\U000f0001 (plain text)."""
-    n = ord(ch)
-    if n <= 0xFF:
-        return f"\\x{n:02x}"
-    if n <= 0xFFFF:
-        return f"\\u{n:04x}"
-    return f"\\U{n:08x}"
-
-
 # Chips, the narration, the three rules' header, the acceptance picture's position picker and its bars, the tree
 # and the challenges all write a token with these: whitespace as a mark, an empty token ∅, a special token
 # (Qwen's <|im_end|>, <|endoftext|>) as ⟨im_end⟩, an unprintable character as its escape.
