@@ -12,7 +12,8 @@ whole product in that call -- row scale, quantization, product, scale back, bias
 ops (:meth:`Weights.linear`): the target's step 110 -> 95 ms, the draft's 46 -> 33 ms on that EPYC.
 
 It is compiled with the machine's compiler by :func:`torch.utils.cpp_extension.load` the first time it is
-asked for (about a minute; the build is cached under the specviz cache) and used where the CPU has AVX2
+asked for, against torch's stable C ABI alone (``csrc/specviz_torch.h``; the ATen headers took 31 s of a 2-core
+AMD EPYC Zen 5's wall time, these 10 s; the build is cached under the specviz cache) and used where the CPU has AVX2
 and, if it has AVX-512, VNNI too (the Q4_K / Q6_K products then run their VNNI form), and a check on random
 weights gives fbgemm's bits (:func:`matches`).  On an AVX-512 CPU int8 rows stay on fbgemm, whose VNNI
 kernels are the faster ones there (:func:`int8_rows`).  Anywhere else -- no compiler, an ARM CPU, AVX-512
@@ -100,7 +101,7 @@ def _build_dir() -> Path:
 
 def ready() -> bool:
     """Whether the kernel is in use here without building it now: checked already, or built by an
-    earlier process (loading the built library takes ~0.1 s; building it, about a minute)."""
+    earlier process (loading the built library takes ~0.1 s; building it, ~10 s on 2 cores)."""
     with _LOCK:
         if "matches" in _STATE:
             return bool(_STATE["matches"])
@@ -134,14 +135,14 @@ def _build():
             load(name="specviz_int8_small", sources=[str(where / src.name) for src in SOURCES],
                  build_directory=str(where),
                  is_python_module=False, extra_ldflags=["-fopenmp"], verbose=False,
-                 extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"])
+                 extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off", "-fvisibility=hidden"])
         if not built:
             log.info("specviz's kernel built in %.1f s", time.perf_counter() - t0)
     _STATE["op"] = torch.ops.specviz.int8_small
     return _STATE["op"]
 
 
-BUILD_WAIT_S = 300.0  # another process's build (about a minute; several on a busy machine) is waited for this long
+BUILD_WAIT_S = 300.0  # another process's build (~10 s; a minute or more on a busy machine) is waited for this long
 
 
 @contextlib.contextmanager

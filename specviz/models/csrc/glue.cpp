@@ -7,7 +7,6 @@
 // pass (a one-token step, a verify pass, a tree pass).  Float sums run in a fixed order (8 partial lanes,
 // then folded in order), compiled with -ffp-contract=off: no fused multiply-adds the compiler may or may not use.
 #include "specviz_torch.h"
-#include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,37 +34,42 @@ inline void rms_row(const float* x, const float* w, float eps, int64_t h, float*
 }  // namespace
 
 // RMSNorm of each row of x [T, H] (float32): x * (1 / sqrt(mean(x^2) + eps)) * w.
-torch::Tensor glue_rms(torch::Tensor x, torch::Tensor w, double eps) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && w.dtype() == torch::kFloat32, "float32 [T, H] rows");
-  x = x.contiguous();
-  w = w.contiguous();
+sv::Tensor glue_rms(sv::Tensor x, sv::Tensor w, double eps) {
+  SV_CHECK(x.scalar_type() == sv::kFloat32 && x.dim() == 2 && w.scalar_type() == sv::kFloat32, "float32 [T, H] rows");
+  x = sv::contiguous(x);
+  w = sv::contiguous(w);
   const int64_t t = x.size(0), h = x.size(1);
-  auto out = torch::empty_like(x);
-  const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
-  float* op = out.data_ptr<float>();
+  auto out = sv::empty_like(x);
+  const float *xp = sv::ptr<float>(x), *wp = sv::ptr<float>(w);
+  float* op = sv::ptr<float>(out);
   for (int64_t r = 0; r < t; ++r) rms_row(xp + r * h, wp, float(eps), h, op + r * h);
   return out;
 }
 
 // The residual stream after a block, x + d, and its RMSNorm: (x + d, rms(x + d) * w).
-std::tuple<torch::Tensor, torch::Tensor> glue_add_rms(torch::Tensor x, torch::Tensor d, torch::Tensor w, double eps) {
-  TORCH_CHECK(x.sizes() == d.sizes() && x.dtype() == torch::kFloat32 && d.dtype() == torch::kFloat32,
-              "x and d: float32 [T, H] alike");
-  auto sum = (x.contiguous() + d.contiguous()).contiguous();  // torch's add: the same bits as x + d before
+std::tuple<sv::Tensor, sv::Tensor> glue_add_rms(sv::Tensor x, sv::Tensor d, sv::Tensor w, double eps) {
+  SV_CHECK(x.dim() == 2 && d.dim() == 2 && x.size(0) == d.size(0) && x.size(1) == d.size(1) &&
+              x.scalar_type() == sv::kFloat32 && d.scalar_type() == sv::kFloat32, "x and d: float32 [T, H] alike");
+  x = sv::contiguous(x);
+  d = sv::contiguous(d);
+  auto sum = sv::empty({x.size(0), x.size(1)}, sv::options(x));
+  const float *xp = sv::ptr<float>(x), *dp = sv::ptr<float>(d);
+  float* sp = sv::ptr<float>(sum);
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) sp[i] = xp[i] + dp[i];  // one rounding each: torch's x + d, bit for bit
   return {sum, glue_rms(sum, w, eps)};
 }
 
 // SiLU(gate) * up for gate_up [T, 2I] (gate its first I columns): [T, I].
-torch::Tensor glue_silu_mul(torch::Tensor gu) {
-  TORCH_CHECK(gu.dtype() == torch::kFloat32 && gu.dim() == 2 && gu.size(1) % 2 == 0, "float32 [T, 2I]");
-  gu = gu.contiguous();
+sv::Tensor glue_silu_mul(sv::Tensor gu) {
+  SV_CHECK(gu.scalar_type() == sv::kFloat32 && gu.dim() == 2 && gu.size(1) % 2 == 0, "float32 [T, 2I]");
+  gu = sv::contiguous(gu);
   const int64_t t = gu.size(0), i2 = gu.size(1), n = i2 / 2;
-  auto out = torch::empty({t, n}, gu.options());
-  const float* gp = gu.data_ptr<float>();
-  float* op = out.data_ptr<float>();
+  auto out = sv::empty({t, n}, sv::options(gu));
+  const float* gp = sv::ptr<float>(gu);
+  float* op = sv::ptr<float>(out);
   // each output alone from its own gate and up (so split across threads, the same bits): the target's 8,960-wide
   // rows took ~50 us each on one core of the Zen 3 EPYC, a verify pass's four rows ~0.2 ms a layer
-  at::parallel_for(0, t * n, 2048, [&](int64_t j0, int64_t j1) {
+  sv::parallel_for(0, t * n, 2048, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1;) {  // a row's stretch at a time
       const int64_t r = j / n, i0 = j % n, i1 = std::min(n, i0 + (j1 - j));
       const float *g = gp + r * i2, *u = g + n;
@@ -86,32 +90,32 @@ torch::Tensor glue_silu_mul(torch::Tensor gu) {
 // Every key and value is written before any query attends (a pass's tokens see each other as the mask says).
 // Attention per (query, head), in float32: s_l = (q . k_l) * scaling over its visible slots in order; m = max;
 // p_l = exp(s_l - m); out = (sum_l p_l v_l) / (sum_l p_l), both sums in slot order.  Returns [T, nh d].
-torch::Tensor glue_attend(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor pos,
-                          torch::Tensor keys, torch::Tensor values, torch::Tensor slots, torch::Tensor vis,
-                          torch::Tensor lens, int64_t nh, int64_t kvh, double scaling) {
-  TORCH_CHECK(qkv.dtype() == torch::kFloat32 && qkv.dim() == 2, "qkv: float32 [T, (nh + 2 kvh) d]");
-  TORCH_CHECK(keys.is_contiguous() && values.is_contiguous() && keys.dtype() == torch::kFloat32 &&
-              values.dtype() == torch::kFloat32 && keys.dim() == 4, "the cache: contiguous float32 [1, kvh, cap, d]");
-  qkv = qkv.contiguous();
-  cos = cos.contiguous();
-  sin = sin.contiguous();
-  pos = pos.to(torch::kLong).contiguous();
-  slots = slots.to(torch::kLong).contiguous();
-  lens = lens.to(torch::kLong).contiguous();
+sv::Tensor glue_attend(sv::Tensor qkv, sv::Tensor cos, sv::Tensor sin, sv::Tensor pos,
+                          sv::Tensor keys, sv::Tensor values, sv::Tensor slots, sv::Tensor vis,
+                          sv::Tensor lens, int64_t nh, int64_t kvh, double scaling) {
+  SV_CHECK(qkv.scalar_type() == sv::kFloat32 && qkv.dim() == 2, "qkv: float32 [T, (nh + 2 kvh) d]");
+  SV_CHECK(keys.is_contiguous() && values.is_contiguous() && keys.scalar_type() == sv::kFloat32 &&
+              values.scalar_type() == sv::kFloat32 && keys.dim() == 4, "the cache: contiguous float32 [1, kvh, cap, d]");
+  qkv = sv::contiguous(qkv);
+  cos = sv::contiguous(cos);
+  sin = sv::contiguous(sin);
+  pos = sv::contiguous(sv::to(pos, sv::kLong));
+  slots = sv::contiguous(sv::to(slots, sv::kLong));
+  lens = sv::contiguous(sv::to(lens, sv::kLong));
   const int64_t t = qkv.size(0), cap = keys.size(2), d = keys.size(3), half = d / 2;
-  TORCH_CHECK(qkv.size(1) == (nh + 2 * kvh) * d && keys.size(1) == kvh && nh % kvh == 0, "qkv's width");
-  TORCH_CHECK(pos.numel() == t && slots.numel() == t && lens.numel() == t, "pos, slots, lens: one a token");
+  SV_CHECK(qkv.size(1) == (nh + 2 * kvh) * d && keys.size(1) == kvh && nh % kvh == 0, "qkv's width");
+  SV_CHECK(pos.numel() == t && slots.numel() == t && lens.numel() == t, "pos, slots, lens: one a token");
   const bool chain = vis.numel() == 0;
   if (!chain) {
-    vis = vis.to(torch::kLong).contiguous();
-    TORCH_CHECK(vis.dim() == 2 && vis.size(0) == t, "vis: [T, L]");
+    vis = sv::contiguous(sv::to(vis, sv::kLong));
+    SV_CHECK(vis.dim() == 2 && vis.size(0) == t, "vis: [T, L]");
   }
   const int64_t width = qkv.size(1), group = nh / kvh;
-  const float *src = qkv.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
-  const int64_t *pp = pos.data_ptr<int64_t>(), *slp = slots.data_ptr<int64_t>(), *lp = lens.data_ptr<int64_t>();
-  float *kp = keys.data_ptr<float>(), *vp = values.data_ptr<float>();
-  auto q = torch::empty({t, nh, d}, qkv.options());
-  float* qp = q.data_ptr<float>();
+  const float *src = sv::ptr<float>(qkv), *cp = sv::ptr<float>(cos), *sp = sv::ptr<float>(sin);
+  const int64_t *pp = sv::ptr<int64_t>(pos), *slp = sv::ptr<int64_t>(slots), *lp = sv::ptr<int64_t>(lens);
+  float *kp = sv::ptr<float>(keys), *vp = sv::ptr<float>(values);
+  auto q = sv::empty({t, nh, d}, sv::options(qkv));
+  float* qp = sv::ptr<float>(q);
   auto rope = [&](const float* x, const float* c, const float* s, float* out) {
     for (int64_t i = 0; i < d; ++i) {
       const float rot = i < half ? -x[i + half] : x[i - half];
@@ -120,7 +124,7 @@ torch::Tensor glue_attend(torch::Tensor qkv, torch::Tensor cos, torch::Tensor si
   };
   for (int64_t r = 0; r < t; ++r) {
     const int64_t p = pp[r], slot = slp[r];
-    TORCH_CHECK(p >= 0 && p < cos.size(0) && slot >= 0 && slot < cap, "a position or slot outside the tables");
+    SV_CHECK(p >= 0 && p < cos.size(0) && slot >= 0 && slot < cap, "a position or slot outside the tables");
     const float *row = src + r * width, *c = cp + p * d, *s = sp + p * d;
     for (int64_t h = 0; h < nh; ++h) rope(row + h * d, c, s, qp + (r * nh + h) * d);
     for (int64_t g = 0; g < kvh; ++g) {
@@ -129,14 +133,14 @@ torch::Tensor glue_attend(torch::Tensor qkv, torch::Tensor cos, torch::Tensor si
       std::copy(v, v + d, vp + (g * cap + slot) * d);
     }
   }
-  const int64_t* visp = chain ? nullptr : vis.data_ptr<int64_t>();
+  const int64_t* visp = chain ? nullptr : sv::ptr<int64_t>(vis);
   const int64_t vis_w = chain ? 0 : vis.size(1);
   for (int64_t r = 0; r < t; ++r)
-    TORCH_CHECK(lp[r] >= 1 && lp[r] <= (chain ? cap : vis_w), "a query sees no slot, or more than there are");
-  auto out = torch::empty({t, nh * d}, qkv.options());
-  float* op = out.data_ptr<float>();
+    SV_CHECK(lp[r] >= 1 && lp[r] <= (chain ? cap : vis_w), "a query sees no slot, or more than there are");
+  auto out = sv::empty({t, nh * d}, sv::options(qkv));
+  float* op = sv::ptr<float>(out);
   const float sc = float(scaling);
-  at::parallel_for(0, t * nh, 1, [&](int64_t i0, int64_t i1) {
+  sv::parallel_for(0, t * nh, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> score;
     std::vector<float> acc(d);
     for (int64_t i = i0; i < i1; ++i) {
@@ -166,16 +170,16 @@ torch::Tensor glue_attend(torch::Tensor qkv, torch::Tensor cos, torch::Tensor si
   return out;
 }
 
-TORCH_LIBRARY_FRAGMENT(specviz, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(specviz, m) {
   m.def("glue_rms(Tensor x, Tensor w, float eps) -> Tensor");
   m.def("glue_add_rms(Tensor x, Tensor d, Tensor w, float eps) -> (Tensor, Tensor)");
   m.def("glue_silu_mul(Tensor gu) -> Tensor");
   m.def("glue_attend(Tensor qkv, Tensor cos, Tensor sin, Tensor pos, Tensor(a!) keys, Tensor(b!) values, "
         "Tensor slots, Tensor vis, Tensor lens, int nh, int kvh, float scaling) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(specviz, CPU, m) {
-  m.impl("glue_rms", &glue_rms);
-  m.impl("glue_add_rms", &glue_add_rms);
-  m.impl("glue_silu_mul", &glue_silu_mul);
-  m.impl("glue_attend", &glue_attend);
+STABLE_TORCH_LIBRARY_IMPL(specviz, CPU, m) {
+  m.impl("glue_rms", TORCH_BOX(&glue_rms));
+  m.impl("glue_add_rms", TORCH_BOX(&glue_add_rms));
+  m.impl("glue_silu_mul", TORCH_BOX(&glue_silu_mul));
+  m.impl("glue_attend", TORCH_BOX(&glue_attend));
 }

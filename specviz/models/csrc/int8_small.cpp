@@ -14,7 +14,6 @@
 // costs vpmaddubsw + vpmaddwd + an add per 32 multiply-adds: without VNNI a verify pass is compute-bound, as
 // fbgemm's is (measured on the AVX2 EPYC: 6 tokens ~2.6x one).
 #include "specviz_torch.h"
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
@@ -83,25 +82,25 @@ void rows4(const uint8_t* x, const int8_t* wb, int64_t M, int64_t kb, int64_t N,
 // x: uint8 [M, K32], K padded to a multiple of 32 (any value: the padded weight columns are 0); wb: int8
 // [N4/4, K32/32, 4, 32], N padded to a multiple of 4 (specviz.models.kernels.Weights.of); wsum and wscale: [N],
 // the true output count.
-torch::Tensor int8_small(torch::Tensor x, torch::Tensor wb, torch::Tensor wsum, torch::Tensor wscale,
+sv::Tensor int8_small(sv::Tensor x, sv::Tensor wb, sv::Tensor wsum, sv::Tensor wscale,
                          double act_scale, int64_t zero) {
-  TORCH_CHECK(x.dtype() == torch::kUInt8 && wb.dtype() == torch::kInt8, "x must be uint8 and w int8");
-  TORCH_CHECK(wsum.dtype() == torch::kInt32 && wscale.dtype() == torch::kFloat32, "wsum int32, wscale float32");
-  TORCH_CHECK(x.dim() == 2 && wb.dim() == 4 && wb.size(2) == 4 && wb.size(3) == 32, "x [M, K], w [N/4, K/32, 4, 32]");
-  TORCH_CHECK(x.size(1) == wb.size(1) * 32, "x's K must be w's blocks x 32");
-  x = x.contiguous();
-  wb = wb.contiguous();
+  SV_CHECK(x.scalar_type() == sv::kUInt8 && wb.scalar_type() == sv::kInt8, "x must be uint8 and w int8");
+  SV_CHECK(wsum.scalar_type() == sv::kInt32 && wscale.scalar_type() == sv::kFloat32, "wsum int32, wscale float32");
+  SV_CHECK(x.dim() == 2 && wb.dim() == 4 && wb.size(2) == 4 && wb.size(3) == 32, "x [M, K], w [N/4, K/32, 4, 32]");
+  SV_CHECK(x.size(1) == wb.size(1) * 32, "x's K must be w's blocks x 32");
+  x = sv::contiguous(x);
+  wb = sv::contiguous(wb);
   const int64_t M = x.size(0), kb = wb.size(1), N = wsum.size(0), blocks = wb.size(0);
-  TORCH_CHECK(blocks * 4 >= N && wscale.size(0) == N, "w has too few rows");
-  auto out = torch::empty({M, N}, x.options().dtype(torch::kFloat32));
-  const uint8_t* xp = x.data_ptr<uint8_t>();
-  const int8_t* wp = wb.data_ptr<int8_t>();
-  const int32_t* sp = wsum.data_ptr<int32_t>();
-  const float* cp = wscale.data_ptr<float>();
-  float* op = out.data_ptr<float>();
+  SV_CHECK(blocks * 4 >= N && wscale.size(0) == N, "w has too few rows");
+  auto out = sv::empty({M, N}, sv::options(x).dtype(sv::kFloat32));
+  const uint8_t* xp = sv::ptr<uint8_t>(x);
+  const int8_t* wp = sv::ptr<int8_t>(wb);
+  const int32_t* sp = sv::ptr<int32_t>(wsum);
+  const float* cp = sv::ptr<float>(wscale);
+  float* op = sv::ptr<float>(out);
   const float a = float(act_scale);
   const int32_t z = int32_t(zero);
-  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+  sv::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) rows4(xp, wp, M, kb, N, b * 4, sp, cp, a, z, op);
   });
   return out;
@@ -113,36 +112,36 @@ torch::Tensor int8_small(torch::Tensor x, torch::Tensor wb, torch::Tensor wsum, 
 // + bias.  The same float operations in the same order as the Python path it replaces (abs, amax, clamp, div,
 // quantize, int_repr, pad, int8_small, mul_, add_: ten ops, ~60-90 us a linear on the AVX2 EPYC), so the bits
 // are the same (tested against it, and checked at load with the rest of the kernel).
-torch::Tensor int8_linear(torch::Tensor x, torch::Tensor wb, torch::Tensor wsum, torch::Tensor wscale,
-                          double act_scale, int64_t zero, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
-  TORCH_CHECK(wb.dtype() == torch::kInt8 && wb.dim() == 4 && wb.size(2) == 4 && wb.size(3) == 32,
+sv::Tensor int8_linear(sv::Tensor x, sv::Tensor wb, sv::Tensor wsum, sv::Tensor wscale,
+                          double act_scale, int64_t zero, std::optional<sv::Tensor> bias) {
+  SV_CHECK(x.scalar_type() == sv::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
+  SV_CHECK(wb.scalar_type() == sv::kInt8 && wb.dim() == 4 && wb.size(2) == 4 && wb.size(3) == 32,
               "w int8 [N/4, K/32, 4, 32]");
-  TORCH_CHECK(wsum.dtype() == torch::kInt32 && wscale.dtype() == torch::kFloat32, "wsum int32, wscale float32");
-  x = x.contiguous();
-  wb = wb.contiguous();
+  SV_CHECK(wsum.scalar_type() == sv::kInt32 && wscale.scalar_type() == sv::kFloat32, "wsum int32, wscale float32");
+  x = sv::contiguous(x);
+  wb = sv::contiguous(wb);
   const int64_t M = x.size(0), K = x.size(1), kb = wb.size(1), K32 = kb * 32, N = wsum.size(0), blocks = wb.size(0);
-  TORCH_CHECK(K <= K32 && K32 - K < 32, "x's K must be w's blocks x 32, less its padding");
-  TORCH_CHECK(blocks * 4 >= N && wscale.size(0) == N, "w has too few rows");
+  SV_CHECK(K <= K32 && K32 - K < 32, "x's K must be w's blocks x 32, less its padding");
+  SV_CHECK(blocks * 4 >= N && wscale.size(0) == N, "w has too few rows");
   const float* bp = nullptr;
-  torch::Tensor b;
+  sv::Tensor b;
   if (bias.has_value() && bias->defined()) {
-    b = bias->contiguous();
-    TORCH_CHECK(b.dtype() == torch::kFloat32 && b.numel() == N, "bias must be float32 [N]");
-    bp = b.data_ptr<float>();
+    b = sv::contiguous(*bias);
+    SV_CHECK(b.scalar_type() == sv::kFloat32 && b.numel() == N, "bias must be float32 [N]");
+    bp = sv::ptr<float>(b);
   }
-  auto q = torch::zeros({M, K32}, x.options().dtype(torch::kUInt8));
-  auto s = torch::empty({M}, x.options());
-  const float* xp = x.data_ptr<float>();
-  uint8_t* qp = q.data_ptr<uint8_t>();
-  float* sp = s.data_ptr<float>();
+  auto q = sv::zeros({M, K32}, sv::options(x).dtype(sv::kUInt8));
+  auto s = sv::empty({M}, sv::options(x));
+  const float* xp = sv::ptr<float>(x);
+  uint8_t* qp = sv::ptr<uint8_t>(q);
+  float* sp = sv::ptr<float>(s);
   // as torch.quantize_per_tensor does it (fbgemm's Quantize): one fused multiply-add u * (1 / scale) + zero in
   // float, with 1 / scale taken in float (62.999996 for 1/63), rounded to nearest even; checked against it on
   // 2.2 M values with ties (u * 63 then rounding, or 1/63 inverted exactly, each differed on ~1-2 %)
   const float inv = 1.0f / float(act_scale);
   const float zf = float(zero);
   const int32_t z = int32_t(zero);
-  at::parallel_for(0, M, 8, [&](int64_t m0, int64_t m1) {
+  sv::parallel_for(0, M, 8, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* xr = xp + m * K;
       float mx = 0.0f;
@@ -157,13 +156,13 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor wb, torch::Tensor wsum,
       }
     }
   });
-  auto out = torch::empty({M, N}, x.options());
-  const int8_t* wp = wb.data_ptr<int8_t>();
-  const int32_t* wsp = wsum.data_ptr<int32_t>();
-  const float* cp = wscale.data_ptr<float>();
-  float* op = out.data_ptr<float>();
+  auto out = sv::empty({M, N}, sv::options(x));
+  const int8_t* wp = sv::ptr<int8_t>(wb);
+  const int32_t* wsp = sv::ptr<int32_t>(wsum);
+  const float* cp = sv::ptr<float>(wscale);
+  float* op = sv::ptr<float>(out);
   const float a = float(act_scale);
-  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+  sv::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) rows4(qp, wp, M, kb, N, blk * 4, wsp, cp, a, z, op, sp, bp);
   });
   return out;
@@ -173,16 +172,16 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor wb, torch::Tensor wsum,
 // int8 [N, K] -> blocked int8 [N4/4, K32/32, 4, 32] (the layout above, zero-padded) and each row's sum, int32 [N].
 // torch took ~3 s for the 1.5B target on the AVX2 EPYC at every start (its int8 -> int32 row sum alone: 2.3 s),
 // under the preload's feet; this, ~0.3 s.
-std::tuple<torch::Tensor, torch::Tensor> weight_layout(torch::Tensor values) {
-  TORCH_CHECK(values.dtype() == torch::kInt8 && values.dim() == 2, "values must be int8 [N, K]");
-  values = values.contiguous();
+std::tuple<sv::Tensor, sv::Tensor> weight_layout(sv::Tensor values) {
+  SV_CHECK(values.scalar_type() == sv::kInt8 && values.dim() == 2, "values must be int8 [N, K]");
+  values = sv::contiguous(values);
   const int64_t N = values.size(0), K = values.size(1), nb = (N + 3) / 4, kb = (K + 31) / 32;
-  auto blocked = torch::empty({nb, kb, 4, 32}, values.options());
-  auto wsum = torch::empty({N}, values.options().dtype(torch::kInt32));
-  const int8_t* vp = values.data_ptr<int8_t>();
-  int8_t* bp = blocked.data_ptr<int8_t>();
-  int32_t* sp = wsum.data_ptr<int32_t>();
-  at::parallel_for(0, nb, 64, [&](int64_t b0, int64_t b1) {
+  auto blocked = sv::empty({nb, kb, 4, 32}, sv::options(values));
+  auto wsum = sv::empty({N}, sv::options(values).dtype(sv::kInt32));
+  const int8_t* vp = sv::ptr<int8_t>(values);
+  int8_t* bp = sv::ptr<int8_t>(blocked);
+  int32_t* sp = sv::ptr<int32_t>(wsum);
+  sv::parallel_for(0, nb, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       for (int r = 0; r < 4; ++r) {
         const int64_t n = b * 4 + r;
@@ -207,13 +206,13 @@ std::tuple<torch::Tensor, torch::Tensor> weight_layout(torch::Tensor values) {
 
 // Operators (torch.ops.specviz.*), not Python functions, so that torch.jit.trace records them (the lean
 // steps call them).
-TORCH_LIBRARY(specviz, m) {
+STABLE_TORCH_LIBRARY(specviz, m) {
   m.def("int8_small(Tensor x, Tensor w, Tensor wsum, Tensor wscale, float act_scale, int zero) -> Tensor");
   m.def("int8_linear(Tensor x, Tensor w, Tensor wsum, Tensor wscale, float act_scale, int zero, Tensor? bias) -> Tensor");
   m.def("weight_layout(Tensor values) -> (Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(specviz, CPU, m) {
-  m.impl("int8_small", &int8_small);
-  m.impl("int8_linear", &int8_linear);
-  m.impl("weight_layout", &weight_layout);
+STABLE_TORCH_LIBRARY_IMPL(specviz, CPU, m) {
+  m.impl("int8_small", TORCH_BOX(&int8_small));
+  m.impl("int8_linear", TORCH_BOX(&int8_linear));
+  m.impl("weight_layout", TORCH_BOX(&weight_layout));
 }

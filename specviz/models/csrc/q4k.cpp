@@ -44,7 +44,7 @@ bool use_vnni() {
 
 // isa: "" the best this CPU has, "avx2" or "vnni" one of them (the tests): whether the VNNI kernels run
 bool vnni_for(const std::string& isa) {
-  TORCH_CHECK(isa.empty() || isa == "vnni" || isa == "avx2", "isa must be '', 'avx2' or 'vnni'");
+  SV_CHECK(isa.empty() || isa == "vnni" || isa == "avx2", "isa must be '', 'avx2' or 'vnni'");
   return isa.empty() ? use_vnni() : isa == "vnni";
 }
 
@@ -181,17 +181,17 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
 // medians against the single-token kernel eight tokens a pass: 1.05x at 5 tokens, 1.11x at 6, 1.28x at 8, 1.19x at
 // 29 (a prompt); down 1.02-1.03x at 6-8, 1.12x at 29; the same at 1-4.
 struct Pairs {  // the activations of P = M / 2 token pairs, as rows_pairs reads them
-  torch::Tensor xz, dz, dm, bz;  // int8 [P, 2K]; float [P, kb, 16]; float [P, kb, 8]; int16 [P, kb, 16]
+  sv::Tensor xz, dz, dm, bz;  // int8 [P, 2K]; float [P, kb, 16]; float [P, kb, 8]; int16 [P, kb, 16]
 };
 
 Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, int64_t M, int64_t K, int64_t kb,
-                  const torch::TensorOptions& opt) {
+                  const sv::Options& opt) {
   const int64_t P = M / 2;
-  Pairs out{torch::empty({P, 2 * K}, opt.dtype(torch::kInt8)), torch::empty({P, kb * 16}, opt.dtype(torch::kFloat32)),
-            torch::empty({P, kb * 8}, opt.dtype(torch::kFloat32)), torch::empty({P, kb * 16}, opt.dtype(torch::kInt16))};
-  int8_t* xz = out.xz.data_ptr<int8_t>();
-  float *dz = out.dz.data_ptr<float>(), *dm = out.dm.data_ptr<float>();
-  int16_t* bz = out.bz.data_ptr<int16_t>();
+  Pairs out{sv::empty({P, 2 * K}, opt.dtype(sv::kInt8)), sv::empty({P, kb * 16}, opt.dtype(sv::kFloat32)),
+            sv::empty({P, kb * 8}, opt.dtype(sv::kFloat32)), sv::empty({P, kb * 16}, opt.dtype(sv::kInt16))};
+  int8_t* xz = sv::ptr<int8_t>(out.xz);
+  float *dz = sv::ptr<float>(out.dz), *dm = sv::ptr<float>(out.dm);
+  int16_t* bz = sv::ptr<int16_t>(out.bz);
   for (int64_t p = 0; p < P; ++p)
     for (int h = 0; h < 2; ++h) {
       const int64_t t = 2 * p + h;
@@ -263,25 +263,25 @@ SPECVIZ_VNNI_Z void rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, c
 
 // q4k_linear_isa's VNNI path for two tokens or more (a one-token step takes rows_tokens_vnni: nothing to pair):
 // every row against four pairs a pass, the rest (pairs and an odd token) in one more.
-torch::Tensor pairs_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+sv::Tensor pairs_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias) {
   Activations act = activations<32>(x, w, bias, REC);
   const int64_t M = act.M, K = act.K, kb = act.kb, N = act.N, P = M / 2;
-  const int8_t* qp = act.xq.data_ptr<int8_t>();
-  const float* dp = act.dx.data_ptr<float>();
-  const int16_t* sp = act.bs.data_ptr<int16_t>();
-  Pairs pr = pair_layout(qp, dp, sp, M, K, kb, x.options());
-  const int8_t* xz = pr.xz.data_ptr<int8_t>();
-  const float *dz = pr.dz.data_ptr<float>(), *dm = pr.dm.data_ptr<float>();
-  const int16_t* bz = pr.bz.data_ptr<int16_t>();
+  const int8_t* qp = sv::ptr<int8_t>(act.xq);
+  const float* dp = sv::ptr<float>(act.dx);
+  const int16_t* sp = sv::ptr<int16_t>(act.bs);
+  Pairs pr = pair_layout(qp, dp, sp, M, K, kb, sv::options(x));
+  const int8_t* xz = sv::ptr<int8_t>(pr.xz);
+  const float *dz = sv::ptr<float>(pr.dz), *dm = sv::ptr<float>(pr.dm);
+  const int16_t* bz = sv::ptr<int16_t>(pr.bz);
   const int8_t* x1 = qp + (M - 1) * K;  // the odd token's, where M is odd
   const float* d1 = dp + (M - 1) * kb;
   const int16_t* b1 = sp + (M - 1) * kb * 8;
-  auto out = torch::empty({M, N}, x.options());
-  float* op = out.data_ptr<float>();
+  auto out = sv::empty({M, N}, sv::options(x));
+  float* op = sv::ptr<float>(out);
   const float* bp = act.bias;
-  const uint8_t* wp = act.w.data_ptr<uint8_t>();
+  const uint8_t* wp = sv::ptr<uint8_t>(act.w);
   const bool odd = M % 2;
-  at::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
+  sv::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
     float acc[9];
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* wr = wp + n * kb * REC;
@@ -316,7 +316,7 @@ torch::Tensor pairs_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch
 }  // namespace
 
 // Q4_K records [N, K/256, 152] (above)
-torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
+sv::Tensor q4k_linear_isa(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, std::string isa) {
   // a one-token step has nothing to pair: straight to the one-token kernel, without the pairs' layout (~1.7 us a
   // product: ~0.16 ms of the draft's step, 97 products)
   if (vnni_for(isa) && x.dim() == 2 && x.size(0) > 1) return pairs_linear(x, w, bias);
@@ -325,14 +325,14 @@ torch::Tensor q4k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<tor
   return blocked_linear<32>(x, w, bias, REC, [](auto t, auto... args) { rows_tokens<decltype(t)::value>(args...); });
 }
 
-torch::Tensor q4k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+sv::Tensor q4k_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias) {
   return q4k_linear_isa(x, w, bias, "");
 }
-TORCH_LIBRARY_FRAGMENT(specviz, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(specviz, m) {
   m.def("q4k_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
   m.def("q4k_linear_isa(Tensor x, Tensor w, Tensor? bias, str isa) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(specviz, CPU, m) {
-  m.impl("q4k_linear", &q4k_linear);
-  m.impl("q4k_linear_isa", &q4k_linear_isa);
+STABLE_TORCH_LIBRARY_IMPL(specviz, CPU, m) {
+  m.impl("q4k_linear", TORCH_BOX(&q4k_linear));
+  m.impl("q4k_linear_isa", TORCH_BOX(&q4k_linear_isa));
 }

@@ -3,7 +3,6 @@
 // idea) and the driver that runs a kernel over every row four tokens at a time.  Compiled with -ffp-contract=off.
 #pragma once
 #include "specviz_torch.h"
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
@@ -130,7 +129,7 @@ inline void quantize_block(const float* xr, int n, int8_t* qr, float* dp, int16_
 // in this thread: splitting it cost more than it saved.
 template <int G>
 void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in, int8_t* qp, float* dp, int16_t* sp) {
-  at::parallel_for(0, n_blocks, 64, [&](int64_t i0, int64_t i1) {
+  sv::parallel_for(0, n_blocks, 64, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float* xr = xp + (i / kb) * K_in + (i % kb) * 256;
       const int n = int(std::min<int64_t>(256, K_in - (i % kb) * 256));  // the block's real inputs
@@ -141,36 +140,36 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in
 
 // A product's checked inputs and its activations, quantized once (sums of G): what a driver runs its kernel on.
 struct Activations {
-  torch::Tensor w, bt, xq, dx, bs;  // records (contiguous); bias; int8 [M, K]; float [M, kb]; int16 [M, kb * 256 / G]
+  sv::Tensor w, bt, xq, dx, bs;  // records (contiguous); bias; int8 [M, K]; float [M, kb]; int16 [M, kb * 256 / G]
   const float* bias;  // or nullptr
   int64_t M, K, kb, N;
 };
 
 // x: float32 [M, K], K within w's last block of 256 (zero-padded to it); w: uint8 [N, ceil(K/256), rec]; bias: float32 [N] or none.
 template <int G>
-Activations activations(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
-  TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 3 && w.size(2) == rec, "w must be uint8 [N, K/256, ", rec, "]");
+Activations activations(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, int64_t rec) {
+  SV_CHECK(x.scalar_type() == sv::kFloat32 && x.dim() == 2, "x must be float32 [M, K]");
+  SV_CHECK(w.scalar_type() == sv::kUInt8 && w.dim() == 3 && w.size(2) == rec, "w must be uint8 [N, K/256, ", rec, "]");
   Activations a;
-  a.w = w.contiguous();
+  a.w = sv::contiguous(w);
   a.kb = a.w.size(1);
   // a K short of a whole block (the draft's 896): the records' last block zero past K, x's missing inputs read as zeros
-  TORCH_CHECK(x.size(1) <= a.kb * 256 && x.size(1) > a.kb * 256 - 256, "x's K must fill w's blocks of 256 but the last");
-  x = x.contiguous();
+  SV_CHECK(x.size(1) <= a.kb * 256 && x.size(1) > a.kb * 256 - 256, "x's K must fill w's blocks of 256 but the last");
+  x = sv::contiguous(x);
   a.M = x.size(0);
   a.K = a.kb * 256;
   a.N = a.w.size(0);
   a.bias = nullptr;
   if (bias.has_value() && bias->defined()) {
-    a.bt = bias->contiguous();
-    TORCH_CHECK(a.bt.dtype() == torch::kFloat32 && a.bt.numel() == a.N, "bias must be float32 [N]");
-    a.bias = a.bt.data_ptr<float>();
+    a.bt = sv::contiguous(*bias);
+    SV_CHECK(a.bt.scalar_type() == sv::kFloat32 && a.bt.numel() == a.N, "bias must be float32 [N]");
+    a.bias = sv::ptr<float>(a.bt);
   }
-  a.xq = torch::empty({a.M, a.K}, x.options().dtype(torch::kInt8));
-  a.dx = torch::empty({a.M, a.kb}, x.options());
-  a.bs = torch::empty({a.M, a.kb * (256 / G)}, x.options().dtype(torch::kInt16));  // |sum| <= G x 127
-  quantize_blocks<G>(x.data_ptr<float>(), a.M * a.kb, a.kb, x.size(1), a.xq.data_ptr<int8_t>(), a.dx.data_ptr<float>(),
-                     a.bs.data_ptr<int16_t>());
+  a.xq = sv::empty({a.M, a.K}, sv::options(x).dtype(sv::kInt8));
+  a.dx = sv::empty({a.M, a.kb}, sv::options(x));
+  a.bs = sv::empty({a.M, a.kb * (256 / G)}, sv::options(x).dtype(sv::kInt16));  // |sum| <= G x 127
+  quantize_blocks<G>(sv::ptr<float>(x), a.M * a.kb, a.kb, x.size(1), sv::ptr<int8_t>(a.xq), sv::ptr<float>(a.dx),
+                     sv::ptr<int16_t>(a.bs));
   return a;
 }
 
@@ -181,18 +180,18 @@ Activations activations(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
 // rows, memory-bound, on the AMX Xeon.  Four rows at a time for one token, sharing its loads, ran 2-3x slower with the
 // weights coming from memory on the Zen 3.)
 template <int G, class Kernel>
-torch::Tensor blocked_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, int64_t rec,
+sv::Tensor blocked_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, int64_t rec,
                              Kernel kernel) {
   const Activations a = activations<G>(x, w, bias, rec);
   const int64_t M = a.M, K = a.K, kb = a.kb, N = a.N, S = 256 / G;
-  const int8_t* qp = a.xq.data_ptr<int8_t>();
-  const float* dp = a.dx.data_ptr<float>();
-  const int16_t* sp = a.bs.data_ptr<int16_t>();
+  const int8_t* qp = sv::ptr<int8_t>(a.xq);
+  const float* dp = sv::ptr<float>(a.dx);
+  const int16_t* sp = sv::ptr<int16_t>(a.bs);
   const float* bp = a.bias;
-  auto out = torch::empty({M, N}, x.options());
-  float* op = out.data_ptr<float>();
-  const uint8_t* wp = a.w.data_ptr<uint8_t>();
-  at::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
+  auto out = sv::empty({M, N}, sv::options(x));
+  float* op = sv::ptr<float>(out);
+  const uint8_t* wp = sv::ptr<uint8_t>(a.w);
+  sv::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
     float acc[4];
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* wr = wp + n * kb * rec;

@@ -120,21 +120,21 @@ SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t
 }  // namespace
 
 // Q6_K records [N, K/256, 212] (above)
-torch::Tensor q6k_linear_isa(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, std::string isa) {
+sv::Tensor q6k_linear_isa(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, std::string isa) {
   if (vnni_for(isa))
     return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
 }
 
-torch::Tensor q6k_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+sv::Tensor q6k_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias) {
   return q6k_linear_isa(x, w, bias, "");
 }
 
-TORCH_LIBRARY_FRAGMENT(specviz, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(specviz, m) {
   m.def("q6k_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
   m.def("q6k_linear_isa(Tensor x, Tensor w, Tensor? bias, str isa) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(specviz, CPU, m) {
-  m.impl("q6k_linear", &q6k_linear);
-  m.impl("q6k_linear_isa", &q6k_linear_isa);
+STABLE_TORCH_LIBRARY_IMPL(specviz, CPU, m) {
+  m.impl("q6k_linear", TORCH_BOX(&q6k_linear));
+  m.impl("q6k_linear_isa", TORCH_BOX(&q6k_linear_isa));
 }
