@@ -21,23 +21,21 @@ background at a low priority, then swaps the prepared pair in.
 from __future__ import annotations
 
 import os
-import struct
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import executions, gguf_convert, gguf_tokenizer, upcast
+from .gguf_native import read as _read
+from .gguf_native import tokenizer_of as _tokenizer
 from .arena import ALIGN, Arena
 from .convert import needs_conversion, offline_pack, source_of
 from .gguf_file import GGUFFile
 from .loading import canonical_head_input
-from .packs import mapped, read, unmap
 from .pair import ModelPair, ProgressFn, log, report, span
-from .tokens import converted_tokenizer, eos_ids
+from .tokens import eos_ids
 
 DTYPE = torch.bfloat16  # what a converted cache holds: every weight is rounded to it, as there
 NATIVE_BF16 = frozenset({"amx_bf16", "avx512_bf16"})
@@ -115,33 +113,6 @@ def _model(gguf: GGUFFile, label: str, extra_eos: tuple[str, ...], run: torch.dt
     model.generation_config, _ = gguf_convert.generation_config(gguf.metadata, config, extra_eos)
     model.requires_grad_(False)
     return model.eval()
-
-
-def _read(pack: Any) -> GGUFFile:
-    """The pack's GGUF as its part files mapped and checked (no copy: fresh memory costs more than the reading,
-    :mod:`.arena`); read into memory where its header does not lie in the first part."""
-    t = time.perf_counter()
-    parts = mapped(pack)
-    try:
-        gguf = GGUFFile(f"{pack.key}.gguf", parts=parts)
-        how = "mapped"
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
-        unmap(parts)
-        gguf, how = GGUFFile(f"{pack.key}.gguf", read(pack)), "read into memory"
-    log.info("Checked the GGUF of %s (%s) in %.1f s", pack.display, how, time.perf_counter() - t)
-    return gguf
-
-
-def _tokenizer(metadata: dict[str, Any], label: str) -> Any:
-    t = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="specviz-tokenizer-") as tmp:
-        gguf_tokenizer.save(metadata, Path(tmp))
-        tok = converted_tokenizer(tmp)
-    if tok is None:  # (the files this module writes are always read directly)
-        raise gguf_tokenizer.Unsupported("tokenizer files not read directly")
-    log.info("Tokenizer of %s built in %.1f s (tokenizers, from the GGUF's vocabulary and merges)", label,
-             time.perf_counter() - t)
-    return tok
 
 
 _RESERVED: list[tuple[tuple[str, str, torch.dtype], Arena]] = []

@@ -367,11 +367,55 @@ def _same_tokenizer_files(a: str, b: str) -> bool:
     return all(digest(pa / n) == digest(pb / n) for n in names)
 
 
+def _runs_as_stored(draft_ref: str, target_ref: str, dev: torch.device, quant: str | None, target_exec: str) -> bool:
+    """Whether the pair runs from its GGUF files as stored (:mod:`.gguf_native`): two offline packs on a CPU whose
+    kernel runs the GGUF's blocks (:func:`.q4k.enabled`), the draft quantized and the target's execution int8."""
+    return (dev.type == "cpu" and offline_pack(draft_ref) is not None and offline_pack(target_ref) is not None
+            and quant in ("auto", "int8") and target_exec in ("auto", "int8") and q4k.enabled())
+
+
+def _load_native(label: str, draft_ref: str, target_ref: str, alpha: float, target_exec: str,
+                 progress: ProgressFn | None, t0: float) -> ModelPair:
+    """The offline pair on its GGUFs' blocks (:mod:`.gguf_native`): the target batch-invariant on the lean steps (its
+    one execution, named "int8" as the probe and the page know it), the draft on them too, both traced; the probe
+    (the chooser, "int8" its one candidate) times it where this machine has no record."""
+    from ..speculator.model import head_fingerprint
+    from . import gguf_native, invariant, lean
+
+    packs = {"draft": offline_pack(draft_ref), "target": offline_pack(target_ref)}
+    draft, target, tokenizer = gguf_native.models(packs["draft"], packs["target"], span(progress, 0.0, 0.9))
+    for model in (draft, target):
+        canonical_head_input(model)
+    target._specviz_head_fingerprint = head_fingerprint(target)
+    invariant.make_invariant(target)
+    report(progress, 0.9, "Tracing the decoders' steps…")
+    for role, model in (("draft", draft), ("target", target)):
+        steps = lean.attach(model, trace=True, invariant=role == "target")
+        steps.shared_prefix = template_head(tokenizer)
+        steps.prefix_store = PrefixStore.for_pack(packs[role], role=role, kernel="gguf+glue" if steps.glue else "gguf")
+    names = {role: pack.display for role, pack in packs.items()}
+    vocab = int(target.config.vocab_size)
+    req = ExecutionRequest(target, target_ref, names["target"], torch.device("cpu"), torch.bfloat16, target_exec,
+                           draft, vocab, alpha, ("int8",), build=lambda _e: target, apply=lambda _e: target,
+                           progress=span(progress, 0.92, 1.0))
+    target, chosen, probe = (_CHOOSER[0] if _CHOOSER else as_requested)(req)
+    ctx = min(int(m.config.max_position_embeddings) for m in (draft, target))
+    pair = ModelPair(preset=label, draft_name=names["draft"], target_name=names["target"], draft=draft, target=target,
+                     tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.bfloat16, draft_quant=q4k_draft.LABEL,
+                     eos_token_ids=eos_ids(tokenizer, target.generation_config), context_length=ctx, vocab_size=vocab,
+                     load_seconds=time.perf_counter() - t0, target_exec=chosen, target_weights="gguf", probe=probe)
+    report(progress, 1.0, f"Loaded {names['draft']} → {names['target']} from their GGUFs in {pair.load_seconds:.1f} s; "
+           f"the target runs as {executions.words(pair)}")
+    return pair
+
+
 def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
                    quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
                    alpha: float = 0.7, defer_packing: bool = False) -> ModelPair:
     """The pair, loaded: bare (:mod:`.bare`) where it can be; a bare build that fails all the same (an
     unreadable cache) is logged and the full load takes over."""
+    if _runs_as_stored(draft_ref, target_ref, dev, quant, target_exec):
+        return _load_native(label, draft_ref, target_ref, alpha, target_exec, progress, t0)
     args = (label, draft_ref, target_ref, dev, dt, quant, progress, t0)
     kw = dict(target_exec=target_exec, alpha=alpha, defer_packing=defer_packing)
     bare_tried: list[bool] = []

@@ -23,6 +23,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ log = logging.getLogger("specviz.models")
 VERSION = "1"
 # the code whose arithmetic gives the keys and values (any edit to one of them names other files)
 SOURCES = ("lean.py", "int8_target.py", "kernels.py", "csrc/int8_small.cpp", "bare.py", "invariant.py", "q4k.py",
-           "csrc/q4k.cpp", "csrc/q6k.cpp", "csrc/q4k.h", "q6k.py", "csrc/glue.cpp")
+           "csrc/q4k.cpp", "csrc/q6k.cpp", "csrc/q4k.h", "q6k.py", "csrc/glue.cpp", "gguf_native.py", "csrc/gguf_records.c")
 Kept = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
@@ -68,6 +69,16 @@ class PrefixStore:
                  str(torch.get_num_threads()), " ".join(sorted(_cpu_flags())), f"kernel={kernel}", _sources_digest()]
         # a folder of their own: the model's folder's *.safetensors are its checkpoint (int8._source_signature)
         return cls(weights.parent / "heads", hashlib.sha256("\n".join(parts).encode()).hexdigest())
+
+    @classmethod
+    def for_pack(cls, pack: Any, *, role: str, kernel: str) -> "PrefixStore":
+        """The store of a model run from its offline pack's GGUF (:mod:`.gguf_native`): the file's hash names it."""
+        from .cache_paths import cache_dir
+        from .kernels import _cpu_flags
+
+        parts = [VERSION, role, pack.key, pack.sha256, torch.__version__, str(torch.get_num_threads()),
+                 " ".join(sorted(_cpu_flags())), f"kernel={kernel}", _sources_digest()]
+        return cls(Path(cache_dir()) / "heads", hashlib.sha256("\n".join(parts).encode()).hexdigest())
 
     def path(self, prefix: tuple[int, ...]) -> Path:
         digest = hashlib.sha256(f"{self.identity}|{','.join(map(str, prefix))}".encode()).hexdigest()[:20]
