@@ -72,10 +72,13 @@ WORKERS = max(1, min(4, os.cpu_count() or 1))  # tensors dequantized at once (gg
 
 
 def wanted(draft_ref: str, target_ref: str, device: torch.device) -> bool:
-    """Whether a ready pair can stand in for this pair's load: two offline packs on a CPU, one at least not
-    converted yet (else the load itself is quick)."""
+    """Whether a ready pair can stand in for this pair's load: two offline packs on a CPU where specviz's kernel
+    does not run them as stored, one at least not converted yet (else the load itself is quick)."""
+    from . import q4k
+
     packs = [offline_pack(ref) for ref in (draft_ref, target_ref)]
-    return (device.type == "cpu" and all(p is not None for p in packs)
+    # where specviz's kernel runs, the pair loads from its GGUFs as stored in seconds (models.gguf_native)
+    return (device.type == "cpu" and all(p is not None for p in packs) and not q4k.expected()
             and any(needs_conversion(ref) for ref in (draft_ref, target_ref)))
 
 

@@ -137,13 +137,17 @@ class GGUFFile:
 
     # -- tensors ---------------------------------------------------------------------------------------------
 
-    def raw(self, name: str) -> np.ndarray:
-        """The stored bytes of tensor ``name`` as uint8 [rows, bytes a row] (a view of the mapped file)."""
+    def raw(self, name: str, rows: int | None = None, first: int = 0) -> np.ndarray:
+        """The stored bytes of tensor ``name`` as uint8 [rows, bytes a row] (a view of the mapped file); ``rows``:
+        only that many, from row ``first`` (a tensor across two parts is copied: a few rows at a time, little)."""
         info = self.tensors[name]
-        rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
+        total = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
+        rows = total - first if rows is None else max(0, min(rows, total - first))
+        row_bytes = info.nbytes // total
+        start, nbytes = info.offset + first * row_bytes, row_bytes * rows
         if not self._parts:
-            return np.frombuffer(self._buf, dtype=np.uint8, count=info.nbytes, offset=info.offset).reshape(rows, -1)
-        pieces, pos, end = [], info.offset, info.offset + info.nbytes
+            return np.frombuffer(self._buf, dtype=np.uint8, count=nbytes, offset=start).reshape(rows, -1)
+        pieces, pos, end = [], start, start + nbytes
         for start, part in self._parts:
             if start <= pos < start + len(part):
                 take = min(end, start + len(part)) - pos
@@ -153,8 +157,20 @@ class GGUFFile:
                     break
         if pos != end:
             raise ValueError(f"{self.path}: tensor {name} runs past the end of the file")
+        if not pieces:
+            return np.zeros((0, row_bytes), dtype=np.uint8)
         joined = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)  # (a tensor across two parts: copied)
         return joined.reshape(rows, -1)
+
+    def release(self, name: str) -> None:
+        """Tensor ``name``'s pages out of this process's resident memory (read; they stay in the OS's cache)."""
+        from .packs import release
+
+        info = self.tensors[name]
+        for start, part in self._parts or [(0, self._map)]:
+            lo, hi = max(info.offset, start), min(info.offset + info.nbytes, start + len(part))
+            if lo < hi:
+                release(part, lo - start, hi - lo)
 
     def close(self) -> None:
         """Unmap the file, unless a view of it is still held (then the mapping goes with the last view)."""

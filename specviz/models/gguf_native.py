@@ -48,7 +48,7 @@ GROUPS = (("self_attn", (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", 
           ("mlp", (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"))),
           ("mlp", (("down_proj", "ffn_down"),)))
 STORED = {Q4_K: (Q4KLinear, Q4K_REC), Q6_K: (Q6KLinear, Q6K_REC)}  # matrices the kernels read as stored
-MADE_ROWS = 8192  # rows of a made matrix dequantized at once (float32: ~30 MB at 896 wide)
+CHUNK_ROWS = 8192  # rows read at once (a made matrix's in float32: ~30 MB at 896 wide)
 
 
 class _Region:
@@ -80,15 +80,16 @@ def _record_bytes(gguf: GGUFFile, name: str) -> int:
 def _fill(gguf: GGUFFile, name: str, out: torch.Tensor) -> None:
     """Matrix ``name``'s records into ``out`` (uint8 [rows, blocks, record bytes]): as stored, or made."""
     info = gguf.tensors[name]
-    if info.ggml_type in STORED:
-        gguf_records.records(gguf.raw(name), info.ggml_type, out=out)
-        return
     rows, width = info.shape
-    raw = gguf.raw(name)
-    for first in range(0, rows, MADE_ROWS):
-        last = min(rows, first + MADE_ROWS)
-        values = gguf_dequant.dequantize(raw[first:last], info.ggml_type, (last - first, width), torch.float32)
-        gguf_records.quantize_q4k(values, out=out[first:last])
+    for first in range(0, rows, CHUNK_ROWS):  # (a chunk across two of the pack's parts is copied: a small copy)
+        last = min(rows, first + CHUNK_ROWS)
+        raw = gguf.raw(name, last - first, first)
+        if info.ggml_type in STORED:
+            gguf_records.records(raw, info.ggml_type, out=out[first:last])
+        else:
+            values = gguf_dequant.dequantize(raw, info.ggml_type, (last - first, width), torch.float32)
+            gguf_records.quantize_q4k(values, out=out[first:last])
+    gguf.release(name)  # read: the file's pages out of the start's resident memory
 
 
 def _product(gguf: GGUFFile, names: list[str], region: _Region) -> nn.Module:
@@ -144,7 +145,12 @@ def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> B
                               input_layernorm=_Norm(_float(gguf, f"blk.{i}.attn_norm.weight")),
                               post_attention_layernorm=_Norm(_float(gguf, f"blk.{i}.ffn_norm.weight"))))
     embed_info = tensors["token_embd.weight"]
-    embed = gguf_dequant.dequantize(gguf.raw(embed_info.name), embed_info.ggml_type, embed_info.shape, torch.bfloat16)
+    embed = torch.empty(embed_info.shape, dtype=torch.bfloat16)
+    for first in range(0, embed_info.shape[0], CHUNK_ROWS):
+        raw = gguf.raw(embed_info.name, CHUNK_ROWS, first)
+        gguf_dequant.dequantize(raw, embed_info.ggml_type, (raw.shape[0], embed_info.shape[1]), torch.bfloat16,
+                                out=embed[first:first + raw.shape[0]])
+    gguf.release(embed_info.name)
     head_dim = config.hidden_size // config.num_attention_heads
     body = _module(embed_tokens=nn.Embedding.from_pretrained(embed, freeze=True), layers=layers,
                    norm=_Norm(_float(gguf, "output_norm.weight")),
@@ -152,9 +158,8 @@ def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> B
     head = _product(gguf, [head_name], region)
     model = BareCausalLM(config, None, body, head, generation)
     info = tensors[head_name]  # the head's first rows, as a converted checkpoint held them (head_fingerprint)
-    per = gguf_dequant.LAYOUT.get(info.ggml_type, (0, 1))
-    first = gguf.raw(head_name)[:8] if per[0] else gguf.raw(head_name)
-    model._specviz_head_rows = gguf_dequant.dequantize(first, info.ggml_type, (8, info.shape[1]), torch.bfloat16)
+    model._specviz_head_rows = gguf_dequant.dequantize(gguf.raw(head_name, rows=8), info.ggml_type, (8, info.shape[1]),
+                                                       torch.bfloat16)
     model._specviz_hugepages = hugepages.enabled()  # (made in them: nothing to move)
     log.info("%s: %d products on its GGUF's blocks, %.0f MB of records, built in %.1f s", label or gguf.path.name,
              sum(isinstance(m, (Q4KLinear, Q6KLinear)) for m in model.modules()), region.at / 2**20,
@@ -193,6 +198,8 @@ def tokenizer_of(metadata: dict[str, Any], label: str) -> Any:
 def models(draft_pack: Any, target_pack: Any, progress: ProgressFn | None = None
            ) -> tuple[BareCausalLM, BareCausalLM, Any]:
     """(draft, target, tokenizer) of two offline packs, each built on its file's blocks (:func:`build`)."""
+    from transformers import TokenizersBackend  # noqa: F401  (here: transformers' lazy imports are not thread-safe)
+
     packs = {"draft": draft_pack, "target": target_pack}
     made: dict[str, BareCausalLM] = {}
     files: dict[str, Any] = {}

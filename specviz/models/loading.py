@@ -369,21 +369,28 @@ def _same_tokenizer_files(a: str, b: str) -> bool:
 
 def _runs_as_stored(draft_ref: str, target_ref: str, dev: torch.device, quant: str | None, target_exec: str) -> bool:
     """Whether the pair runs from its GGUF files as stored (:mod:`.gguf_native`): two offline packs on a CPU whose
-    kernel runs the GGUF's blocks (:func:`.q4k.enabled`), the draft quantized and the target's execution int8."""
+    kernel is to run the GGUF's blocks (:func:`.q4k.expected`: built or buildable; a first start builds it while the
+    files are read), the draft quantized and the target's execution int8."""
     return (dev.type == "cpu" and offline_pack(draft_ref) is not None and offline_pack(target_ref) is not None
-            and quant in ("auto", "int8") and target_exec in ("auto", "int8") and q4k.enabled())
+            and quant in ("auto", "int8") and target_exec in ("auto", "int8") and q4k.expected())
 
 
 def _load_native(label: str, draft_ref: str, target_ref: str, alpha: float, target_exec: str,
-                 progress: ProgressFn | None, t0: float) -> ModelPair:
+                 progress: ProgressFn | None, t0: float) -> ModelPair | None:
     """The offline pair on its GGUFs' blocks (:mod:`.gguf_native`): the target batch-invariant on the lean steps (its
     one execution, named "int8" as the probe and the page know it), the draft on them too, both traced; the probe
-    (the chooser, "int8" its one candidate) times it where this machine has no record."""
+    (the chooser, "int8" its one candidate) times it where this machine has no record.  None where the kernel, built
+    meanwhile, turned out not to run here (the models then load on torch's kernels)."""
     from ..speculator.model import head_fingerprint
     from . import gguf_native, invariant, lean
 
     packs = {"draft": offline_pack(draft_ref), "target": offline_pack(target_ref)}
-    draft, target, tokenizer = gguf_native.models(packs["draft"], packs["target"], span(progress, 0.0, 0.9))
+    # the kernel is built (a first start: ~10 s of the compiler on 2 cores) while the files are read and the models made
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-kernel") as pool:
+        kernel = pool.submit(q4k.enabled)
+        draft, target, tokenizer = gguf_native.models(packs["draft"], packs["target"], span(progress, 0.0, 0.9))
+        if not kernel.result():  # no build, or its check failed: the products would not run here
+            return None
     for model in (draft, target):
         canonical_head_input(model)
     target._specviz_head_fingerprint = head_fingerprint(target)
@@ -415,7 +422,10 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     """The pair, loaded: bare (:mod:`.bare`) where it can be; a bare build that fails all the same (an
     unreadable cache) is logged and the full load takes over."""
     if _runs_as_stored(draft_ref, target_ref, dev, quant, target_exec):
-        return _load_native(label, draft_ref, target_ref, alpha, target_exec, progress, t0)
+        native = _load_native(label, draft_ref, target_ref, alpha, target_exec, progress, t0)
+        if native is not None:
+            return native
+        gc.collect()
     args = (label, draft_ref, target_ref, dev, dt, quant, progress, t0)
     kw = dict(target_exec=target_exec, alpha=alpha, defer_packing=defer_packing)
     bare_tried: list[bool] = []
