@@ -28,9 +28,6 @@ if __name__ == "__main__" and os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
     import threading
 
     def _preload() -> None:  # its imports too (torch, transformers: ~3.4 s) overlap Gradio's in this thread
-        from specviz.serving import first_start
-
-        first_start.reserve_default()  # a first start's memory, faulted in while the imports go on
         from specviz.serving import preload
 
         preload.start(hold_traces=True)  # traced once the page is served: main() says when

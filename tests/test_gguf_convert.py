@@ -1,18 +1,8 @@
-"""The offline packs' caches written straight from the GGUF (specviz.models.gguf_convert) are transformers'
-conversion to the byte: tokenizer files, config, generation config, model.safetensors -- so the weights every
-execution is built from, and so every logit and token, are unchanged.  The tokenizer also encodes a corpus
-(code, unicode, chat-template specials, typed specials) to the same ids as transformers' converted one.
-
-The real-pack tests convert each pack both ways (transformers' way takes minutes on a 2-core CPU);
-``SPECVIZ_REFERENCE_CACHE=<a cache root converted by transformers>`` reuses one instead.
-"""
+"""The GGUF reader (specviz.models.gguf_file) parses a file as gguf-py does, the tokenizer module knows what it
+does not handle, and the shipped packs map in parts and know their size."""
 
 from __future__ import annotations
 
-import filecmp
-import os
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,18 +10,6 @@ import pytest
 from specviz.models import gguf_tokenizer
 from specviz.models.gguf_file import GGUFFile
 
-CORPUS = [
-    "def is_prime(n):\n    if n < 2:\n        return False\n    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n",
-    "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }  // C++\r\n\tx->y = &z;",
-    "naïve café, Ελληνικά, русский, 日本語のテキスト, 中文字符, 한국어, emoji 🚀🔥👍🏽, ZWJ 👨‍👩‍👧",
-    "   leading spaces and trailing   \n\n\n  multiple\n\nnewlines\t\ttabs",
-    "numbers 1234567890 3.14159 -42 1e-10 0xFF 1_000_000",
-    "it's we're they've I'm you'll he'd IT'S WE'RE",
-    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
-    "<|fim_prefix|>def f():<|fim_suffix|>\n<|fim_middle|> <|repo_name|> <|file_sep|>",
-    "".join(chr(c) for c in range(32, 0x250, 3)),
-    "\x00\x01\x7f byte oddities \ufeff BOM \u200b zero width",
-]
 PACKS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 
 
@@ -88,107 +66,6 @@ def _pack(key):
     except ModelError as exc:
         pytest.skip(str(exc))
     return pack
-
-
-@pytest.fixture(scope="module")
-def both_ways(tmp_path_factory):
-    """{pack key: (the cache directory transformers' conversion wrote, the one the direct conversion wrote)}."""
-    from specviz.models import convert
-
-    out = {}
-    written: list[Path] = []  # ~8 GB of caches: removed when the module ends, pass or fail (CI's disk is finite)
-    before = os.environ.get("SPECVIZ_CACHE")
-    reference = os.environ.get("SPECVIZ_REFERENCE_CACHE")
-    try:
-        try:
-            for key in PACKS:
-                pack = _pack(key)
-                written.append(tmp_path_factory.mktemp(f"direct-{key}"))
-                os.environ["SPECVIZ_CACHE"] = str(written[-1])
-                direct = convert._convert_pack(pack, direct=True)
-                if reference:
-                    theirs = Path(reference) / "models" / direct.name
-                else:
-                    written.append(tmp_path_factory.mktemp(f"transformers-{key}"))
-                    os.environ["SPECVIZ_CACHE"] = str(written[-1])
-                    theirs = convert._convert_pack(pack, direct=False)
-                out[key] = (theirs, direct)
-        finally:
-            if before is None:
-                os.environ.pop("SPECVIZ_CACHE", None)
-            else:
-                os.environ["SPECVIZ_CACHE"] = before
-        yield out
-    finally:
-        for path in written:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.mark.real_model
-@pytest.mark.slow
-@pytest.mark.parametrize("key", PACKS)
-def test_the_direct_cache_is_transformers_conversion_to_the_byte(both_ways, key):
-    import json
-
-    theirs, direct = both_ways[key]
-    assert json.loads((direct / "specviz.json").read_text())["converter"] == "gguf-direct"
-    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                 "chat_template.jinja", "model.safetensors"):
-        assert filecmp.cmp(theirs / name, direct / name, shallow=False), name
-    marker = lambda d: {k: v for k, v in json.loads((d / "specviz.json").read_text()).items()  # noqa: E731
-                        if k not in ("convert_seconds", "converter")}
-    assert marker(theirs) == marker(direct)
-
-
-@pytest.mark.real_model
-@pytest.mark.slow
-@pytest.mark.parametrize("key", PACKS)
-def test_the_tokenizer_gives_the_same_ids(both_ways, key):
-    from specviz.models.tokens import converted_tokenizer
-
-    theirs, direct = (converted_tokenizer(d) for d in both_ways[key])
-    assert theirs is not None and direct is not None
-    for text in CORPUS:
-        assert direct.encode(text) == theirs.encode(text), text
-        assert direct.encode(text, split_special_tokens=True) == theirs.encode(text, split_special_tokens=True)
-        chat = [{"role": "user", "content": text}]
-        assert (direct.apply_chat_template(chat, add_generation_prompt=True, return_dict=False)
-                == theirs.apply_chat_template(chat, add_generation_prompt=True, return_dict=False))
-        ids = theirs.encode(text)
-        assert direct.decode(ids) == theirs.decode(ids)
-    assert direct.get_vocab() == theirs.get_vocab()
-    assert direct.eos_token_id == theirs.eos_token_id and direct.pad_token_id == theirs.pad_token_id
-
-
-@pytest.mark.real_model
-@pytest.mark.slow
-def test_the_targets_records_are_cut_as_gguf_py_reads_them(both_ways, tmp_path):
-    """The Q4_K / Q6_K records cut during the direct conversion equal those made from gguf-py's reader (the
-    way q4k.extract read them before)."""
-    import gguf
-    import torch
-    from safetensors.torch import load_file
-
-    from specviz.models import OFFLINE_PACKS, q4k, q6k
-    from specviz.models.packs import reassemble
-
-    _, direct = both_ways["qwen2.5-coder-1.5b"]
-    ours = q4k.records_file(direct)
-    if not ours.exists():
-        pytest.skip("no records cut here (the kernel is not for this CPU)")
-    path = reassemble(OFFLINE_PACKS["qwen2.5-coder-1.5b"], tmp_path / "target.gguf")
-    reader = gguf.GGUFReader(str(path))
-    stored = load_file(str(ours))
-    seen = 0
-    for t in reader.tensors:
-        name = q4k._hf_name(t.name)
-        if name is not None and name != "lm_head" and t.tensor_type == gguf.GGMLQuantizationType.Q4_K:
-            assert torch.equal(stored[name], q4k.records(np.asarray(t.data))), name
-            seen += 1
-        elif name is not None and t.tensor_type == gguf.GGMLQuantizationType.Q6_K:
-            assert torch.equal(stored[name + q4k.Q6K_SUFFIX], q6k.records(np.asarray(t.data))), name
-            seen += 1
-    assert seen == len(stored) > 0
 
 
 @pytest.mark.real_model

@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import hashlib
 import itertools
-import json
 import os
 import threading
 import time
@@ -33,7 +32,7 @@ from specviz.models import (
     resolve_preset,
     token_text,
 )
-from specviz.models import convert, gguf_convert, int8, loading, packs
+from specviz.models import int8, loading, packs
 from specviz.models.pair import resolve_device, resolve_dtype
 from specviz.models.tiny import build_tiny_pair, build_tokenizer
 from specviz.core.text import byte_alphabet
@@ -466,7 +465,7 @@ def test_reassemble_wrong_size(tmp_path, monkeypatch, delta):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
+def test_an_offline_pair_loads_from_its_gguf_into_memory(tmp_path, monkeypatch, cache):
     from transformers import AutoModelForCausalLM
 
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2, tied=True)
@@ -474,20 +473,11 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
     pair = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16",
                      progress=lambda f, m: events.append((f, m)))
 
-    # progress: monotone, within [0, 1], ends at 1, mentions the conversion
+    # progress: monotone, within [0, 1], ends at 1; nothing written: the packs' files are the models
     fractions = [f for f, _ in events]
     assert all(0.0 <= f <= 1.0 for f in fractions) and fractions[-1] == 1.0
     assert all(b >= a - 1e-9 for a, b in zip(fractions, fractions[1:]))
-    assert any("dequantizing tensor" in m for _, m in events) and any("Reassembling" in m for _, m in events)
-
-    # the cache: complete, bf16, tokenizer + generation config, no leftovers (.gguf deleted)
-    for pack in (draft, target):
-        d = convert.pack_dir(pack)
-        assert (d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file()
-        marker = json.loads((d / "specviz.json").read_text())
-        assert marker["dtype"] == "bfloat16" and marker["gguf_sha256"] == pack.sha256
-        assert json.loads((d / "config.json").read_text()).get("quantization_config") is None
-    assert not list(cache.rglob("*.gguf")) and not list((cache / "tmp").iterdir())
+    assert not (cache / "models").exists() and not list(cache.rglob("*.gguf")) and not list(cache.rglob("*.safetensors"))
 
     tok = pair.tokenizer
     assert pair.vocab_size == len(tok) == 262
@@ -499,46 +489,20 @@ def test_convert_and_load_offline_pair(tmp_path, monkeypatch, cache):
     assert target.display == pair.target_name and pair.target.config.tie_word_embeddings
     assert torch.equal(pair.target.lm_head.weight, pair.target.model.embed_tokens.weight)
 
-    # the cached weights compute what the GGUF computes (both bf16)
+    # the weights compute what transformers' own GGUF loading computes (both bf16)
     ids = torch.tensor([prompt])
-    d_src = convert.pack_dir(draft)
     gguf_dir = tmp_path / "direct"
     gguf_dir.mkdir()
     (gguf_dir / "m.gguf").write_bytes(b"".join(part_file(draft, i).read_bytes() for i in (1, 2, 3)))
     direct = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file="m.gguf", dtype=torch.bfloat16)
     with torch.no_grad():
         torch.testing.assert_close(pair.draft(ids).logits, direct(ids).logits)
-    assert d_src.is_dir()
 
-    # shared in-process cache; a later process-level load reuses the disk cache (no conversion)
+    # shared in-process cache
     assert load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16") is pair
     clear_cache()
-    monkeypatch.setattr(convert, "_convert_pack", lambda *a, **k: pytest.fail("converted twice"))
     again = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16")
     assert again is not pair and again.vocab_size == 262
-
-
-def test_conversion_failure_leaves_no_cache(tmp_path, monkeypatch, cache):
-    pack = gguf_pack(tmp_path, monkeypatch)
-
-    def boom(model):
-        raise RuntimeError("disk on fire")
-
-    monkeypatch.setattr(convert, "_plain_copy", boom)  # transformers' conversion
-    monkeypatch.setattr(gguf_convert, "dequantized", lambda *a: boom(None))  # the direct one (models.gguf_convert)
-    with pytest.raises(ModelError) as err:
-        convert.ensure_offline(pack, None)
-    assert "disk on fire" in str(err.value) and pack.display in str(err.value)
-    assert not convert.pack_dir(pack).exists()
-    assert not list((cache / "tmp").iterdir())
-
-
-def test_corrupt_cache_marker_is_rebuilt(tmp_path, monkeypatch, cache):
-    pack = gguf_pack(tmp_path, monkeypatch)
-    d = convert.ensure_offline(pack, None)
-    (d / "specviz.json").write_text("{broken")
-    assert not convert.cache_valid(d, pack)
-    assert convert.ensure_offline(pack, None) == d and convert.cache_valid(d, pack)
 
 
 def test_int8_draft(tmp_path, monkeypatch, cache):
@@ -707,27 +671,6 @@ def test_int8_weight_cache_staleness(tmp_path, monkeypatch):
     assert int8.load_int8_cache(path).layout["lm_head"][:2] == [pair.vocab_size, 64]
 
 
-def test_int8_draft_weights_cached_next_to_the_pack(tmp_path, monkeypatch, cache):
-    """The first int8 load writes the pack's int8 cache; the next process-level load builds the
-    draft from it (no quantizing) and computes the same logits."""
-    if not int8.int8_available():
-        pytest.skip("this torch has no dynamic int8 kernels")
-    draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
-    first = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="bf16")
-    path = int8.cache_file(convert.pack_dir(draft), torch.bfloat16, int8.DRAFT_KIND)
-    assert first.draft_quant == _int8_draft() and path.is_file()
-    assert not int8.cache_file(convert.pack_dir(target), torch.bfloat16, int8.DRAFT_KIND).exists()  # only the draft's
-    clear_cache()
-    monkeypatch.setattr(int8, "int8_channel_weight", lambda *a: pytest.fail("quantized although cached"))
-    second = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="bf16")
-    assert second is not first and second.draft_quant == _int8_draft()
-    ids = torch.tensor([encode_prompt(first, "def f")])
-    with torch.no_grad():
-        assert torch.equal(first.draft(ids).logits, second.draft(ids).logits)
-    # the converted cache itself is untouched: a later conversion check still finds it valid
-    assert convert.cache_valid(convert.pack_dir(draft), draft)
-
-
 def test_decode_step_timing_runs():
     pair = build_tiny_pair()
     ms = int8.decode_step_ms([pair.draft, pair.target], pair.vocab_size, context=8, steps=2)
@@ -806,8 +749,11 @@ def test_real_offline_default_pair():
     assert set(pair.eos_token_ids) >= {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
     assert pair.context_length == 32_768
 
-    # both models speak the same vocabulary: the draft's cached tokenizer is the target's
-    draft_tok = loading._load_tokenizer(str(convert.pack_dir(models.OFFLINE_PACKS["qwen2.5-coder-0.5b"])), "draft")
+    # both models speak the same vocabulary: the draft's tokenizer (from its GGUF) is the target's
+    from specviz.models import gguf_native
+
+    with gguf_native.read(models.OFFLINE_PACKS["qwen2.5-coder-0.5b"]) as draft_file:
+        draft_tok = gguf_native.tokenizer_of(draft_file.metadata, "draft")
     assert draft_tok.get_vocab() == tok.get_vocab()
 
     prompt = "def fibonacci(n):"
@@ -868,34 +814,20 @@ def test_the_output_head_gets_its_input_with_canonical_strides():
     assert sum(1 for h in head._forward_pre_hooks.values()) == 1
 
 
-def test_a_converted_packs_tokenizer_is_read_straight_from_its_file_and_is_autotokenizers(tmp_path, monkeypatch, cache):
-    """A pack specviz converted loads its tokenizer straight from tokenizer.json (models.tokens.converted_tokenizer:
-    ~0.8 s less of a start): the same ids, texts, special tokens and chat template as AutoTokenizer's.  Another
-    tokenizer class, or a missing file, is loaded by AutoTokenizer as before."""
-    import shutil
-
+def test_a_packs_tokenizer_from_its_gguf_is_transformers_gguf_tokenizer(tmp_path, monkeypatch, cache):
+    """The tokenizer built from a pack's GGUF vocabulary and merges (models.gguf_tokenizer) is the one transformers'
+    own GGUF loading converts: the same ids, texts, special tokens and chat template."""
     from transformers import AutoTokenizer, TokenizersBackend
 
-    from specviz.models.convert import source_of
-    from specviz.models.tokens import converted_tokenizer
     from tests.same_tokenizer import assert_same_tokenizer
 
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
     pair = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
-    assert type(pair.tokenizer) is TokenizersBackend  # read straight from the file
-    src, _ = source_of(target.ref, None)
-    reference = AutoTokenizer.from_pretrained(src)
-    assert type(reference).__name__ in ("Qwen2Tokenizer",)
-    assert_same_tokenizer(reference, pair.tokenizer)
-    assert_same_tokenizer(reference, converted_tokenizer(src))
-    other = tmp_path / "other"
-    shutil.copytree(src, other)
-    config = json.loads((other / "tokenizer_config.json").read_text())
-    (other / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "LlamaTokenizer"}))
-    assert converted_tokenizer(other) is None  # not known to be the same: AutoTokenizer's way
-    (other / "tokenizer_config.json").write_text(json.dumps(config))
-    (other / "tokenizer.json").unlink()
-    assert converted_tokenizer(other) is None
+    assert type(pair.tokenizer) is TokenizersBackend
+    gguf_dir = tmp_path / "direct"
+    gguf_dir.mkdir()
+    (gguf_dir / "m.gguf").write_bytes(b"".join(part_file(target, i).read_bytes() for i in (1, 2, 3)))
+    assert_same_tokenizer(AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file="m.gguf"), pair.tokenizer)
 
 
 def test_an_int8_pairs_prompt_heads_are_kept_on_disk_and_the_next_load_reads_them(tmp_path, monkeypatch, cache):
@@ -933,86 +865,45 @@ def test_an_int8_pairs_prompt_heads_are_kept_on_disk_and_the_next_load_reads_the
         assert all(torch.equal(a, b) for a, b in zip(kept[role][0] + kept[role][1], read[0] + read[1]))
 
 
-def test_a_cached_int8_pair_loads_bare_and_computes_the_same_bits(tmp_path, monkeypatch, cache):
-    """Once both models' int8 weights are cached and the target runs as int8, a load builds them without
-    transformers' modelling code (models.bare): the same linears, the same bits on the lean path (chains,
-    the kept prompt head, the speculative text), the same head fingerprint; and whatever calls the model
-    itself (a forward, generate, the draft's token trees) gets transformers' model around the same modules."""
+def test_an_int8_pair_runs_from_its_ggufs_and_builds_transformers_model_only_when_called(tmp_path, monkeypatch, cache):
+    """Two offline packs on a CPU where the kernel runs: the int8 pair is built on its GGUFs' blocks (models.gguf_native,
+    nothing written to the cache) without transformers' modelling code; greedy speculative decoding gives standard
+    decoding's text, chains and trees; whatever calls a model itself (a forward, generate, transformers' assisted
+    generation) gets transformers' model around the same modules; the head's fingerprint is the loaded model's."""
     from specviz.core.engine import standard_decode
-    from specviz.core.kv import cached_lm
     from specviz.core.settings import DecodeSettings
-    from specviz.models import bare
-    from tests.drafted import speculative_decode
+    from specviz.models import bare, q4k
     from specviz.speculator.model import head_fingerprint
+    from tests.drafted import speculative_decode
 
+    if not q4k.expected():
+        pytest.skip("specviz's kernel does not run on this CPU: the pair loads with transformers")
     draft, target = gguf_pack(tmp_path, monkeypatch, seed=1), gguf_pack(tmp_path, monkeypatch, seed=2)
-    kwargs = dict(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
-    loaded = load_pair(**kwargs)  # converts, writes both int8 caches
-    assert not isinstance(loaded.target, bare.BareCausalLM)
-    clear_cache()
-    light = load_pair(**kwargs)
-    assert isinstance(light.target, bare.BareCausalLM) and isinstance(light.draft, bare.BareCausalLM)
-    assert not light.target.built and not light.draft.built  # nothing built transformers' models
-    for a, b in ((loaded.target, light.target), (loaded.draft, light.draft)):
-        names = lambda m: {n for n, x in m.named_modules() if list(x.parameters(recurse=False)) or hasattr(x, "out_features")}  # noqa: E731
-        assert names(a) == names(b), (names(a) ^ names(b))
-        assert {n for n, _ in a.named_parameters()} == {n for n, _ in b.named_parameters()}
-        assert torch.equal(a.model.rotary_emb.inv_freq, b.model.rotary_emb.inv_freq)
-    assert head_fingerprint(light.target) == head_fingerprint(loaded.target)
-    # the bare models' config: transformers' generic one, with every value AutoConfig's Qwen2Config gives
-    for a, b in ((loaded.target, light.target), (loaded.draft, light.draft)):
-        assert type(b.config).__name__ == "PreTrainedConfig"
-        keys = set(json.loads((b.source / "config.json").read_text())) | {
-            "model_type", "use_sliding_window", "hidden_act", "rope_parameters", "num_attention_heads",
-            "num_key_value_heads", "hidden_size", "rms_norm_eps", "max_position_embeddings", "vocab_size",
-            "tie_word_embeddings", "num_hidden_layers", "eos_token_id", "pad_token_id", "bos_token_id"}
-        keys -= {"transformers_version", "_model_name_or_path"}
-        for key in sorted(keys):
-            assert getattr(b.config, key, None) == getattr(a.config, key, None), key
-        assert getattr(b.config, "head_dim", None) in (None, getattr(a.config, "head_dim", None))
-    assert light.eos_token_ids == loaded.eos_token_ids and light.vocab_size == loaded.vocab_size
-    prompt = encode_prompt(light, "def fib(n):")
-    for model_a, model_b in ((loaded.target, light.target), (loaded.draft, light.draft)):
-        with torch.inference_mode():
-            lm_a, lm_b = cached_lm(model_a, torch.device("cpu"), 64), cached_lm(model_b, torch.device("cpu"), 64)
-            assert torch.equal(lm_a.feed(prompt, keep=4).logits, lm_b.feed(prompt, keep=4).logits)
-            lm_a.free(), lm_b.free()
+    native = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
+    loaded = load_pair(draft=draft.ref, target=target.ref, draft_quant=None, target_exec="bf16")
+    assert isinstance(native.target, bare.BareCausalLM) and isinstance(native.draft, bare.BareCausalLM)
+    assert native.target_weights == "gguf" and q4k.in_use(native.target) and q4k.in_use(native.draft)
+    assert not native.target.built and not native.draft.built
+    assert head_fingerprint(native.target) == head_fingerprint(loaded.target)
+    assert not (cache / "models").exists() and not list(cache.rglob("*.safetensors"))
+    prompt = encode_prompt(native, "def fib(n):")
     settings = DecodeSettings(gamma=3, max_new_tokens=12, temperature=0.0)
     ids_of = lambda trace: [t.id for t in trace.tokens]  # noqa: E731
-    texts = [(ids_of(speculative_decode(pair, prompt, settings)), ids_of(standard_decode(pair, prompt, settings)))
-             for pair in (loaded, light)]
-    assert texts[0] == texts[1] and texts[0][0] == texts[0][1] and len(texts[0][0]) >= 4
-    assert not light.target.built and not light.draft.built  # every chain ran on the lean path
+    spec, std = ids_of(speculative_decode(native, prompt, settings)), ids_of(standard_decode(native, prompt, settings))
+    assert spec == std and len(std) >= 4
+    assert not native.target.built and not native.draft.built  # every chain ran on the lean path
     tree = DecodeSettings(drafter="tree", gamma=3, max_new_tokens=8, temperature=0.0)
-    assert ids_of(speculative_decode(light, prompt, tree)) == texts[0][1][:8]
-    assert light.draft.built  # the draft's trees run on transformers' cache: its model, built for them
-    # transformers' model on demand, around the same modules: the same logits as the loaded pair's
+    assert ids_of(speculative_decode(native, prompt, tree)) == std[:8]
     ids = torch.tensor([prompt])
     with torch.inference_mode():
-        assert torch.equal(light.target(ids).logits, loaded.target(ids).logits)
-        assert torch.equal(light.draft(ids).logits, loaded.draft(ids).logits)
-    assert light.target.full().model.layers[0].self_attn.q_proj is light.target.model.layers[0].self_attn.q_proj
-    assert light.target.full().config._attn_implementation == loaded.target.config._attn_implementation
-    assert light.target.config is light.target.full().config  # transformers' own config once built
-    out = light.target.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # delegated
+        assert native.target(ids).logits.shape == loaded.target(ids).logits.shape
+    assert native.target.full().model.layers[0].self_attn.o_proj is native.target.model.layers[0].self_attn.o_proj
+    out = native.target.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)  # delegated
     assert out.shape == (1, len(prompt) + 3)
-    # transformers' assisted generation (the bench's hf_* runs) takes both as transformers' models
     from specviz.cli.bench_hf import hf_generate
 
     for mode in ("hf_plain", "hf_same"):
-        new, _ = hf_generate(light, prompt, settings, mode)
-        assert new == hf_generate(loaded, prompt, settings, mode)[0] and len(new) >= 4
-    # A cache that cannot be read after all: the bare build fails, the full load takes over (logged).
-    clear_cache()
-    read = int8.load_int8_cache
-    monkeypatch.setattr(int8, "load_int8_cache", lambda *a, **k: None)
-    fallback = load_pair(**kwargs)
-    assert not isinstance(fallback.target, bare.BareCausalLM)
-    assert ids_of(standard_decode(fallback, prompt, settings)) == texts[0][1]
-    # A stale cache (another torch wrote it) is never taken for a bare build.
-    clear_cache()
-    monkeypatch.setattr(int8, "load_int8_cache", read)
-    stale = int8.cache_file(convert.pack_dir(target), torch.bfloat16, "token")
-    assert int8.cache_valid(stale, "token")
-    monkeypatch.setattr(int8, "_expected_metadata", lambda path, kind="dynamic": {"torch": "another"})
-    assert not int8.cache_valid(stale, "token")
+        new, _ = hf_generate(native, prompt, settings, mode)
+        assert len(new) >= 4
+
+

@@ -16,11 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     (:class:`specviz.models.busy.Watch`): where other work took the cores it needed, the timings are kept only
     as a flagged record, nothing is written to --out, and the exit status is 1."""
     import argparse
-    from pathlib import Path
 
     from ..models import load_pair, resolve_preset
     from ..models.busy import Watch
-    from ..models.convert import offline_pack, source_of
+    from ..models.convert import offline_pack
     from ..models.executions import apply, candidates
     from ..models.presets import PRESETS
     from .probe import probe_target
@@ -38,12 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     pair = load_pair(preset, target_exec="bf16")
     target = pair.target
     ref = PRESETS[preset].target
-    source = Path(source_of(ref, None)[0]) if offline_pack(ref) else None
+
+    def build(execution: str):
+        if execution == "int8" and offline_pack(ref):  # the app's int8: the pair run from its GGUFs as stored
+            return load_pair(preset, target_exec="int8").target
+        return apply(target, execution, copy_model=True)
 
     watch = Watch()  # the draft's step is part of what is measured
     draft_ms = draft_step_ms(pair.draft, pair.vocab_size)
     probe, _ = probe_target(target, PRESETS[preset].target, pair.dtype, pair.vocab_size,
-                            build=lambda e: apply(target, e, source_dir=source, copy_model=True), draft_ms=draft_ms,
+                            build=build, draft_ms=draft_ms,
                             alpha=PRESETS[preset].typical_alpha, candidates=candidates(pair.device, pair.dtype),
                             full=True, busy=lambda: False, watch=watch, draft_bytes=step_bytes(pair.draft))
     doc = probe.as_dict() | {"draft": pair.draft_name, "target": pair.target_name,

@@ -210,7 +210,8 @@ def _full_model(bare: BareCausalLM, why: str) -> nn.Module:
     from .invariant import register
 
     cls = getattr(transformers, ARCHITECTURES[bare.config.model_type])
-    config = AutoConfig.from_pretrained(bare.source)  # transformers' own class for it (load: a generic one)
+    # transformers' own class for it (load: a generic one; a model built from its GGUF has it already)
+    config = AutoConfig.from_pretrained(bare.source) if bare.source is not None else bare.config
     with torch.device("meta"):
         full = cls(config)
     for name, module in bare.named_modules():

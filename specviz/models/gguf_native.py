@@ -20,6 +20,7 @@ model in memory (:func:`.first_start.ready_pair`).
 
 from __future__ import annotations
 
+import os
 import struct
 import tempfile
 import time
@@ -34,6 +35,7 @@ from torch import nn
 from . import gguf_convert, gguf_dequant, gguf_records, gguf_tokenizer, hugepages
 from .bare import BareCausalLM, _module, _Norm, _Rotary
 from .gguf_file import Q4_K, Q6_K, GGUFFile
+from .int8 import CompactEmbedding
 from .int8_target import parts_of
 from .packs import mapped, unmap
 from .packs import read as read_whole
@@ -48,6 +50,7 @@ GROUPS = (("self_attn", (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", 
           ("mlp", (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"))),
           ("mlp", (("down_proj", "ffn_down"),)))
 STORED = {Q4_K: (Q4KLinear, Q4K_REC), Q6_K: (Q6KLinear, Q6K_REC)}  # matrices the kernels read as stored
+WORKERS = max(1, min(4, os.cpu_count() or 1))  # tensors dequantized at once (dequantized)
 CHUNK_ROWS = 8192  # rows read at once (a made matrix's in float32: ~30 MB at 896 wide)
 
 
@@ -152,7 +155,9 @@ def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> B
                                 out=embed[first:first + raw.shape[0]])
     gguf.release(embed_info.name)
     head_dim = config.hidden_size // config.num_attention_heads
-    body = _module(embed_tokens=nn.Embedding.from_pretrained(embed, freeze=True), layers=layers,
+    # kept in bf16, read out as float32 (every product here takes and gives float32), as an int8 model's is
+    embedding = CompactEmbedding(embed.shape[0], embed.shape[1], _weight=embed, _freeze=True)
+    body = _module(embed_tokens=embedding, layers=layers,
                    norm=_Norm(_float(gguf, "output_norm.weight")),
                    rotary_emb=_Rotary(float(config.rope_parameters["rope_theta"]), head_dim))
     head = _product(gguf, [head_name], region)
@@ -164,6 +169,25 @@ def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> B
     log.info("%s: %d products on its GGUF's blocks, %.0f MB of records, built in %.1f s", label or gguf.path.name,
              sum(isinstance(m, (Q4KLinear, Q6KLinear)) for m in model.modules()), region.at / 2**20,
              time.perf_counter() - t0)
+    return model.requires_grad_(False).eval()
+
+
+def dequantized(gguf: GGUFFile, extra_eos: tuple[str, ...], dtype: torch.dtype, label: str = "") -> nn.Module:
+    """transformers' model of ``gguf`` with every tensor dequantized into memory (gguf-py's values, rounded to bf16
+    as a converted checkpoint held them, then held as ``dtype``): where the kernel does not run the blocks as
+    stored, or another execution is asked for (float32, bf16, a GPU's).  Nothing is written."""
+    import transformers
+
+    t = time.perf_counter()
+    gguf_convert.check(gguf)
+    config = gguf_convert.model_config(gguf.metadata, dtype, "output.weight" not in gguf.tensors)
+    widen = dtype if dtype != torch.bfloat16 else None
+    state = gguf_convert.dequantize_all(gguf, torch.bfloat16, widen=widen, workers=WORKERS)
+    model = getattr(transformers, config.architectures[0]).from_pretrained(None, config=config, state_dict=state,
+                                                                           dtype=dtype)  # (keeps these tensors)
+    del state
+    model.generation_config, _ = gguf_convert.generation_config(gguf.metadata, config, extra_eos)
+    log.info("Dequantized %s from its GGUF (%s) in %.1f s", label or gguf.path.name, dtype, time.perf_counter() - t)
     return model.requires_grad_(False).eval()
 
 
@@ -226,4 +250,4 @@ def models(draft_pack: Any, target_pack: Any, progress: ProgressFn | None = None
     return made["draft"], made["target"], tokenizer
 
 
-__all__ = ["build", "models", "read", "tokenizer_of"]
+__all__ = ["build", "dequantized", "models", "read", "tokenizer_of"]

@@ -30,12 +30,12 @@ from typing import Any, Callable
 
 import torch
 
-from . import bare, compiled, int8, kernels, q4k, q4k_draft
+from . import compiled, int8, kernels, q4k, q4k_draft
 from . import executions
-from .convert import needs_conversion, offline_pack, source_of
+from .convert import offline_pack
 from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device, resolve_dtype, short_error, span
 from .prefix_store import PrefixStore
-from .presets import DEFAULT_PRESET, PRESETS
+from .presets import DEFAULT_PRESET, OFFLINE_PACKS, PRESETS
 from .tiny import build_tiny_pair
 from .tokens import converted_tokenizer, eos_ids, template_head
 
@@ -419,124 +419,89 @@ def _load_native(label: str, draft_ref: str, target_ref: str, alpha: float, targ
 def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
                    quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
                    alpha: float = 0.7, defer_packing: bool = False) -> ModelPair:
-    """The pair, loaded: bare (:mod:`.bare`) where it can be; a bare build that fails all the same (an
-    unreadable cache) is logged and the full load takes over."""
+    """The pair, loaded: two offline packs on a CPU whose kernel runs them from their GGUFs as stored
+    (:func:`_load_native`); anything else with transformers' models (:func:`_load_once`)."""
     if _runs_as_stored(draft_ref, target_ref, dev, quant, target_exec):
         native = _load_native(label, draft_ref, target_ref, alpha, target_exec, progress, t0)
         if native is not None:
             return native
         gc.collect()
-    args = (label, draft_ref, target_ref, dev, dt, quant, progress, t0)
-    kw = dict(target_exec=target_exec, alpha=alpha, defer_packing=defer_packing)
-    bare_tried: list[bool] = []
-    try:
-        return _load_once(*args, **kw, bare_tried=bare_tried)
-    except Exception as exc:  # noqa: BLE001 -- the bare build failed: the full load still can
-        if not bare_tried or isinstance(exc, ModelError):
-            raise
-        log.warning("Building the bare int8 models failed (%s); loading them with transformers", short_error(exc, 200))
-        gc.collect()
-        return _load_once(*args, **kw, allow_bare=False)
+    return _load_once(label, draft_ref, target_ref, dev, dt, quant, progress, t0, target_exec=target_exec, alpha=alpha,
+                      defer_packing=defer_packing)
+
+
+def _name(ref: str) -> str:
+    pack = offline_pack(ref)
+    if ref.startswith("offline:") and pack is None:
+        raise ModelError(f"Unknown offline model {ref!r}; known: {', '.join('offline:' + k for k in OFFLINE_PACKS)}.")
+    return pack.display if pack is not None else ref
 
 
 def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, dt: torch.dtype,
                quant: str | None, progress: ProgressFn | None, t0: float, *, target_exec: str = "auto",
-               alpha: float = 0.7, defer_packing: bool = False, allow_bare: bool = True,
-               bare_tried: list[bool] | None = None) -> ModelPair:
-    # Offline packs: a first-use conversion dominates, so it gets most of the progress bar;
-    # otherwise loading gets all of it.
-    converting = any(needs_conversion(ref) for ref in (draft_ref, target_ref))
-    draft_src, draft_name = source_of(draft_ref, span(progress, 0.0, 0.25))
-    target_src, target_name = source_of(target_ref, span(progress, 0.25, 0.85))
-    progress = span(progress, 0.85 if converting else 0.0, 1.0)
+               alpha: float = 0.7, defer_packing: bool = False) -> ModelPair:
+    """transformers' models: a hub id or a directory loaded with ``from_pretrained``; an offline pack dequantized
+    from its GGUF into memory (:func:`.gguf_native.dequantized`: nothing written).  The draft quantized to int8
+    where asked (or measured faster, once), the target's execution as asked or as the probe chooses."""
+    from . import gguf_native
 
-    # Settle the draft's quantization first so the draft is loaded and converted once.  The int8
-    # weights of an offline pack are cached on disk: packing them starts now, in a background
-    # thread, while this one imports transformers and loads the models and the tokenizer.
-    plan = int8.int8_plan(quant, draft_ref, dt)  # None | "int8" | "measure"
-    int8_file = int8.cache_file(Path(draft_src), dt, int8.DRAFT_KIND) if plan and offline_pack(draft_ref) else None
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-int8") if plan == "int8" else None
-    cached: Future | None = None
-    if pool is not None and int8_file is not None:
-        # Leave a core to this thread, which has more to do (on 2 cores: pack in one thread).
-        cached = pool.submit(int8.load_int8_cache, int8_file, workers=(os.cpu_count() or 1) - 1, kind=int8.DRAFT_KIND,
-                             runnable=defer_packing)
-    # A deferred load (a server's start) reads the target's int8 weights now as well, if they are cached:
-    # reading them needs no GIL, so it overlaps importing transformers (and the page) instead of following.
-    target_file = int8.cache_file(Path(target_src), dt, "token") if offline_pack(target_ref) else None
-    early = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-early") \
-        if defer_packing and target_file is not None and target_file.exists() else None
-    target_int8: Future | None = early.submit(int8.load_int8_cache, target_file, workers=1, kind="token",
-                                              runnable=True) if early is not None else None
-    future: Future | None = None
-    planned = _known_execution(target_exec, dev, target_ref, dt)  # decided once: the chooser is told (ExecutionRequest)
-    # Both models' int8 weights cached and the target known to run as int8 here: transformers' modelling code
-    # is not needed to serve them (models.bare; ~6 s of a warm start on the AVX2 EPYC).
-    use_bare = (allow_bare and plan == "int8" and int8_file is not None and int8.cache_valid(int8_file, int8.DRAFT_KIND)
-                and target_file is not None and int8.cache_valid(target_file, "token")
-                and planned == "int8"
-                and bare.supported(Path(draft_src)) and bare.supported(Path(target_src)))
-    if use_bare and bare_tried is not None:
-        bare_tried.append(True)
-
-    def model_of(src: str, name: str, cache: Path | None) -> torch.nn.Module:
-        if use_bare and cache is not None:
-            return bare.load(Path(src), int8.cache_layout(cache), dt)
-        return _load_model(src, name, dev, dt)
-
+    draft_name, target_name = _name(draft_ref), _name(target_ref)
+    packs = {ref: offline_pack(ref) for ref in (draft_ref, target_ref) if offline_pack(ref) is not None}
+    files = {}
     try:
-        report(progress, 0.0, f"Loading {draft_name}…")
-        draft_model = model_of(draft_src, draft_name, int8_file)
-        if pool is not None:
-            future = pool.submit(lambda: int8.int8_draft(draft_model, int8_file, cached.result() if cached else None,
-                                                         defer_packing=defer_packing))
-        report(progress, 0.15, f"Loading the tokenizer of {target_name}…")
-        tokenizer = _load_tokenizer(target_src, target_name, converted=offline_pack(target_ref))
-        if not _same_tokenizer_files(draft_src, target_src):
-            _check_tokenizers(_load_tokenizer(draft_src, draft_name, converted=offline_pack(draft_ref)), tokenizer,
-                              draft_name, target_name)
-        report(progress, 0.3, f"Loading {target_name} ({str(dt).removeprefix('torch.')}, {dev})…")
-        target_model = model_of(target_src, target_name, target_file)
-    finally:
-        if pool is not None:
-            if future is not None:
-                report(progress, 0.8, f"Quantizing {draft_name} to int8…")
-                try:
-                    draft_model = future.result()
-                finally:
-                    pool.shutdown()
-            else:  # failed before the draft loaded: drop the pending cache read, don't wait for it
-                pool.shutdown(wait=False, cancel_futures=True)
+        for ref, pack in packs.items():
+            files[ref] = gguf_native.read(pack)
 
-    applied = "int8" if plan == "int8" else None
-    if plan == "measure":
+        def model_of(ref: str, name: str) -> torch.nn.Module:
+            if ref in files:
+                return _finish(gguf_native.dequantized(files[ref], packs[ref].extra_eos, dt, name), dev)
+            return _load_model(ref, name, dev, dt)
+
+        def tokenizer_of(ref: str, name: str) -> Any:
+            if ref in files:
+                return gguf_native.tokenizer_of(files[ref].metadata, name)
+            return _load_tokenizer(ref, name)
+
+        plan = int8.int8_plan(quant, draft_ref, dt)  # None | "int8" | "measure"
+        report(progress, 0.0, f"Loading {draft_name}…")
+        draft_model = model_of(draft_ref, draft_name)
+        report(progress, 0.15, f"Loading the tokenizer of {target_name}…")
+        tokenizer = tokenizer_of(target_ref, target_name)
+        same = (draft_ref in files and target_ref in files and files[draft_ref].metadata["tokenizer.ggml.tokens"]
+                == files[target_ref].metadata["tokenizer.ggml.tokens"]) or _same_tokenizer_files(draft_ref, target_ref)
+        if not same:
+            _check_tokenizers(tokenizer_of(draft_ref, draft_name), tokenizer, draft_name, target_name)
+        report(progress, 0.3, f"Loading {target_name} ({str(dt).removeprefix('torch.')}, {dev})…")
+        target_model = model_of(target_ref, target_name)
+    finally:
+        for gguf in files.values():
+            gguf.close()
+    applied = None
+    if plan == "int8":
+        report(progress, 0.8, f"Quantizing {draft_name} to int8…")
+        draft_model, applied = int8.int8_draft(draft_model, defer_packing=defer_packing), "int8"
+    elif plan == "measure":
         report(progress, 0.85, f"Measuring whether an int8 {draft_name} is faster on this machine (once)…")
-        faster, draft_model = int8.measure_int8(draft_ref, draft_model, dt, len(tokenizer), int8_file)
+        faster, draft_model = int8.measure_int8(draft_ref, draft_model, dt, len(tokenizer))
         applied = "int8" if faster else None
         gc.collect()
-
     if applied == "int8" and q4k.in_use(draft_model):
         applied = q4k_draft.LABEL  # its matrices and head as Q4_K made here
     vocab_size = _match_widths(draft_model, target_model, len(tokenizer), (draft_name, target_name))
     for model in (draft_model, target_model):
         canonical_head_input(model)
     target_model, chosen, probe = _target_execution(
-        target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha,
-        Path(target_src) if offline_pack(target_ref) else None, span(progress, 0.88, 0.98), defer_packing,
-        target_int8, planned)
-    if early is not None:
-        early.shutdown(wait=False, cancel_futures=True)
+        target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha, None,
+        span(progress, 0.88, 0.98), defer_packing, None, None)
     head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
-    # ... and keep them on disk beside the int8 weights they were computed from, for the next start
-    weights_of = {"draft": int8_file if applied in q4k_draft.INT8_DRAFTS else None, "target": target_file if chosen == "int8" else None}
-    for role, model in (("draft", draft_model), ("target", target_model)):
+    for role, model, ref in (("draft", draft_model, draft_ref), ("target", target_model, target_ref)):
         steps = compiled.steps_of(model)
         if hasattr(steps, "keep_prefix"):
             steps.shared_prefix = head
-            if weights_of[role] is not None and steps.prefix_store is None:
+            if ref in packs and steps.prefix_store is None:  # (kept on disk for the next start: the pack names it)
                 kernel = "q4k" if q4k.in_use(model) else kernels.ready()
-                steps.prefix_store = PrefixStore.for_weights(weights_of[role], role=role,
-                                                             kernel=f"{kernel}+glue" if getattr(steps, "glue", False) else kernel)
+                steps.prefix_store = PrefixStore.for_pack(packs[ref], role=role, kernel=f"{kernel}+glue"
+                                                          if getattr(steps, "glue", False) else str(kernel))
     eos = eos_ids(tokenizer, getattr(target_model, "generation_config", None))
     if not eos:
         log.warning("No eos token known for %s; generation will only stop at the token limit", target_name)

@@ -13,7 +13,6 @@ import sys
 import threading
 
 from ..models import warm
-from . import first_start
 from .service import default_preset, describe_error, get_pair
 
 log = logging.getLogger("specviz.app")
@@ -49,7 +48,6 @@ def _start(hold_traces: bool) -> threading.Thread:
         except Exception as exc:  # noqa: BLE001 -- reported to the visitor by the next run
             log.warning("could not preload the default pair: %s", describe_error(exc))
         finally:
-            first_start.release()  # (memory reserved at the start and not taken: let go)
             if sys.getswitchinterval() == START_SWITCH_S:
                 sys.setswitchinterval(default_switch)
 

@@ -31,7 +31,6 @@ from ..drafters import make_drafter
 from ..models import (DEFAULT_PRESET, PRESETS, TINY_PRESET, ModelError, ModelPair, encode_prompt, load_pair,
                       resolve_preset, short_error)
 from ..models import warm
-from . import first_start
 from .memory import available_bytes
 from .envvars import downloads_allowed, env_choice, env_int, env_number, memory_budget_bytes
 
@@ -343,21 +342,10 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
 
     name, models, execution = _asked(preset, draft, target, target_exec)
     if _is_default(name, execution):
-        ready = first_start.serving()  # a first start: the ready pair serves while the prepared one is made
-        if ready is not None:
-            return ready
-
-        def prepared() -> ModelPair:
-            pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
-            if serve_early:  # what that load left, packed on every core between runs (a run's call scans nothing)
-                warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
-            return _remember_execution(name, pair)
-
-        if serve_early:
-            ready = first_start.begin(models, execution, prepared, progress)
-            if ready is not None:
-                return _remember_execution(name, ready)
-        return prepared()
+        pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
+        if serve_early:  # what that load left, packed on every core between runs (a run's call scans nothing)
+            warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
+        return _remember_execution(name, pair)
     if loading.loaded(**models, target_exec=execution) is None:
         admit(name, models, execution)
         if not gated:
@@ -484,8 +472,8 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
     how = ("interleaved" if interleaved else "sequential") if standard else "alone"
     spec = std = None
     done = {"speculative": False, "standard": not standard}
-    # the fast kernels not all in place yet (slower passes, some switching), or the first start's ready pair
-    preparing = first_start.words(req.pair) or warm.preparing(req.pair)
+    # the fast kernels not all in place yet (slower passes, some switching)
+    preparing = warm.preparing(req.pair)
     with race_threads(req.pair, fixed=threads) as control:
         try:
             streams = {"speculative": speculative_stream(req.pair, req.prompt_ids, req.settings, prompt=req.prompt,
@@ -512,7 +500,6 @@ def race(req: Request, should_stop: Callable[[], bool] = lambda: False, standard
                     yield Update(phase, ev, spec, std, spec_done=done["speculative"], std_done=done["standard"])
         finally:
             release_memory()
-            first_start.ran(req.pair)
         if spec is not None:
             end = control.count if control.count != control.start else None
             spec.timing = assess_race(spec, std, how=how, threads=control.start, busy=control.busy,
