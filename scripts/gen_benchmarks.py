@@ -59,8 +59,8 @@ CURRENT: tuple[CpuClass, ...] = (
 
 GPU_REPORTS = (("gpu-h200-report-2026-11-28.json", "report"), ("gpu-h100-report-2026-11-28.json", None))
 GPU_7B = ("gpu-h100-random.json", "2026-11-25")
-WARM_START = ("warm-start-xeon-amx.json", "Intel Xeon with AMX", "2026-11-28")
-COLD_START = ("cold-start-epyc-zen3.json", "2-core AMD EPYC, Zen 3", "2026-11-29")
+COLD_START = ("cold-start-epyc-zen5.json", "2-core AMD EPYC, Zen 5", "2026-12-07")
+HOSTING = ROOT / "docs" / "hosting.md"
 RACE_UNDER_LOAD = "race-under-load-epyc-zen3.json"
 CROWD = ("crowd-epyc-avx2.json", "AMD EPYC, Zen 1", "2026-11-26")
 
@@ -251,46 +251,64 @@ def gpu_section() -> list[str]:
 
 
 def start_section() -> list[str]:
-    name, cpu, date = WARM_START
-    w = load(name)
-    starts = w["starts"]
-    out = ["## Start-up", "",
-           f"`python scripts/warm_start.py --starts {len(starts)}` on the {cpu} ({date}; model cache filled, "
-           f"probe recorded): the page answers at {w['median_page_s']:.2f} s and the first live run is served at "
-           f"**{w['median_served_s']:.2f} s** (median of {len(starts)} starts: "
-           + " / ".join(f"{s['served_s']:.2f}" for s in starts) + " s); every fast kernel is in place at "
-           + "–".join(f"{v:.1f}" for v in (min(s['warm_s'] for s in starts), max(s['warm_s'] for s in starts)))
-           + " s.", ""]
+    return ["## Start-up", ""] + startup_table() + [""]
+
+
+def _startup() -> tuple[dict, str, str] | None:
     name, cpu, date = COLD_START
-    c = load(name)
-    done = [st for st in c["starts"] if "served_s" in st]
+    try:
+        c = load(name)
+    except OSError:
+        return None
+    return c, cpu, date
 
-    def at(st: dict, phase: str) -> str:
-        times = [p["at_s"] for p in st.get("phases", []) if p["phase"] == phase]
-        return f"{times[-1]:.0f} s" if times else "–"
 
-    out += [f"A first start (`python scripts/cold_start.py --starts {len(c['starts'])}`, an empty model cache, the pip "
-            f"packages installed; {cpu}, {date}) serves its first live run from the *ready pair*: the GGUF files "
-            "mapped where pip put them, dequantized into bf16 weights in memory asked for at the start, computed in "
-            "float32 on a CPU without native bf16 (\"fp32\" below). Meanwhile the fast pair (converted cache, int8 and "
-            "Q4_K weights, specviz's kernel, the probe) is prepared in the background and then swapped in:", "",
-            "| start | page answers | ready pair | first live run served (its execution) | probe recorded | "
-            "fast pair swapped in | peak memory |",
-            "|---|---|---|---|---|---|---|"]
-    for k, st in enumerate(done, 1):
-        out.append(f"| {k} | {st['page_s']:.1f} s | {at(st, 'ready pair')} | **{st['served_s']:.1f} s** "
-                   f"({st.get('target_exec') or '?'}) | {'yes' if st.get('probe') else 'no'} | "
-                   f"{at(st, 'prepared pair swapped in')} | {st.get('peak_rss_gb') or '–'} GB |")
-    if done:
-        out += ["", f"Median first live run: **{statistics.median(st['served_s'] for st in done):.1f} s** "
-                    f"(page: {statistics.median(st['page_s'] for st in done):.1f} s)."]
-        faults = [re.search(r"Faulted in ([\d.]+) GB .* in ([\d.]+) s", p["line"]) for st in done
-                  for p in st.get("phases", []) if p["phase"] == "faulted in"]
-        if faults := [m for m in faults if m]:
-            seconds = sorted(float(m.group(2)) for m in faults)
-            out[-1] += (f" Most of the spread is the machine's: the ready pair's {faults[0].group(1)} GB of fresh "
-                        f"memory took {seconds[0]:.1f}-{seconds[-1]:.1f} s to fault in from one start to the next.")
-    return out + [""]
+def startup_table() -> list[str]:
+    """The cold and warm starts of scripts/cold_start.py: launch -> page, -> the default race answered."""
+    found = _startup()
+    if found is None:
+        return []
+    c, cpu, date = found
+    out = [f"Starts as a visitor meets them (`python scripts/cold_start.py --starts {len(c['starts']['cold'])}`; "
+           f"{cpu}, {date}): each cold start with an empty `SPECVIZ_CACHE` and the OS file cache "
+           f"{'dropped' if all(s.get('file_cache') == 'dropped' for s in c['starts']['cold'] if 'race_s' in s) else 'kept (it could not be dropped)'}"
+           f", each followed by a warm start with the cache it left; the time from `python app.py` to the page, and to "
+           f"the default race ({c['tokens']} new tokens, speculative and standard, a prompt no recording holds) answered:",
+           "", "| start | page answers | default race answered | target runs as | peak memory | cache on disk |",
+           "|---|---|---|---|---|---|"]
+    for kind in ("cold", "warm"):
+        for k, st in enumerate(c["starts"][kind], 1):
+            if "race_s" not in st:
+                out.append(f"| {kind} {k} | failed | | | | |")
+                continue
+            out.append(f"| {kind} {k} | {st['page_s']:.1f} s | **{st['race_s']:.1f} s** | {st['target_exec']} | "
+                       f"{st['peak_rss_gb']:.1f} GB | {st['cache_mb']:.0f} MB |")
+    return out
+
+
+STARTUP_BEGIN, STARTUP_END = "<!-- startup:begin (scripts/gen_benchmarks.py) -->", "<!-- startup:end -->"
+
+
+def startup_sentence() -> str:
+    """The README's and docs/hosting.md's start-up sentence, from the cold-start data."""
+    found = _startup()
+    if found is None:
+        return ""
+    c, cpu, _date = found
+    cold, warm = c["cold"], c["warm"]
+    return (f"On a quiet {cpu} the default race is answered {cold['median_race_s']:.0f} s after `python app.py` "
+            f"with an empty cache (median of {cold['served']}; the page {cold['median_page_s']:.0f} s) and "
+            f"{warm['median_race_s']:.0f} s after a later start (page {warm['median_page_s']:.0f} s); the cache holds "
+            f"{max(cold['max_cache_mb'], warm['max_cache_mb']):.0f} MB, the server peaks at "
+            f"{max(cold['max_peak_rss_gb'], warm['max_peak_rss_gb']):.1f} GB of memory "
+            f"([start-up figures](docs/benchmarks.md#start-up)).")
+
+
+def with_block(current: str, begin: str, end: str, block: str) -> str:
+    start, stop = current.find(begin), current.find(end)
+    if start < 0 or stop < start:
+        return current
+    return current[:start] + begin + block + end + current[stop + len(end):]
 
 
 def race_section() -> list[str]:
@@ -384,9 +402,9 @@ def document() -> str:
 def readme_text(current: str) -> str:
     """README.md with its table between the markers replaced (unchanged when the markers are absent)."""
     start, end = current.find(BEGIN), current.find(END)
-    if start < 0 or end < start:
-        return current
-    return current[:start] + readme_block() + current[end + len(END):]
+    if start >= 0 and end > start:
+        current = current[:start] + readme_block() + current[end + len(END):]
+    return with_block(current, STARTUP_BEGIN, STARTUP_END, startup_sentence())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     if README.is_file():
         current = README.read_text(encoding="utf-8")
         wanted[README] = readme_text(current)
+    if HOSTING.is_file():
+        wanted[HOSTING] = with_block(HOSTING.read_text(encoding="utf-8"), STARTUP_BEGIN, STARTUP_END,
+                                     startup_sentence().replace("docs/benchmarks.md", "benchmarks.md"))
     stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     if args.check:
         for p in stale:

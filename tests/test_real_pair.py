@@ -83,21 +83,18 @@ def test_int8_target_is_batch_invariant_on_the_real_pair(real_pair_int8):
     assert torch.equal(verify, steps)  # integer path: exactly, not just within rounding
 
 
-def test_the_real_pairs_tokenizer_read_straight_from_its_file_is_autotokenizers(real_pair_int8):
-    """The default pair's tokenizer, read straight from its converted tokenizer.json (a warm start's shortcut:
-    models.tokens.converted_tokenizer), is AutoTokenizer's Qwen2Tokenizer for every id, text, special token and
-    chat template specviz uses; and it is the one the pair holds."""
+def test_the_real_pairs_tokenizer_from_its_gguf_is_transformers_gguf_tokenizer(real_pair_int8, tmp_path):
+    """The default pair's tokenizer, built from its GGUF's vocabulary and merges (models.gguf_tokenizer), is the one
+    transformers' own GGUF loading converts (the draft's file: both packs hold one vocabulary, as the load checks) for
+    every id, text, special token and chat template specviz uses; and it is the one the pair holds."""
     from transformers import AutoTokenizer, TokenizersBackend
 
-    from specviz.models import PRESETS
-    from specviz.models.convert import source_of
-    from specviz.models.tokens import converted_tokenizer
+    from specviz.models import PRESETS, packs
+    from specviz.models.convert import offline_pack
     from tests.same_tokenizer import assert_same_tokenizer
 
-    src, _ = source_of(PRESETS[DEFAULT_PRESET].target, None)
-    reference = AutoTokenizer.from_pretrained(src)
-    assert type(reference).__name__ == "Qwen2Tokenizer"
-    direct = converted_tokenizer(src)
-    assert type(direct) is TokenizersBackend and type(real_pair_int8.tokenizer) is TokenizersBackend
-    assert_same_tokenizer(reference, direct, samples=2000)
-    assert_same_tokenizer(reference, real_pair_int8.tokenizer, samples=200)
+    pack = offline_pack(PRESETS[DEFAULT_PRESET].draft)
+    packs.reassemble(pack, tmp_path / "draft.gguf")
+    reference = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="draft.gguf")
+    assert type(real_pair_int8.tokenizer) is TokenizersBackend
+    assert_same_tokenizer(reference, real_pair_int8.tokenizer, samples=2000)

@@ -97,7 +97,9 @@ def dequantize_all(gguf: GGUFFile, dtype: torch.dtype, progress=None, label: str
 
     def make(name: str) -> torch.Tensor:
         out = alloc(gguf.tensors[name].shape, widen or dtype) if alloc is not None else None
-        return dequantized(gguf, name, dtype, widen, out)
+        made = dequantized(gguf, name, dtype, widen, out)
+        gguf.release(name)  # read: the file's pages out of this process's resident memory
+        return made
 
     def collect(made: Any) -> dict[str, torch.Tensor]:
         state: dict[str, torch.Tensor] = {}

@@ -183,9 +183,19 @@ def dequantized(gguf: GGUFFile, extra_eos: tuple[str, ...], dtype: torch.dtype, 
     config = gguf_convert.model_config(gguf.metadata, dtype, "output.weight" not in gguf.tensors)
     widen = dtype if dtype != torch.bfloat16 else None
     state = gguf_convert.dequantize_all(gguf, torch.bfloat16, widen=widen, workers=WORKERS)
-    model = getattr(transformers, config.architectures[0]).from_pretrained(None, config=config, state_dict=state,
-                                                                           dtype=dtype)  # (keeps these tensors)
+    # the module tree on the meta device, then these very tensors assigned (from_pretrained copied them: the float32
+    # 1.5B target peaked 3 GB above what it holds)
+    with torch.device("meta"):
+        model = getattr(transformers, config.architectures[0])(config)
+    model.load_state_dict(state, strict=False, assign=True)
     del state
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=config)  # its frequencies, on the CPU
+    model.to(dtype)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ModelError(f"{label or gguf.path.name}: the GGUF lacks {', '.join(left[:4])}")
     model.generation_config, _ = gguf_convert.generation_config(gguf.metadata, config, extra_eos)
     log.info("Dequantized %s from its GGUF (%s) in %.1f s", label or gguf.path.name, dtype, time.perf_counter() - t)
     return model.requires_grad_(False).eval()
