@@ -68,26 +68,26 @@ class _Region:
         return out
 
 
-def _kind(gguf: GGUFFile, name: str) -> int:
+def _kind(gguf: GGUFFile, name: str, stored: tuple[int, ...] = (Q4_K, Q6_K)) -> int:
     """The record form a matrix runs in: its own type where the kernels read it as stored, else Q4_K (made)."""
     t = gguf.tensors[name].ggml_type
-    return t if t in STORED else Q4_K
+    return t if t in stored else Q4_K
 
 
-def _record_bytes(gguf: GGUFFile, name: str) -> int:
+def _record_bytes(gguf: GGUFFile, name: str, stored: tuple[int, ...]) -> int:
     rows, width = gguf.tensors[name].shape
-    rec = STORED[_kind(gguf, name)][1]
+    rec = STORED[_kind(gguf, name, stored)][1]
     return -(-rows * -(-width // QK) * rec // 64) * 64
 
 
-def _fill(gguf: GGUFFile, name: str, out: torch.Tensor) -> None:
+def _fill(gguf: GGUFFile, name: str, out: torch.Tensor, stored: tuple[int, ...]) -> None:
     """Matrix ``name``'s records into ``out`` (uint8 [rows, blocks, record bytes]): as stored, or made."""
     info = gguf.tensors[name]
     rows, width = info.shape
     for first in range(0, rows, CHUNK_ROWS):  # (a chunk across two of the pack's parts is copied: a small copy)
         last = min(rows, first + CHUNK_ROWS)
         raw = gguf.raw(name, last - first, first)
-        if info.ggml_type in STORED:
+        if info.ggml_type in stored:
             gguf_records.records(raw, info.ggml_type, out=out[first:last])
         else:
             values = gguf_dequant.dequantize(raw, info.ggml_type, (last - first, width), torch.float32)
@@ -95,15 +95,15 @@ def _fill(gguf: GGUFFile, name: str, out: torch.Tensor) -> None:
     gguf.release(name)  # read: the file's pages out of the start's resident memory
 
 
-def _product(gguf: GGUFFile, names: list[str], region: _Region) -> nn.Module:
+def _product(gguf: GGUFFile, names: list[str], region: _Region, stored: tuple[int, ...]) -> nn.Module:
     """One product over matrices ``names`` (read by one input, of one record form): their rows stacked."""
     rows = [gguf.tensors[n].shape[0] for n in names]
     width = gguf.tensors[names[0]].shape[1]
-    cls, rec = STORED[_kind(gguf, names[0])]
+    cls, rec = STORED[_kind(gguf, names[0], stored)]
     records = region.take((sum(rows), -(-width // QK), rec))
     start = 0
     for name, n in zip(names, rows):
-        _fill(gguf, name, records[start:start + n])
+        _fill(gguf, name, records[start:start + n], stored)
         start += n
     biases = [gguf.tensors.get(name.replace(".weight", ".bias")) for name in names]
     bias = None
@@ -120,9 +120,13 @@ def _float(gguf: GGUFFile, name: str) -> torch.Tensor:
     return torch.from_numpy(np.array(gguf.raw(name)).view(np.float32).reshape(info.shape))
 
 
-def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> BareCausalLM:
-    """The model in ``gguf`` (Qwen2: :func:`.gguf_convert.check`) on its own blocks (the module's docstring)."""
+def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "", *, draft: bool = False) -> BareCausalLM:
+    """The model in ``gguf`` (Qwen2: :func:`.gguf_convert.check`) on its own blocks (the module's docstring).
+    ``draft``: its Q6_K matrices made Q4_K as well (a draft's numbers change what it proposes, never what the rule
+    outputs; its step is its cost: Q6_K's 0.82 bytes a weight and slower kernel made the 0.5B draft's c 0.42-0.44
+    where all-Q4_K gave 0.39-0.41 on a Zen 5 EPYC)."""
     t0 = time.perf_counter()
+    stored = (Q4_K,) if draft else (Q4_K, Q6_K)
     gguf_convert.check(gguf)
     tensors = gguf.tensors
     tied = "output.weight" not in tensors
@@ -131,16 +135,16 @@ def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> B
     head_name = "token_embd.weight" if tied else "output.weight"
     layer_groups = [[[f"blk.{i}.{g}.weight" for _, g in members] for _, members in GROUPS]
                     for i in range(config.num_hidden_layers)]
-    sizes = [_record_bytes(gguf, n) for groups in layer_groups for names in groups for n in names]
-    region = _Region(sum(sizes) + _record_bytes(gguf, head_name) + 64 * (len(sizes) + 1))
+    sizes = [_record_bytes(gguf, n, stored) for groups in layer_groups for names in groups for n in names]
+    region = _Region(sum(sizes) + _record_bytes(gguf, head_name, stored) + 64 * (len(sizes) + 1))
     layers = nn.ModuleList()
     for i, groups in enumerate(layer_groups):
         parts: dict[str, dict[str, nn.Module]] = {"self_attn": {}, "mlp": {}}
         for (owner, members), names in zip(GROUPS, groups):
             # members of one record form share a product (q and k Q4_K, v Q6_K: two products)
-            for kind in dict.fromkeys(_kind(gguf, n) for n in names):
-                chosen = [(hf, n) for (hf, _), n in zip(members, names) if _kind(gguf, n) == kind]
-                product = _product(gguf, [n for _, n in chosen], region)
+            for kind in dict.fromkeys(_kind(gguf, n, stored) for n in names):
+                chosen = [(hf, n) for (hf, _), n in zip(members, names) if _kind(gguf, n, stored) == kind]
+                product = _product(gguf, [n for _, n in chosen], region, stored)
                 split = parts_of(product, [tensors[n].shape[0] for _, n in chosen], tensors[chosen[0][1]].shape[1])
                 parts[owner].update({hf: module for (hf, _), module in zip(chosen, split)})
         layers.append(_module(self_attn=_module(**{hf: parts["self_attn"][hf] for hf, _ in GROUPS[0][1] + GROUPS[1][1]}),
@@ -160,7 +164,7 @@ def build(gguf: GGUFFile, extra_eos: tuple[str, ...] = (), label: str = "") -> B
     body = _module(embed_tokens=embedding, layers=layers,
                    norm=_Norm(_float(gguf, "output_norm.weight")),
                    rotary_emb=_Rotary(float(config.rope_parameters["rope_theta"]), head_dim))
-    head = _product(gguf, [head_name], region)
+    head = _product(gguf, [head_name], region, stored)
     model = BareCausalLM(config, None, body, head, generation)
     info = tensors[head_name]  # the head's first rows, as a converted checkpoint held them (head_fingerprint)
     model._specviz_head_rows = gguf_dequant.dequantize(gguf.raw(head_name, rows=8), info.ggml_type, (8, info.shape[1]),
@@ -249,7 +253,7 @@ def models(draft_pack: Any, target_pack: Any, progress: ProgressFn | None = None
                 report(progress, lo, f"Reading {packs[role].display} from its GGUF…")
                 if gguf.metadata["tokenizer.ggml.tokens"] != vocabulary["tokenizer.ggml.tokens"]:
                     raise ModelError("The two packs' vocabularies differ: speculative decoding needs one vocabulary.")
-                made[role] = build(gguf, packs[role].extra_eos, packs[role].display)
+                made[role] = build(gguf, packs[role].extra_eos, packs[role].display, draft=role == "draft")
             tokenizer = tokenizer_built.result()
     finally:
         for future in files.values():
