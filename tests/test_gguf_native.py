@@ -142,7 +142,10 @@ def test_loading_the_offline_pair_converts_and_caches_no_weight(tmp_path, monkey
     from specviz.models import encode_prompt, loading
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    loading.clear_cache()
+    # (the pairs loaded before stay, put back after: a load here must not find them, nor leave a second copy)
+    kept = dict(loading._PAIRS)
+    loading._PAIRS.clear()
+    pair = None
     try:
         t0 = time.perf_counter()
         pair = loading.load_pair(DEFAULT_PRESET)
@@ -154,7 +157,9 @@ def test_loading_the_offline_pair_converts_and_caches_no_weight(tmp_path, monkey
         assert speculative_decode(pair, ids, settings, prompt=prompt).text == \
             standard_decode(pair, ids, settings, prompt=prompt).text
     finally:
-        loading.clear_cache()
+        if pair is not None:
+            loading.forget(pair)
+        loading._PAIRS.update(kept)
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not (tmp_path / "models").exists()
     assert not any(p.suffix in (".gguf", ".safetensors") and p.stat().st_size > 50 << 20 for p in files)

@@ -1,22 +1,18 @@
-"""An int8 model whose runs never need transformers' modelling code: a server's warm start (issue 34).
+"""A model whose runs never need transformers' modelling code: the module tree of one run from its GGUF.
 
-Importing transformers' Qwen2 modelling pulls in torch._dynamo, torch.distributed.tensor, hub kernels and
-more: ~5 s of pure Python on the AVX2 EPYC, which a starting server spends beside Gradio's import under one
-interpreter lock (and ~1 s more building the models' skeletons).  Yet once its int8 weights are cached
-(:mod:`.int8`), the default pair runs every chain, race and target tree on the lean path (:mod:`.lean`),
-which reads only the module tree: the int8 linears, the embeddings, the norms' weights and RoPE's
-frequencies.  :func:`load` builds exactly that tree from the model's ``config.json`` and checkpoint, with
-the linears on the meta device (the int8 cache replaces each of them: :func:`.int8.quantize_int8`), under
-transformers' own module names, so the int8 code and the lean path take it as they take a loaded model.
+Importing transformers' Qwen2 modelling pulls in torch._dynamo, torch.distributed.tensor, hub kernels and more:
+~5 s of pure Python on a 2-core EPYC, which a starting server spends beside Gradio's import under one interpreter
+lock.  Yet the pair run from its GGUFs (:mod:`.gguf_native`) runs every chain, race and target tree on the lean
+path (:mod:`.lean`), which reads only the module tree: the linears, the embeddings, the norms' weights and RoPE's
+frequencies.  :class:`BareCausalLM` is that tree under transformers' own module names, with its config.
 
-Whatever calls the model itself (the draft's token trees on transformers' cache, transformers' generate
-in a benchmark) gets transformers' model: :meth:`BareCausalLM.full` builds it once, on first use, around
-the very same modules (nothing is copied or read again), and every call of the bare model goes to it.
+Whatever calls the model itself (the draft's token trees on transformers' cache, transformers' generate in a
+benchmark) gets transformers' model: :meth:`BareCausalLM.full` builds it once, on first use, around the very same
+modules (nothing is copied or read again), and every call of the bare model goes to it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
@@ -48,11 +44,6 @@ class _Rotary(nn.Module):
         super().__init__()
         self.inv_freq = nn.Buffer(1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), persistent=False)
         self.attention_scaling = 1.0
-
-
-def _linear(shape: list) -> nn.Linear:
-    out, inp, bias = shape
-    return nn.Linear(inp, out, bias=bool(bias), device="meta")
 
 
 def _module(**children: nn.Module) -> nn.Module:
@@ -132,74 +123,6 @@ def transformers_model(model: nn.Module, why: str = "transformers' generate") ->
     """``model`` as transformers' own model (a bare model's full one), for code that hands it to transformers:
     its assisted generation calls the assistant's private methods, which a bare model does not delegate."""
     return model.full(why) if isinstance(model, BareCausalLM) else model
-
-
-def supported(source: Path) -> bool:
-    """Whether :func:`load` can build the model in ``source`` (a converted offline pack's directory)."""
-    try:
-        cfg = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    return (cfg.get("model_type") in ARCHITECTURES and (Path(source) / "model.safetensors").is_file()
-            and not cfg.get("use_sliding_window") and cfg.get("hidden_act", "silu") == "silu"
-            and rope.get("rope_type", rope.get("type", "default")) == "default")
-
-
-def light_config(source: Path) -> Any:
-    """``source``'s config.json as transformers' generic config: every key of the file an attribute, as
-    AutoConfig's Qwen2Config has them (tested), without importing ``transformers.models``, whose import scans
-    ~1,650 files of transformers' model code for their names (~0.6 s of a warm start's preload, under the
-    interpreter lock the page's build needs).  :meth:`BareCausalLM.full` gets AutoConfig's own."""
-    from transformers import PreTrainedConfig
-
-    values = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
-    config = PreTrainedConfig.from_dict(dict(values))
-    for key, value in values.items():  # the keys the generic class does not keep (use_cache)
-        if not hasattr(config, key):
-            setattr(config, key, value)
-    config.name_or_path = str(source)
-    return config
-
-
-def load(source: Path, layout: dict[str, list], dtype: torch.dtype) -> BareCausalLM:
-    """The model in ``source`` (config.json, model.safetensors) as a :class:`BareCausalLM`: its embeddings and
-    norms read in ``dtype``, its linears on the meta device with the shapes ``layout`` gives by module name
-    ([out, in, has bias]: the int8 cache's, :class:`.int8.Int8Weights`), for the cache to replace."""
-    from safetensors import safe_open
-    from transformers import GenerationConfig
-
-    source = Path(source)
-    config = light_config(source)
-    try:
-        generation = GenerationConfig.from_pretrained(source)
-    except OSError:  # no generation_config.json: the eos ids come from the tokenizer
-        generation = None
-    heads = config.num_attention_heads
-    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    rope = getattr(config, "rope_parameters", None) or {}
-    theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-    with safe_open(str(source / "model.safetensors"), framework="pt") as f:
-        def read(name: str) -> torch.Tensor:
-            return f.get_tensor(name).to(dtype)
-
-        names = set(f.keys())
-        layers = nn.ModuleList()
-        for i in range(config.num_hidden_layers):
-            p = f"model.layers.{i}"
-            attn = _module(**{n: _linear(layout[f"{p}.self_attn.{n}"]) for n in ("q_proj", "k_proj", "v_proj", "o_proj")})
-            mlp = _module(**{n: _linear(layout[f"{p}.mlp.{n}"]) for n in ("gate_proj", "up_proj", "down_proj")})
-            layers.append(_module(self_attn=attn, mlp=mlp, input_layernorm=_Norm(read(f"{p}.input_layernorm.weight")),
-                                  post_attention_layernorm=_Norm(read(f"{p}.post_attention_layernorm.weight"))))
-        embed = read("model.embed_tokens.weight")
-        body = _module(embed_tokens=nn.Embedding.from_pretrained(embed, freeze=True), layers=layers,
-                       norm=_Norm(read("model.norm.weight")), rotary_emb=_Rotary(theta, dim))
-        head_name = "lm_head.weight" if "lm_head.weight" in names else "model.embed_tokens.weight"
-        # What speculator.model.head_fingerprint hashes on a loaded model: the head's first rows, before int8.
-        first_rows = f.get_slice(head_name)[:8].to(dtype)
-    model = BareCausalLM(config, source, body, _linear(layout["lm_head"]), generation)
-    model._specviz_head_rows = first_rows
-    return model.requires_grad_(False).eval()
 
 
 def _full_model(bare: BareCausalLM, why: str) -> nn.Module:

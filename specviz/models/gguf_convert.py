@@ -1,34 +1,18 @@
-"""An offline pack's cache written straight from its GGUF: no transformers model, no second read of the file.
+"""A Qwen2 GGUF in transformers' terms: its config, generation config and tensor names, and its tensors dequantized.
 
-:mod:`.convert` used to hand the GGUF to transformers: ``AutoTokenizer`` (its GGUF tokenizer converter) and
-``AutoModelForCausalLM`` (a model built, every tensor dequantized, copied into a plain model, saved).  On the
-2-core AMX Xeon that was 29 + 38 s for the 0.5B draft and 17 + 35 s for the 1.5B target; then the int8 target
-reassembled and parsed the GGUF once more for its Q4_K / Q6_K records (:func:`.q4k.prepare`).
-
-Here the file is mapped once (:class:`.gguf_file.GGUFFile`, ~0.2 s for the metadata) and:
-
-* the tokenizer is built by ``tokenizers`` from the vocabulary and merges (:mod:`.gguf_tokenizer`);
-* every tensor is dequantized as transformers' GGUF loading dequantized it (gguf-py's ``dequantize`` to
-  float32, then cast to bf16) -- the same functions, so the same bits -- and written
-  under transformers' names with safetensors, as ``save_pretrained`` writes them;
-* ``config.json`` and ``generation_config.json`` are transformers' own classes saved;
-* where the int8 target will take its GGUF matrices as stored, their records are cut from the same mapping
-  (:func:`.q4k.extract_from`), so :func:`.q4k.prepare` finds them.
-
-The files are those transformers' conversion wrote, byte for byte (tests/test_gguf_convert.py compares both),
-so everything loaded from them -- int8 rows, Q4_K records made from them, logits, tokens -- is unchanged.
-A GGUF this module does not handle (another architecture or tokenizer) raises :class:`.gguf_tokenizer.Unsupported`
-and :mod:`.convert` converts it through transformers as before.
+What both ways of running an offline pack share (:mod:`.gguf_native`): :func:`model_config` and
+:func:`generation_config` are transformers' own classes made from the file's metadata (what its GGUF loading makes
+of it); :func:`hf_name` maps GGUF's tensor names to transformers'; :func:`dequantize_all` gives every tensor as
+transformers' GGUF loading dequantized it (gguf-py's values, :mod:`.gguf_dequant` to the bit, then cast), for a
+model held in memory.  :func:`check` refuses a file this module does not handle (another architecture or
+tokenizer: :class:`.gguf_tokenizer.Unsupported`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -165,60 +149,3 @@ def generation_config(metadata: dict[str, Any], config: Any, extra_eos: tuple[st
     return GenerationConfig(bos_token_id=config.bos_token_id,
                             eos_token_id=(eos if len(eos) > 1 else eos[0]) if eos else None,
                             pad_token_id=pad if pad is not None else (eos or [None])[0]), eos
-
-
-def write_cache(gguf_path: Path, out: Path, *, extra_eos: tuple[str, ...] = (), dtype: torch.dtype = torch.bfloat16,
-                records: Path | None = None, records_source: str = "", progress=None, label: str = "") -> dict:
-    """Write the converted cache of the GGUF at ``gguf_path`` into the directory ``out`` (config, generation
-    config, tokenizer files, ``model.safetensors``; and the Q4_K / Q6_K records at ``records`` when given).
-    Returns {"eos_token_ids", "seconds": {phase: s}}.  :class:`.gguf_tokenizer.Unsupported` before anything is
-    written where the file is not one this module converts."""
-    from safetensors.torch import save_file
-
-    seconds: dict[str, float] = {}
-    t = time.perf_counter()
-    gguf = GGUFFile(gguf_path)
-    try:
-        check(gguf)
-        meta = gguf.metadata
-        seconds["gguf read"] = time.perf_counter() - t
-        log.info("Read the GGUF of %s in %.1f s", label or gguf_path.name, seconds["gguf read"])
-
-        t = time.perf_counter()
-        tok = gguf_tokenizer.save(meta, out)
-        seconds["tokenizer"] = time.perf_counter() - t
-        log.info("Tokenizer of %s built in %.1f s (tokenizers, from the GGUF's vocabulary and merges)",
-                 label or gguf_path.name, seconds["tokenizer"])
-        del tok
-
-        t = time.perf_counter()
-        tied = "output.weight" not in gguf.tensors
-        config = model_config(meta, dtype, tied)
-        config.save_pretrained(str(out))
-        generation, eos = generation_config(meta, config, extra_eos)
-        generation.save_pretrained(str(out))
-        state = dequantize_all(gguf, dtype, progress, label)
-        seconds["dequantize"] = time.perf_counter() - t
-        t = time.perf_counter()
-        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-        del state
-        seconds["safetensors"] = time.perf_counter() - t
-        if records is not None:
-            from . import q4k
-
-            t = time.perf_counter()
-            found = q4k.extract_from(gguf, records, source=records_source)
-            seconds["q4k records"] = time.perf_counter() - t
-            log.info("Cut %d Q4_K/Q6_K matrices of %s from its GGUF in %.1f s", found, label, seconds["q4k records"])
-        log.info("Wrote the cache of %s from its GGUF: %s", label or gguf_path.name,
-                 ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
-        return {"eos_token_ids": eos, "seconds": {k: round(v, 2) for k, v in seconds.items()}}
-    finally:
-        gguf.close()
-
-
-def marker(pack: Any, eos: list[int], seconds: float, dtype: torch.dtype, cache_format: int) -> str:
-    return json.dumps({"format": cache_format, "pack": pack.key, "gguf_sha256": pack.sha256,
-                       "dtype": str(dtype).removeprefix("torch."), "eos_token_ids": eos,
-                       "convert_seconds": round(seconds, 1), "transformers": __import__("transformers").__version__,
-                       "converter": "gguf-direct"}, indent=1)

@@ -195,8 +195,10 @@ def dequantized(gguf: GGUFFile, extra_eos: tuple[str, ...], dtype: torch.dtype, 
     del state
     if config.tie_word_embeddings:
         model.tie_weights()
-    model.model.rotary_emb = type(model.model.rotary_emb)(config=config)  # its frequencies, on the CPU
     model.to(dtype)
+    # RoPE's frequencies, on the CPU and in float32, as from_pretrained leaves them (after the cast, which would
+    # round them to bf16)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ModelError(f"{label or gguf.path.name}: the GGUF lacks {', '.join(left[:4])}")

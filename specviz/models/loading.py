@@ -197,6 +197,16 @@ def clear_cache() -> None:
         gc.collect()
 
 
+def forget(pair: ModelPair) -> None:
+    """Drop ``pair`` from the in-process cache (its memory goes once nothing else holds it): a caller that loaded
+    a pair for one use (a test, a one-off measurement) and must not leave it beside the next load."""
+    with _LOCK:
+        for key in [k for k, v in _PAIRS.items() if v is pair or (v.draft is pair.draft and v.target is pair.target)]:
+            del _PAIRS[key]
+            _PINNED.discard(key)
+    gc.collect()
+
+
 def load_pair(
     preset: str | None = None,
     *,
