@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
