@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.models import gguf_native, gguf_records, q4k, q6k
+from specviz.models import gguf_dequant, gguf_native, gguf_records, q4k, q6k
 from specviz.models.presets import DEFAULT_PRESET, OFFLINE_PACKS, PRESETS
 
 TARGET = OFFLINE_PACKS[PRESETS[DEFAULT_PRESET].target.removeprefix("offline:")]
@@ -53,7 +53,7 @@ def test_float_rows_quantized_in_c_are_torchs_q4k_records():
 def test_without_the_c_library_numpy_makes_the_same_records(monkeypatch):
     raw = _blocks(4, 2, q4k.GGUF_BLOCK)
     made = gguf_records.records(raw, 12)
-    monkeypatch.setitem(gguf_records._LIB, "lib", None)
+    monkeypatch.setitem(gguf_dequant._LIB, "lib", None)
     assert torch.equal(gguf_records.records(raw, 12), made)
     w = torch.randn(9, 300)
     assert torch.equal(gguf_records.quantize_q4k(w), q4k.quantize(w))

@@ -2,8 +2,8 @@
 
 The kernels (``csrc/q4k.cpp``, ``csrc/q6k.cpp``) read a block's 256 values in their own order with the scales
 unpacked (:func:`.q4k.records`, :func:`.q6k.records`: numpy, the reference).  Here the same bytes come from C
-(``csrc/gguf_records.c``, compiled by the machine's C compiler in well under a second, called through ctypes,
-which lets go of the interpreter lock), a share of the rows in each of :data:`WORKERS` threads, straight from
+(``csrc/gguf_dequant.c``'s second half, the library :mod:`.gguf_dequant` builds with the machine's C compiler in
+well under a second, called through ctypes, which lets go of the interpreter lock), a share of the rows in each of :data:`WORKERS` threads, straight from
 the mapped GGUF into the tensor the kernel reads: no copy of the file, no cache on disk.  Where there is no
 compiler (or ``SPECVIZ_KERNEL=0``, where no kernel would read them anyway) numpy makes them.
 
@@ -17,41 +17,36 @@ import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import cbuild, q4k, q6k
+from . import gguf_dequant, q4k, q6k
 
-SOURCE = Path(__file__).with_name("csrc") / "gguf_records.c"
-CFLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off")  # no fused multiply-add: torch's quantize rounds twice
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 Q4_K, Q6_K = 12, 14
 # ggml type -> (bytes of a GGUF block, bytes of a record, the numpy reference)
 FORMS = {Q4_K: (q4k.GGUF_BLOCK, q4k.REC, q4k.records), Q6_K: (q6k.GGUF_BLOCK, q6k.REC, q6k.records)}
-_LIB: dict[str, ctypes.CDLL | None] = {}
+_TYPED: set[int] = set()  # the libraries whose functions here were given their argument types
 _LOCK = threading.Lock()
 
 
 def library() -> ctypes.CDLL | None:
-    """The compiled functions (built on first use, once per cache), or None where they cannot be built."""
-    from .kernels import switched_off
-
+    """The compiled functions (:func:`.gguf_dequant.library`: built on first use, once per cache), or None where they
+    cannot be built."""
+    lib = gguf_dequant.library()
+    if lib is None:
+        return None
     with _LOCK:
-        if "lib" not in _LIB:
-            lib = None
-            if not switched_off():
-                lib, _why = cbuild.shared_library(SOURCE, CFLAGS, "gguf-records")
-            if lib is not None:
-                lib.specviz_records.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                                ctypes.c_void_p]
-                lib.specviz_records.restype = ctypes.c_int
-                lib.specviz_quantize_q4k.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                                     ctypes.c_void_p]
-                lib.specviz_quantize_q4k.restype = None
-            _LIB["lib"] = lib
-        return _LIB["lib"]
+        if id(lib) not in _TYPED:
+            lib.specviz_records.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                            ctypes.c_void_p]
+            lib.specviz_records.restype = ctypes.c_int
+            lib.specviz_quantize_q4k.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                 ctypes.c_void_p]
+            lib.specviz_quantize_q4k.restype = None
+            _TYPED.add(id(lib))
+    return lib
 
 
 def _shares(n: int, workers: int) -> list[tuple[int, int]]:

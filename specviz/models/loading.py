@@ -37,7 +37,7 @@ from .pair import ModelError, ModelPair, ProgressFn, log, report, resolve_device
 from .prefix_store import PrefixStore
 from .presets import DEFAULT_PRESET, OFFLINE_PACKS, PRESETS
 from .tiny import build_tiny_pair
-from .tokens import converted_tokenizer, eos_ids, template_head
+from .tokens import eos_ids, template_head
 
 
 def _load_error(what: str, source: str, exc: BaseException) -> ModelError:
@@ -73,14 +73,10 @@ def _hub_offline() -> bool:
         return False
 
 
-def _load_tokenizer(source: str, name: str, *, converted: bool = False) -> Any:
-    """``source``'s tokenizer; ``converted``: a pack specviz converted, read straight from its tokenizer.json
-    where that gives AutoTokenizer's tokenizer (:func:`.tokens.converted_tokenizer`: ~0.8 s less of a start)."""
+def _load_tokenizer(source: str, name: str) -> Any:
+    """``source``'s tokenizer (a hub id or a directory: AutoTokenizer's)."""
     try:
-        direct = converted_tokenizer(source) if converted else None
-        if direct is not None:
-            return direct
-        from transformers import AutoTokenizer  # (imports transformers.models: not needed above)
+        from transformers import AutoTokenizer  # (imports transformers.models)
 
         return AutoTokenizer.from_pretrained(source)
     except Exception as exc:
@@ -473,6 +469,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
             return _load_tokenizer(ref, name)
 
         plan = int8.int8_plan(quant, draft_ref, dt)  # None | "int8" | "measure"
+        planned = _known_execution(target_exec, dev, target_ref, dt)  # decided once: the chooser is told
         report(progress, 0.0, f"Loading {draft_name}…")
         draft_model = model_of(draft_ref, draft_name)
         report(progress, 0.15, f"Loading the tokenizer of {target_name}…")
@@ -502,7 +499,7 @@ def _load_once(label: str, draft_ref: str, target_ref: str, dev: torch.device, d
         canonical_head_input(model)
     target_model, chosen, probe = _target_execution(
         target_model, target_ref, target_name, dev, dt, target_exec, draft_model, vocab_size, alpha, None,
-        span(progress, 0.88, 0.98), defer_packing, None, None)
+        span(progress, 0.88, 0.98), defer_packing, None, planned)
     head = template_head(tokenizer)  # both models' lean steps keep its keys and values (a prompt pass feeds the rest)
     for role, model, ref in (("draft", draft_model, draft_ref), ("target", target_model, target_ref)):
         steps = compiled.steps_of(model)

@@ -32,7 +32,7 @@ log = logging.getLogger("specviz.models")
 VERSION = "1"
 # the code whose arithmetic gives the keys and values (any edit to one of them names other files)
 SOURCES = ("lean.py", "int8_target.py", "kernels.py", "csrc/int8_small.cpp", "bare.py", "invariant.py", "q4k.py",
-           "csrc/q4k.cpp", "csrc/q6k.cpp", "csrc/q4k.h", "q6k.py", "csrc/glue.cpp", "gguf_native.py", "csrc/gguf_records.c")
+           "csrc/q4k.cpp", "csrc/q6k.cpp", "csrc/q4k.h", "q6k.py", "csrc/glue.cpp", "gguf_native.py", "csrc/gguf_dequant.c")
 Kept = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
