@@ -10,7 +10,10 @@ start runs the probe's fallback unmeasured.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import threading
+import time
+from typing import Any, Callable
 
 import torch
 
@@ -22,6 +25,8 @@ from . import probe as hw_probe
 from . import probe_once, quiet
 from .machine import Machine, this_machine
 from .roofline import step_bytes
+
+log = logging.getLogger("specviz.hardware")
 
 
 def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
@@ -41,6 +46,12 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
         report(req.progress, 0.0, f"Preparing {req.name} as {WORDS[unmeasured.choice]} (the machine is busy: "
                                   "measured on a quieter start)…")
         return req.apply(unmeasured.choice), unmeasured.choice, unmeasured
+    if requested == "auto" and cached is None and req.later and len(req.candidates) == 1:
+        # Nothing to choose: the one execution serves at once, its timings are taken after serving, between runs
+        # (measure_after_serving): a first start's default race no longer waits ~4 s for them.
+        only = req.candidates[0]
+        return req.apply(only), only, hw_probe.Probe(this_machine(req.device).as_dict(), req.ref, {}, None,
+                                                     req.alpha, only, measured=False, after_serving=True)
     if requested != "auto":
         if requested != req.candidates[0]:
             report(req.progress, 0.0, f"Preparing {req.name} as {WORDS[requested]}…")
@@ -59,6 +70,68 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
         probe = probe_once.add_one_thread(probe, model, req.draft, req.vocab, req.dtype)
         probe = probe_once.add_bound(probe, model, req.draft, req.dtype)
     return model, requested, probe
+
+
+def measure(pair: Any, ref: str, progress: Any = None) -> hw_probe.Probe:
+    """Time ``pair``'s target as it runs (its one execution) and its draft, now, with the roofline's figures; the
+    probe is recorded for this machine (a busy machine's flagged, :func:`.probe.probe_target`).  The caller holds
+    what keeps runs off the models."""
+    report(progress, 0.0, f"Measuring how {pair.target_name} runs on this machine (once)…")
+    watch = quiet.watch()
+    draft_ms = hw_probe.draft_step_ms(pair.draft, pair.vocab_size)
+    probe, _ = hw_probe.probe_target(pair.target, ref, pair.dtype, pair.vocab_size, build=lambda _e: pair.target,
+                                     draft_ms=draft_ms, alpha=pair.probe.alpha, candidates=(pair.target_exec,),
+                                     watch=watch, draft_bytes=step_bytes(pair.draft))
+    if probe.measured:
+        probe = probe_once.add_one_thread(probe, pair.target, pair.draft, pair.vocab_size, pair.dtype)
+        probe = probe_once.add_bound(probe, pair.target, pair.draft, pair.dtype)
+    return probe
+
+
+RETRY_S = 30.0  # a busy machine: the next try this much later
+TRIES = 20
+IDLE_S = 3.0  # the models' lock free this long: no visitor's run is waiting (a run that waited for the load takes
+# the lock within milliseconds of the load's end and holds it to its end: serving.replay's gate)
+
+
+def _idle(lock: Any, idle_s: float = IDLE_S) -> None:
+    """Return once ``lock`` has stayed free for ``idle_s`` seconds."""
+    free_since = time.monotonic()
+    while time.monotonic() - free_since < idle_s:
+        time.sleep(0.05)
+        if lock.locked():
+            free_since = time.monotonic()
+
+
+def measure_after_serving(pair: Any, lock: Any, serving: Callable[[], bool]) -> threading.Thread | None:
+    """Where ``pair``'s execution was taken unmeasured to serve at once (:attr:`.probe.Probe.after_serving`), time
+    it in a daemon thread once the page is served (``serving()`` returns then; False: the process exits), holding ``lock`` (the server's model
+    lock: no run meanwhile, ~4 s on 2 cores), on a quiet machine (else again RETRY_S later); the pair's probe is then
+    the measurement, recorded for the next start.  None where there is nothing to measure."""
+    first = getattr(pair, "probe", None)
+    if not isinstance(first, hw_probe.Probe) or first.measured or not first.after_serving:
+        return None
+
+    def work() -> None:
+        if not serving():
+            return
+        for _ in range(TRIES):
+            _idle(lock)
+            with lock:
+                if not quiet.busy_before():
+                    try:
+                        pair.probe = measure(pair, first.model)
+                    except Exception as exc:  # noqa: BLE001 -- the pair serves unmeasured, as it did
+                        log.warning("Measuring %s after serving failed (%s)", pair.target_name, exc)
+                        return
+                    if pair.probe.measured:
+                        log.info("%s measured after serving: %s", pair.target_name, pair.probe.curves)
+                        return
+            time.sleep(RETRY_S)
+
+    thread = threading.Thread(target=work, daemon=True, name="specviz-probe")
+    thread.start()
+    return thread
 
 
 def _strict(recorded: hw_probe.Probe | None) -> int | None:

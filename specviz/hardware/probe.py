@@ -89,6 +89,9 @@ class Probe:
     # Set where the machine was busy while it was probed (a flagged record, never chosen from): the reading of other
     # work over the probe (busy.Watch.verdict) and what was timed meanwhile ("step_ms", "draft_ms", "copy_gbps").
     busy: dict | None = None
+    # Set where nothing was to choose (one candidate) on a server's start: the execution runs at once, and is timed
+    # after serving, between runs (hardware.choose.measure_after_serving); never recorded as such.
+    after_serving: bool = False
 
     def __post_init__(self) -> None:
         if self.busy:

@@ -382,7 +382,7 @@ def _runs_as_stored(draft_ref: str, target_ref: str, dev: torch.device, quant: s
 
 
 def _load_native(label: str, draft_ref: str, target_ref: str, alpha: float, target_exec: str,
-                 progress: ProgressFn | None, t0: float) -> ModelPair | None:
+                 progress: ProgressFn | None, t0: float, later: bool = False) -> ModelPair | None:
     """The offline pair on its GGUFs' blocks (:mod:`.gguf_native`): the target batch-invariant on the lean steps (its
     one execution, named "int8" as the probe and the page know it), the draft on them too, both traced; the probe
     (the chooser, "int8" its one candidate) times it where this machine has no record.  None where the kernel, built
@@ -410,7 +410,7 @@ def _load_native(label: str, draft_ref: str, target_ref: str, alpha: float, targ
     vocab = int(target.config.vocab_size)
     req = ExecutionRequest(target, target_ref, names["target"], torch.device("cpu"), torch.bfloat16, target_exec,
                            draft, vocab, alpha, ("int8",), build=lambda _e: target, apply=lambda _e: target,
-                           progress=span(progress, 0.92, 1.0))
+                           progress=span(progress, 0.92, 1.0), later=later)
     target, chosen, probe = (_CHOOSER[0] if _CHOOSER else as_requested)(req)
     ctx = min(int(m.config.max_position_embeddings) for m in (draft, target))
     pair = ModelPair(preset=label, draft_name=names["draft"], target_name=names["target"], draft=draft, target=target,
@@ -428,7 +428,7 @@ def _load_uncached(label: str, draft_ref: str, target_ref: str, dev: torch.devic
     """The pair, loaded: two offline packs on a CPU whose kernel runs them from their GGUFs as stored
     (:func:`_load_native`); anything else with transformers' models (:func:`_load_once`)."""
     if _runs_as_stored(draft_ref, target_ref, dev, quant, target_exec):
-        native = _load_native(label, draft_ref, target_ref, alpha, target_exec, progress, t0)
+        native = _load_native(label, draft_ref, target_ref, alpha, target_exec, progress, t0, later=defer_packing)
         if native is not None:
             return native
         gc.collect()
@@ -547,6 +547,9 @@ class ExecutionRequest:
     # the execution the load planned for before loading (the known one: a recorded probe's choice, or what a busy
     # machine runs unmeasured), which the target may already be loaded as; None: unknown, "auto" measures
     planned: str | None = None
+    # the caller serves first and has the chooser's measurement made afterwards, between runs (a server's start):
+    # with one candidate there is nothing to choose before the first run
+    later: bool = False
 
 
 # -> (the target executing as chosen, the execution's name, the probe that chose it or None)

@@ -83,6 +83,16 @@ def _wait_for_serving() -> None:
         time.sleep(0.05)
 
 
+def served() -> bool:
+    """Wait until the server's page is served (and SERVE_GRACE_S more), at most HOLD_MAX_S; False where the
+    process is exiting meanwhile."""
+    try:
+        _wait_for_serving()
+    except _Stopped:
+        return False
+    return True
+
+
 class _Stopped(Exception):
     """The process is exiting: finish() stops between two steps."""
 

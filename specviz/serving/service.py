@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 from ..core.engine import Event, speculative_stream, standard_stream
 from ..core.race import in_turn, interleave
+from ..hardware.choose import measure_after_serving
 from ..hardware.load import race_can_interleave, race_threads
 from ..hardware.curves import interpolate
 from ..theory.timing import Prices, assess_race, event_costs
@@ -345,6 +346,8 @@ def get_pair(preset: Any, draft: Any = None, target: Any = None,
         pair = load_pair(**models, target_exec=execution, progress=progress, pin=True, defer_packing=serve_early)
         if serve_early:  # what that load left, packed on every core between runs (a run's call scans nothing)
             warm.finish(pair, lock=MODEL_LOCK, workers=os.cpu_count() or 1)
+            # an execution taken unmeasured to serve at once (nothing to choose) is timed once served, between runs
+            measure_after_serving(pair, MODEL_LOCK, warm.served)
         return _remember_execution(name, pair)
     if loading.loaded(**models, target_exec=execution) is None:
         admit(name, models, execution)

@@ -59,6 +59,8 @@ def chosen_how(execution: str, probe: Any) -> str:
     """How a pair's execution was chosen, from its probe (hardware.probe.Probe or None)."""
     if probe is None:
         return "as set, nothing measured" if execution else ""
+    if getattr(probe, "after_serving", False):
+        return "the one execution of its GGUF's blocks here, measured once the page is served"
     if not getattr(probe, "measured", True):
         return "chosen from the CPU's features: the machine was busy, nothing measured"
     if getattr(probe, "choice", None) == execution:

@@ -61,6 +61,9 @@ def verify_sentence(probe: Probe | None) -> str:
     label = str(probe.machine.get("label") or probe.machine.get("name") or "this machine")
     units = isa_words(probe.machine)
     has = f"; its CPU has {units}" if units else ""
+    if getattr(probe, "after_serving", False):
+        return (f"**On this machine** ({label}{has}) the target is timed once the page is served, between runs; "
+                "this sentence then gives its measured verify cost.")
     if not probe.measured:
         return (f"**On this machine** ({label}{has}) the probe could not time the target: the machine was busy "
                 "when it loaded. Nothing is assumed from its instruction set; a quieter start measures it.")

@@ -313,6 +313,8 @@ def verify_cost_figure(probe: Probe | None, recorded: Sequence[RecordedMachine] 
         pass_words = f"{target or probe.model}: a forward over k new tokens after a {PREFIX}-token prefix"
         sub = "<br>".join(textwrap.wrap(f"on this machine: {name}{', ' + rest if rest else ''}", SUB_WRAP)
                           + textwrap.wrap(pass_words + (" · log scale" if log_y else ""), SUB_WRAP))
+    elif probe is not None and getattr(probe, "after_serving", False):
+        title, sub = f"{TITLE}: measured here once the page is served", "recorded machines only"
     elif probe is not None and not probe.measured:
         title, sub = f"{TITLE}: not measured here (machine busy)", "recorded machines only"
     else:

@@ -82,7 +82,13 @@ def machine_text(probe: Probe | None, *, execution: str = "", target: str = "", 
     the last race's sentence (`last_run_words`), first."""
     parts: list[str] = [last] if last else []
     if probe is None or not probe.curves:
-        if probe is not None and not probe.measured:
+        if probe is not None and getattr(probe, "after_serving", False):
+            label = probe.machine.get("label", "this machine")
+            parts.append(
+                f"**This machine:** {label}.{_units_sentence(probe.machine)} The target runs as "
+                f"{exec_words(probe.choice)}, its one execution here; it is timed once the page is served, "
+                "between runs (a few seconds), and this panel then shows its curves.")
+        elif probe is not None and not probe.measured:
             label = probe.machine.get("label", "this machine")
             parts.append(
                 f"**This machine:** {label}.{_units_sentence(probe.machine)} It was busy when {target or probe.model} loaded (other processes "
