@@ -144,18 +144,6 @@ def test_greedy_text_is_standard_text_with_an_int8_target():
             [t.id for t in standard_decode(pair, ids, s).tokens]
 
 
-def test_int8_token_weight_cache_round_trip(tmp_path):
-    _, bf16 = _tiny_target()
-    path = tmp_path / "int8token-bfloat16.safetensors"
-    fresh = int8.quantize_int8(executions.twin(bf16, torch.float32, keep_linears=True), path, kind="token")
-    cached = int8.load_int8_cache(path, kind="token")
-    assert cached is not None and int8.load_int8_cache(path, kind="dynamic") is None  # kinds never mix
-    again = int8.quantize_int8(executions.twin(bf16, torch.float32, keep_linears=True), None, cached, kind="token")
-    x = torch.tensor([IDS[:9]])
-    with torch.inference_mode():
-        assert torch.equal(fresh(x).logits, again(x).logits)
-
-
 # ---- the probe's arithmetic --------------------------------------------------------------
 
 

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from specviz.hardware import probe, roofline
-from specviz.models import executions, hugepages, int8, kernels, q4k, q6k
+from specviz.models import executions, hugepages, int8, invariant, kernels, lean, q4k, q6k
 from specviz.models.compiled import steps_of
 from specviz.models.tiny import build_tiny_pair
-from test_executions import _verify_and_steps
-from test_q4k import _gguf_of
+from test_lean_target import _steps_logits, _verify_logits
 
 needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
                                   reason="specviz's kernel needs an x86 CPU with AVX2 and a C++ compiler")
@@ -62,12 +61,20 @@ def test_empty_starts_on_a_huge_page_and_outlives_its_mapping_name():
     assert int(t[-1]) == 7 and int(t.sum()) == 7 * t.numel()
 
 
-def _gguf_target(tmp_path):
-    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
-    _gguf_of(pair.target, tmp_path / "src.gguf", kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"),
-             q6=("attn_v", "ffn_down"), head=True)
-    q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path))
-    return pair
+def _native_target(tmp_path, monkeypatch):
+    """A tiny Q4_K_M target built on its GGUF's blocks (models.gguf_native), as the default pair's is."""
+    from specviz.models import gguf_native
+    from specviz.models.gguf_file import GGUFFile
+    from tests.test_models import Q4_K_M, write_tiny_gguf
+
+    path = tmp_path / "target.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, seed=2, hidden=256, ffn=256, layers=2, types=Q4_K_M)
+    with GGUFFile(path) as gguf:
+        model = gguf_native.build(gguf, (), "tiny")
+    invariant.make_invariant(model)
+    lean.attach(model, trace=True, invariant=True)
+    return model
 
 
 def _records(model) -> list[torch.Tensor]:
@@ -88,14 +95,13 @@ def _step_logits(model, ids: list[int]) -> torch.Tensor:
 
 
 @needs_kernel
-def test_a_gguf_targets_records_move_to_one_huge_page_region_and_score_the_same_bits(tmp_path, thp, kernel_on,
-                                                                                      monkeypatch):
-    pair = _gguf_target(tmp_path)
+def test_a_gguf_targets_records_are_made_in_one_huge_page_region_and_score_the_same_bits(tmp_path, thp, kernel_on,
+                                                                                         monkeypatch):
     monkeypatch.setenv("SPECVIZ_HUGEPAGES", "0")
-    plain = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    plain = _native_target(tmp_path, monkeypatch)
     monkeypatch.setenv("SPECVIZ_HUGEPAGES", "1")
-    moved = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
-    a, b = _records(plain), _records(moved)
+    made = _native_target(tmp_path, monkeypatch)
+    a, b = _records(plain), _records(made)
     assert len(a) == len(b) == 2 * 5 + 1  # per layer q/k, v, o, gate/up, down; the head
     # one region, starting on a huge page, each record on a cache line of it; the plain ones elsewhere
     lo = min(t.data_ptr() for t in b)
@@ -103,12 +109,11 @@ def test_a_gguf_targets_records_move_to_one_huge_page_region_and_score_the_same_
     assert max(t.data_ptr() + t.nbytes for t in b) - lo < sum(t.nbytes + 64 for t in b)
     assert not any(lo <= t.data_ptr() < lo + hugepages.HUGE for t in a)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
-    # the traced graphs hold the moved records (traced after the move), and every logit is the same bits
-    assert steps_of(moved).traced
-    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+    assert not hugepages.pending(made) and hugepages.rehome(made) == 0  # nothing left to move
+    ids = torch.randint(5, 250, (30,), generator=torch.Generator().manual_seed(3)).tolist()
     for start, k in ((10, 6), (1, 8)):
-        va, sa = _verify_and_steps(plain, ids, start, k)
-        vb, sb = _verify_and_steps(moved, ids, start, k)
+        va, vb = _verify_logits(plain, ids, start, k), _verify_logits(made, ids, start, k)
+        sa, sb = _steps_logits(plain, ids, start, k), _steps_logits(made, ids, start, k)
         assert torch.equal(va, vb) and torch.equal(sa, sb) and torch.equal(vb, sb), (start, k)
 
 
@@ -142,43 +147,35 @@ def test_the_probe_is_measured_again_with_huge_pages_and_the_copy_runs_on_them(t
 
 
 @needs_kernel
-def test_a_servers_load_leaves_the_move_to_the_background_finish_before_its_traces(tmp_path, thp, kernel_on):
+def test_a_servers_load_leaves_the_drafts_move_to_the_background_finish_before_its_traces(thp, kernel_on):
+    """An int8 draft loaded with transformers gets Q4_K records made here (models.q4k_draft): a server's load leaves
+    their move to huge pages to models.warm, before the traces, which then hold the moved records."""
     import threading
 
     from specviz.models import warm
 
-    pair = _gguf_target(tmp_path)
-    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
-    pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path, defer_packing=True)
-    pair.draft = int8.int8_draft(pair.draft, defer_packing=True)  # Q4_K records made here: they move too
+    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
+    pair.target = executions.apply(pair.target, "int8")
+    pair.draft = int8.int8_draft(pair.draft, defer_packing=True)
     drafts = _records(pair.draft)
     assert drafts and hugepages.pending(pair.draft)
     draft_ids = torch.randint(5, 40, (12,), generator=torch.Generator().manual_seed(4)).tolist()
     draft_logits = _step_logits(pair.draft, draft_ids)
-    before = _records(pair.target)
-    assert hugepages.pending(pair.target) and warm.pending(pair)  # left for later: not on the start's path
-    verify, steps = _verify_and_steps(pair.target, ids, 10, 6)
     thread = warm.finish(pair, lock=threading.Lock())
     assert thread is not None
     thread.join(60)
-    after = _records(pair.target)
-    assert not hugepages.pending(pair.target) and not warm.pending(pair)
     moved = _records(pair.draft)
     assert min(t.data_ptr() for t in moved) % hugepages.HUGE == 0 and not hugepages.pending(pair.draft)
     assert all(x.data_ptr() != y.data_ptr() and torch.equal(x, y) for x, y in zip(drafts, moved))
+    assert steps_of(pair.draft).traced and not warm.pending(pair)
     assert torch.equal(_step_logits(pair.draft, draft_ids), draft_logits)  # its traced steps: the same bits
-    assert min(t.data_ptr() for t in after) % hugepages.HUGE == 0
-    assert all(x.data_ptr() != y.data_ptr() and torch.equal(x, y) for x, y in zip(before, after))
-    assert steps_of(pair.target).traced and hugepages.rehome(pair.target) == 0  # once
-    v2, s2 = _verify_and_steps(pair.target, ids, 10, 6)
-    assert torch.equal(v2, verify) and torch.equal(s2, steps) and torch.equal(v2, s2)
 
 
 @needs_kernel
-def test_pack_now_moves_the_records_before_the_probe_times_the_model(tmp_path, thp, kernel_on):
+def test_pack_now_moves_the_records_before_the_probe_times_the_model(thp, kernel_on):
     from specviz.models import warm
 
-    model = executions.apply(_gguf_target(tmp_path).target, "int8", source_dir=tmp_path, defer_packing=True)
+    model = int8.int8_draft(build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256).draft, defer_packing=True)
     assert hugepages.pending(model)
     warm.pack_now(model)
     assert not hugepages.pending(model) and min(t.data_ptr() for t in _records(model)) % hugepages.HUGE == 0

@@ -216,14 +216,16 @@ def test_the_targets_kept_prompt_head_gives_the_same_bits_and_runs_share_it():
         steps.shared_prefix = ()
 
 
-def test_a_kept_head_read_from_disk_is_the_same_bits_and_anything_else_computes_it(tmp_path, caplog):
+def test_a_kept_head_read_from_disk_is_the_same_bits_and_anything_else_computes_it(tmp_path, caplog, monkeypatch):
     """The next start reads the head's keys and values (models.prefix_store) instead of feeding it: the same bits
     as computing them, and runs on them score the same.  A store for other weights, another prefix, or an
     unreadable file computes them again (and replaces the file)."""
     from specviz.models.prefix_store import PrefixStore
 
-    weights = tmp_path / "int8token-bfloat16.safetensors"
-    weights.write_bytes(b"weights")
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pack = SimpleNamespace(key="tiny", sha256="a" * 64)  # what names a pack's file: its hash
     head = tuple(IDS[:10])
     _, model = _target()
     steps = steps_of(model)
@@ -232,14 +234,13 @@ def test_a_kept_head_read_from_disk_is_the_same_bits_and_anything_else_computes_
         reference = lm.feed(IDS[:22], keep=6).logits
         lm.free()
     steps.shared_prefix = head
-    steps.prefix_store = store = PrefixStore.for_weights(weights, role="target", kernel=False)
+    steps.prefix_store = store = PrefixStore.for_pack(pack, role="target", kernel="none")
     fed = []
     body = steps._body
     steps._body = lambda tokens, *a, **k: fed.append(len(tokens)) or body(tokens, *a, **k)
     try:
         assert steps.keep_prefix() and fed == [10]  # computed, then stored
         assert store.path(head).is_file() and store.path(head).parent == tmp_path / "heads"
-        assert not list(tmp_path.glob("*.safetensors"))[1:]  # nothing beside the weights (the int8 cache's signature)
         computed = steps._prefix_kv.pop(head)
         fed.clear()
         with caplog.at_level("INFO", logger="specviz.models"):
@@ -253,13 +254,12 @@ def test_a_kept_head_read_from_disk_is_the_same_bits_and_anything_else_computes_
             lm.free()
         assert fed == [12]
 
-        # what the bits depend on, changed: another file name, so they are computed
-        weights.write_bytes(b"re-converted weights")
-        other = PrefixStore.for_weights(weights, role="target", kernel=False)
+        # what the bits depend on, changed: another file, so they are computed
+        other = PrefixStore.for_pack(SimpleNamespace(key="tiny", sha256="b" * 64), role="target", kernel="none")
         assert other.path(head) != store.path(head)
         assert other.load(head, len(steps.layers)) is None
         assert store.load(tuple(IDS[1:11]), len(steps.layers)) is None  # another prefix
-        assert PrefixStore.for_weights(tmp_path / "missing", role="target", kernel=False) is None
+        assert PrefixStore.for_pack(pack, role="target", kernel="glue").path(head) != store.path(head)  # other kernels
 
         # an unreadable file: a warning, computed again, and replaced by a good one
         store.path(head).write_bytes(b"not a safetensors file")

@@ -3,7 +3,6 @@ real offline default pair (slow the first time: it converts the pip-packaged GGU
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import itertools
@@ -94,19 +93,28 @@ def part_file(pack: OfflinePack, i: int) -> Path:
     return Path(__import__(module).get_part_path())
 
 
-def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool = False) -> None:
-    """A real (tiny) Qwen2 GGUF with Q8_0 matrices and a byte-level BPE vocabulary, via gguf-py."""
+# A Q4_K_M file's layout: its matrices Q4_K, v and down (and the head) Q6_K
+Q4_K_M = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q4_K", "ffn_gate": "Q4_K",
+          "ffn_up": "Q4_K", "ffn_down": "Q6_K", "output": "Q6_K"}
+
+
+def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool = False, layers: int = 1,
+                    ffn: int = 64, types: dict[str, str] | None = None) -> None:
+    """A real (tiny) Qwen2 GGUF with a byte-level BPE vocabulary, via gguf-py: its matrices Q8_0, or of the ggml
+    types ``types`` names by kind (e.g. :data:`Q4_K_M`, whose blocks need ``hidden`` and ``ffn`` multiples of 256)."""
     import gguf
+
+    from tests.gguf_blocks import q4k_encode, q6k_encode
 
     spelled = byte_alphabet()
     tokens = [spelled[b] for b in range(256)] + ["de", "def", "Ġf", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab, heads, kv, ffn = len(tokens), 2, 1, 64
+    vocab, heads, kv = len(tokens), 2, 1
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "qwen2")
     w.add_name("tiny qwen2")
     w.add_context_length(128)
     w.add_embedding_length(hidden)
-    w.add_block_count(1)
+    w.add_block_count(layers)
     w.add_feed_forward_length(ffn)
     w.add_head_count(heads)
     w.add_head_count_kv(kv)
@@ -128,25 +136,28 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool =
     def tensor(name, *shape):
         a = (rng.standard_normal(shape) * 0.2).astype(np.float32)
         if len(shape) == 2:
-            q8 = gguf.GGMLQuantizationType.Q8_0
-            w.add_tensor(name, gguf.quants.quantize(a, q8), raw_dtype=q8)
+            kind = name.split(".")[-2] if name.startswith("blk.") else name.split(".")[0]
+            q = getattr(gguf.GGMLQuantizationType, (types or {}).get(kind, "Q8_0"))
+            made = {gguf.GGMLQuantizationType.Q4_K: q4k_encode, gguf.GGMLQuantizationType.Q6_K: q6k_encode}
+            w.add_tensor(name, made[q](a) if q in made else gguf.quants.quantize(a, q), raw_dtype=q)
         else:
             w.add_tensor(name, a)
 
     hd = hidden // heads
     tensor("token_embd.weight", vocab, hidden)
-    tensor("blk.0.attn_norm.weight", hidden)
-    tensor("blk.0.ffn_norm.weight", hidden)
-    tensor("blk.0.attn_q.weight", hidden, hidden)
-    tensor("blk.0.attn_q.bias", hidden)
-    tensor("blk.0.attn_k.weight", kv * hd, hidden)
-    tensor("blk.0.attn_k.bias", kv * hd)
-    tensor("blk.0.attn_v.weight", kv * hd, hidden)
-    tensor("blk.0.attn_v.bias", kv * hd)
-    tensor("blk.0.attn_output.weight", hidden, hidden)
-    tensor("blk.0.ffn_gate.weight", ffn, hidden)
-    tensor("blk.0.ffn_up.weight", ffn, hidden)
-    tensor("blk.0.ffn_down.weight", hidden, ffn)
+    for i in range(layers):
+        tensor(f"blk.{i}.attn_norm.weight", hidden)
+        tensor(f"blk.{i}.ffn_norm.weight", hidden)
+        tensor(f"blk.{i}.attn_q.weight", hidden, hidden)
+        tensor(f"blk.{i}.attn_q.bias", hidden)
+        tensor(f"blk.{i}.attn_k.weight", kv * hd, hidden)
+        tensor(f"blk.{i}.attn_k.bias", kv * hd)
+        tensor(f"blk.{i}.attn_v.weight", kv * hd, hidden)
+        tensor(f"blk.{i}.attn_v.bias", kv * hd)
+        tensor(f"blk.{i}.attn_output.weight", hidden, hidden)
+        tensor(f"blk.{i}.ffn_gate.weight", ffn, hidden)
+        tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
+        tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
     tensor("output_norm.weight", hidden)
     if not tied:  # llama.cpp omits output.weight for models with tied embeddings
         tensor("output.weight", vocab, hidden)
@@ -156,9 +167,9 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, hidden: int = 32, tied: bool =
     w.close()
 
 
-def gguf_pack(tmp_path, monkeypatch, *, seed=0, tied=False, n_parts=3) -> OfflinePack:
+def gguf_pack(tmp_path, monkeypatch, *, seed=0, tied=False, n_parts=3, **shape) -> OfflinePack:
     path = tmp_path / f"src{next(_counter)}.gguf"
-    write_tiny_gguf(path, seed=seed, tied=tied)
+    write_tiny_gguf(path, seed=seed, tied=tied, **shape)
     return make_pack(tmp_path, monkeypatch, path.read_bytes(), n_parts, extra_eos=("<|im_end|>", "<|endoftext|>"))
 
 
@@ -253,8 +264,10 @@ def test_hub_model_offline_error(cache):
     ],
 )
 def test_load_error_messages(monkeypatch, exc, offline, words):
-    monkeypatch.setattr(loading, "_hub_offline", lambda: offline)
-    err = loading._load_error("org/model", "org/model", exc)
+    from specviz.models import loaders
+
+    monkeypatch.setattr(loaders, "_hub_offline", lambda: offline)
+    err = loaders._load_error("org/model", "org/model", exc)
     assert isinstance(err, ModelError) and words in str(err) and str(err).startswith("Could not load org/model")
 
 
@@ -608,69 +621,6 @@ def _linear_state(model: torch.nn.Module) -> dict:
     return out
 
 
-def test_int8_weight_cache_round_trip(tmp_path, monkeypatch):
-    """An int8 draft built from the cache file is the freshly quantized one: same int8 weights,
-    scales and biases, bit-identical logits; and building it quantizes nothing."""
-    if not int8.int8_available():
-        pytest.skip("this torch has no dynamic int8 kernels")
-    pair = build_tiny_pair(vocab_size=40, seed=5)
-    path = int8.cache_file(tmp_path, torch.float32)
-    fresh = int8.quantize_int8(copy.deepcopy(pair.draft), path)
-    assert path.is_file() and not list(tmp_path.glob(".*.tmp"))
-    cached = int8.load_int8_cache(path)
-    linears = {n for n, m in pair.draft.named_modules() if type(m) is torch.nn.Linear}
-    assert cached is not None and set(cached.modules) == linears
-
-    monkeypatch.setattr(int8, "_int8_weight", lambda *a: pytest.fail("quantized although cached"))
-    loaded = int8.quantize_int8(copy.deepcopy(pair.draft), path, cached)
-    assert not any(type(m) is torch.nn.Linear for m in loaded.modules())
-    a, b = _linear_state(fresh), _linear_state(loaded)
-    assert a.keys() == b.keys() == linears
-    for name in a:
-        assert torch.equal(a[name][0], b[name][0]) and a[name][1] == b[name][1]
-        assert (a[name][2] is None) == (b[name][2] is None)
-        assert a[name][2] is None or torch.equal(a[name][2], b[name][2])
-    ids = torch.tensor([encode_prompt(pair, "the quick brown fox")])
-    with torch.no_grad():
-        assert torch.equal(fresh(ids).logits, loaded(ids).logits)
-        assert fresh(ids).logits.dtype == torch.float32
-
-
-def test_int8_weight_cache_staleness(tmp_path, monkeypatch):
-    if not int8.int8_available():
-        pytest.skip("this torch has no dynamic int8 kernels")
-    pair = build_tiny_pair()
-    path = int8.cache_file(tmp_path, torch.float32)
-    assert int8.load_int8_cache(path) is None  # missing
-    int8.quantize_int8(copy.deepcopy(pair.draft), path)
-    assert int8.load_int8_cache(path) is not None
-    with monkeypatch.context() as m:
-        m.setattr(int8, "INT8_FORMAT", int8.INT8_FORMAT + 1)
-        assert int8.load_int8_cache(path) is None
-    with monkeypatch.context() as m:
-        m.setattr(int8, "CACHE_FORMAT", int8.CACHE_FORMAT + 1)
-        assert int8.load_int8_cache(path) is None
-    with monkeypatch.context() as m:
-        m.setattr(torch, "__version__", "0.0.1")
-        assert int8.load_int8_cache(path) is None
-    (tmp_path / "model.safetensors").write_bytes(b"a newer checkpoint")  # the source changed
-    assert int8.load_int8_cache(path) is None
-    int8.quantize_int8(copy.deepcopy(pair.draft), path)  # rebuilt for the new source
-    assert int8.load_int8_cache(path) is not None
-    path.write_bytes(path.read_bytes()[:1000])  # truncated
-    assert int8.load_int8_cache(path) is None
-
-    # a cache of another model (other shapes) is not used, and is replaced
-    other = build_tiny_pair(hidden=32)
-    int8.quantize_int8(copy.deepcopy(other.draft), path)
-    wrong = int8.load_int8_cache(path)
-    model = int8.quantize_int8(copy.deepcopy(pair.draft), path, wrong)
-    ids = torch.tensor([encode_prompt(pair, "abc")])
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, int8.quantize_int8(copy.deepcopy(pair.draft))(ids).logits)
-    assert int8.load_int8_cache(path).layout["lm_head"][:2] == [pair.vocab_size, 64]
-
-
 def test_decode_step_timing_runs():
     pair = build_tiny_pair()
     ms = int8.decode_step_ms([pair.draft, pair.target], pair.vocab_size, context=8, steps=2)
@@ -847,9 +797,6 @@ def test_an_int8_pairs_prompt_heads_are_kept_on_disk_and_the_next_load_reads_the
         assert steps.keep_prefix(head)
         assert steps.prefix_store.path(head).is_file() and steps.prefix_store.folder.name == "heads"
         kept[role] = steps._prefix_kv[head]
-    for path in cache.rglob("int8token-*.safetensors"):
-        kind = "token"
-        assert int8.cache_valid(path, kind) or int8.cache_valid(path, int8.DRAFT_KIND), path
     clear_cache()
     second = load_pair(**kwargs)
     for role, model in (("draft", second.draft), ("target", second.target)):

@@ -16,7 +16,7 @@ from specviz.hardware import choose
 from specviz.hardware import probe as hw_probe
 from specviz.hardware.machine import this_machine
 from specviz.models import executions, int8
-from specviz.models.loading import ExecutionRequest
+from specviz.models.loaders import ExecutionRequest
 from specviz.models.tiny import build_tiny_pair
 
 

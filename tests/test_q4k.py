@@ -10,9 +10,8 @@ import torch
 from specviz.core.engine import standard_decode
 from specviz.core.settings import DecodeSettings
 from specviz.models import executions, int8, kernels, lean, q4k, q6k
-from specviz.models.tiny import build_tiny_pair
 from tests.drafted import speculative_decode
-from test_executions import _verify_and_steps
+from tests.gguf_blocks import q4k_encode, q6k_encode
 from test_lean_target import _counting, _steps_logits, _verify_logits
 
 needs_kernel = pytest.mark.skipif(not int8.int8_available() or not kernels.matches(policy=False),
@@ -38,51 +37,6 @@ def isa(request, monkeypatch):
     monkeypatch.setattr(q4k, "linear", lambda x, w, bias=None: ops.q4k_linear_isa(x, w, bias, request.param))
     monkeypatch.setattr(q6k, "linear", lambda x, w, bias=None: ops.q6k_linear_isa(x, w, bias, request.param))
     return request.param
-
-
-def q4k_encode(w: np.ndarray) -> np.ndarray:
-    """A float matrix [N, K] (K a multiple of 256) as GGUF Q4_K rows, uint8 [N, K/256 * 144]: per 32 values a
-    6-bit scale and min, per 256 an fp16 d and dmin, as llama.cpp lays them out (a plain encoder, not its
-    search: the tests need valid blocks near w, not the best ones)."""
-    n, k = w.shape
-    sub = w.reshape(n, k // 256, 8, 32).astype(np.float32)
-    lo, hi = sub.min(-1), sub.max(-1)
-    mins = np.maximum(-lo, 0.0)
-    scales = np.maximum(hi + mins, 1e-8) / 15
-    d = (scales.max(-1) / 63).astype(np.float16)
-    dmin = (np.maximum(mins.max(-1), 1e-8) / 63).astype(np.float16)
-    sc = np.clip(np.round(scales / d[..., None].astype(np.float32)), 1, 63).astype(np.uint8)
-    mn = np.clip(np.round(mins / dmin[..., None].astype(np.float32)), 0, 63).astype(np.uint8)
-    step = d[..., None].astype(np.float32) * sc
-    off = dmin[..., None].astype(np.float32) * mn
-    q = np.clip(np.round((sub + off[..., None]) / step[..., None]), 0, 15).astype(np.uint8).reshape(n, k // 256, 4, 64)
-    nibbles = q[..., :32] | (q[..., 32:] << 4)  # chunk c: values 0..31 low, 32..63 high
-    packed = np.empty((n, k // 256, 12), dtype=np.uint8)
-    packed[..., 0:4] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
-    packed[..., 4:8] = mn[..., :4] | ((mn[..., 4:] >> 4) << 6)
-    packed[..., 8:12] = (sc[..., 4:] & 0x0F) | ((mn[..., 4:] & 0x0F) << 4)
-    out = np.concatenate([d[..., None].view(np.uint8), dmin[..., None].view(np.uint8), packed,
-                          nibbles.reshape(n, k // 256, 128)], axis=-1)
-    return out.reshape(n, -1)
-
-
-def q6k_encode(w: np.ndarray) -> np.ndarray:
-    """A float matrix [N, K] as GGUF Q6_K rows, uint8 [N, K/256 * 210]: per 16 values an int8 scale, per 256 an
-    fp16 d, 6-bit values q - 32 split into ql (low 4 bits) and qh (high 2), as llama.cpp lays them out (a plain
-    encoder: valid blocks near w)."""
-    n, k = w.shape
-    sub = w.reshape(n, k // 256, 16, 16).astype(np.float32)
-    scales = np.maximum(np.abs(sub).max(-1), 1e-8) / 31
-    d = (scales.max(-1) / 127).astype(np.float16)
-    sc = np.clip(np.round(scales / d[..., None].astype(np.float32)), 1, 127).astype(np.int8)
-    step = d[..., None].astype(np.float32) * sc
-    q = (np.clip(np.round(sub / step[..., None]), -32, 31) + 32).astype(np.uint8).reshape(n, k // 256, 2, 4, 32)
-    q1, q2, q3, q4 = q[:, :, :, 0], q[:, :, :, 1], q[:, :, :, 2], q[:, :, :, 3]  # [n, kb, half, 32]
-    ql = np.concatenate([(q1 & 15) | ((q3 & 15) << 4), (q2 & 15) | ((q4 & 15) << 4)], axis=-1)  # [n, kb, 2, 64]
-    qh = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)  # [n, kb, 2, 32]
-    out = np.concatenate([ql.reshape(n, k // 256, 128), qh.reshape(n, k // 256, 64), sc.view(np.uint8),
-                          d[..., None].view(np.uint8)], axis=-1)
-    return out.reshape(n, -1)
 
 
 def test_q6k_records_are_llama_cpps_values_and_the_kernel_is_its_oracle_to_the_bit(isa):
@@ -198,72 +152,41 @@ def test_a_q4klinear_refuses_what_is_not_records():
         q4k.Q4KLinear(torch.zeros(4, 2, 144, dtype=torch.uint8), None)
 
 
-def _gguf_of(model: torch.nn.Module, path, kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ffn_down"),
-             q6=(), head=False):
-    """A GGUF holding ``model``'s decoder matrices of ``kinds`` as Q4_K (v left out: its group is then mixed), of
-    ``q6`` as Q6_K, and its head as Q6_K if ``head`` (a Q4_K_M file's layout)."""
-    import gguf
+@pytest.fixture
+def native(tmp_path, monkeypatch):
+    """A tiny offline pair loaded as the default one is (models.gguf_native): both on their GGUF's blocks, the
+    target a Q4_K_M file's layout (Q4_K matrices; v, down and the head Q6_K), the draft's Q8_0 made Q4_K."""
+    from specviz.models import load_pair
+    from specviz.models.loading import forget
+    from tests.test_models import Q4_K_M, gguf_pack
 
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    hf = {v: k for k, v in q4k.GGUF_TO_HF.items()}
-    for name, module in model.named_modules():
-        parts = name.split(".")
-        kind = hf.get(".".join(parts[3:])) if len(parts) == 5 and parts[:2] == ["model", "layers"] else None
-        if kind in kinds or kind in q6:
-            q4 = kind in kinds
-            raw = (q4k_encode if q4 else q6k_encode)(module.weight.detach().float().numpy())
-            writer.add_tensor(f"blk.{parts[2]}.{kind}.weight", raw,
-                              raw_dtype=gguf.GGMLQuantizationType.Q4_K if q4 else gguf.GGMLQuantizationType.Q6_K)
-    if head:
-        raw = q6k_encode(model.get_output_embeddings().weight.detach().float().numpy())
-        writer.add_tensor("output.weight", raw, raw_dtype=gguf.GGMLQuantizationType.Q6_K)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    shape = dict(hidden=256, ffn=256, layers=2)
+    draft = gguf_pack(tmp_path, monkeypatch, seed=1, **shape)
+    target = gguf_pack(tmp_path, monkeypatch, seed=2, types=Q4_K_M, **shape)
+    pair = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
+    yield pair
+    forget(pair)
 
 
-def _q4k_pair(tmp_path):
-    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
-    _gguf_of(pair.target, tmp_path / "src.gguf")
-    assert q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path)) == 2 * 6  # 2 layers x 6 matrices
-    return pair
-
-
-def test_an_int8_target_takes_its_ggufs_q4k_matrices_and_verifies_as_it_steps(tmp_path):
-    pair = _q4k_pair(tmp_path)
-    model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
-    assert q4k.in_use(model)
-    att, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
-    # q and k share one Q4_K product; v keeps its int8 rows; gate/up share one; o and down their own
-    assert att.q_proj.shared is att.k_proj.shared and isinstance(att.q_proj.shared.linear, q4k.Q4KLinear)
-    assert isinstance(att.v_proj, int8.TokenInt8Linear)
-    assert isinstance(mlp.gate_proj.shared.linear, q4k.Q4KLinear) and isinstance(mlp.down_proj, q4k.Q4KLinear)
-    assert isinstance(att.o_proj, q4k.Q4KLinear)
-    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
-    for start, k in ((10, 6), (17, 3), (1, 8)):
-        verify, steps = _verify_and_steps(model, ids, start, k)
-        assert torch.equal(verify, steps), (start, k)
-    # a different model from the plain int8 one (its matrices are the GGUF's), and close to it
-    plain = executions.apply(pair.target, "int8", copy_model=True)
-    assert not q4k.in_use(plain)
-    a, b = _verify_and_steps(model, ids, 10, 4)[0], _verify_and_steps(plain, ids, 10, 4)[0]
-    assert not torch.equal(a, b) and (0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1)).max() < 0.1
-    assert "Q4_K" in executions.words(type("P", (), {"target_exec": "int8", "target": model})())
-
-
-def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
-    """The lean path's graphs hold the Q4_K products too (they were left eager: ~20 ms a step of Python on
-    the 1.5B target), and a verify pass through them scores as one-token steps, traced or eager."""
+def test_the_target_runs_its_ggufs_blocks_as_stored_traced_and_verifies_as_it_steps(native):
+    """Each Q4_K and Q6_K matrix a product on its records (q/k one Q4_K product, v a Q6_K one; gate/up one; the head
+    Q6_K); the lean steps' graphs hold them, and a verify pass scores each position as a one-token step does,
+    traced or eager."""
     from specviz.models.compiled import steps_of
 
-    pair = _q4k_pair(tmp_path)
-    model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
+    model = native.target
+    att, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    assert att.q_proj.shared is att.k_proj.shared and isinstance(att.q_proj.shared.linear, q4k.Q4KLinear)
+    assert isinstance(att.v_proj, q6k.Q6KLinear) and isinstance(mlp.down_proj, q6k.Q6KLinear)
+    assert isinstance(mlp.gate_proj.shared.linear, q4k.Q4KLinear) and isinstance(att.o_proj, q4k.Q4KLinear)
+    head = model.get_output_embeddings()
+    assert isinstance(head, q6k.Q6KLinear) and head.dequantized(torch.tensor([0, 5])).shape == (2, 256)
+    assert "Q4_K" in executions.words(native) and native.target_weights == "gguf"
     steps = steps_of(model)
-    assert q4k.in_use(model) and isinstance(steps, lean.LeanSteps) and steps.invariant
-    assert set(steps.traced) == set(lean.TARGET_FEEDS)
+    assert isinstance(steps, lean.LeanSteps) and steps.invariant and set(steps.traced) == set(lean.TARGET_FEEDS)
     used = _counting(steps)
-    ids = torch.randint(5, 40, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    ids = torch.randint(5, 250, (40,), generator=torch.Generator().manual_seed(3)).tolist()
     for start, k in ((10, 6), (17, 3), (1, 8)):
         assert torch.equal(_verify_logits(model, ids, start, k), _steps_logits(model, ids, start, k)), (start, k)
     assert used[1] > 10 and used[6] >= 1 and used[3] >= 1 and used[8] >= 1
@@ -275,62 +198,36 @@ def test_a_q4k_targets_lean_steps_run_traced_and_verify_as_they_step(tmp_path):
     assert torch.equal(eager, _steps_logits(model, ids, 10, 6))
 
 
-def test_a_target_with_q6k_matrices_and_head_takes_them_as_stored_and_stays_exact(tmp_path):
-    from specviz.models.compiled import steps_of
-
-    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
-    _gguf_of(pair.target, tmp_path / "src.gguf", kinds=("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"),
-             q6=("attn_v", "ffn_down"), head=True)
-    assert q4k.extract(tmp_path / "src.gguf", q4k.records_file(tmp_path)) == 2 * 7 + 1  # 5 Q4_K, 2 Q6_K a layer; the head
-    model = executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True)
-    att, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
-    assert isinstance(att.v_proj, q6k.Q6KLinear) and isinstance(mlp.down_proj, q6k.Q6KLinear)
-    assert isinstance(att.q_proj.shared.linear, q4k.Q4KLinear)
-    head = model.get_output_embeddings()
-    assert isinstance(head, q6k.Q6KLinear) and head.dequantized(torch.tensor([0, 5])).shape == (2, 256)
-    assert "Q6_K" in executions.words(type("P", (), {"target_exec": "int8", "target": model})())
-    ids = torch.randint(5, 40, (30,), generator=torch.Generator().manual_seed(3)).tolist()
-    for start, k in ((10, 6), (1, 8)):
-        verify, steps = _verify_and_steps(model, ids, start, k)
-        assert torch.equal(verify, steps), (start, k)
-    steps = steps_of(model)
-    assert set(steps.traced) == set(lean.TARGET_FEEDS)  # the lean path traces the Q6_K products too
-    assert torch.equal(_verify_logits(model, ids, 10, 6), _steps_logits(model, ids, 10, 6))
-    pair.target = model
-    s = DecodeSettings(gamma=4, temperature=0.0, max_new_tokens=30)
-    prompt = pair.tokenizer("the cat sat on").input_ids
-    assert [t.id for t in speculative_decode(pair, prompt, s).tokens] == \
-        [t.id for t in standard_decode(pair, prompt, s).tokens]
-
-
-def test_greedy_text_is_standard_text_with_a_q4k_target(tmp_path):
-    pair = _q4k_pair(tmp_path)
-    pair.target = executions.apply(pair.target, "int8", source_dir=tmp_path)
-    assert q4k.in_use(pair.target)
-    ids = pair.tokenizer("the cat sat on").input_ids
+def test_greedy_text_is_standard_text_with_both_models_on_their_blocks(native):
+    assert q4k.in_use(native.target) and q4k.in_use(native.draft)
+    ids = native.tokenizer("def fib(n): de").input_ids
     for gamma in (2, 5):
         s = DecodeSettings(gamma=gamma, temperature=0.0, max_new_tokens=30)
-        assert [t.id for t in speculative_decode(pair, ids, s).tokens] == \
-            [t.id for t in standard_decode(pair, ids, s).tokens]
+        assert [t.id for t in speculative_decode(native, ids, s).tokens] == \
+            [t.id for t in standard_decode(native, ids, s).tokens]
 
 
-def test_q4k_is_on_by_default_and_off_when_asked_or_without_the_kernel(tmp_path, monkeypatch):
-    pair = _q4k_pair(tmp_path)
-    monkeypatch.delenv("SPECVIZ_Q4K")
-    assert q4k.in_use(executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True))
-    monkeypatch.setenv("SPECVIZ_Q4K", "0")
-    assert not q4k.in_use(executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True))
-    monkeypatch.setenv("SPECVIZ_Q4K", "1")
-    kernels.set_enabled(False)
-    assert not q4k.in_use(executions.apply(pair.target, "int8", source_dir=tmp_path, copy_model=True))
+def test_without_the_kernel_or_when_switched_off_the_pack_loads_dequantized(tmp_path, monkeypatch):
+    """SPECVIZ_Q4K=0, or no kernel: transformers' model dequantized from the same file (int8 rows, no records)."""
+    from specviz.models import load_pair
+    from specviz.models.loading import forget
+    from tests.test_models import Q4_K_M, gguf_pack
 
-
-def test_a_model_without_q4k_matrices_or_pack_is_left_as_it_is(tmp_path):
-    pair = build_tiny_pair(vocab_size=40, sharpness=3.0, hidden=256)
-    _gguf_of(pair.target, tmp_path / "src.gguf", kinds=())
-    assert q4k.extract(tmp_path / "src.gguf", tmp_path / "none.safetensors") == 0
-    assert not (tmp_path / "none.safetensors").exists()
-    assert q4k.prepare(tmp_path) is None  # no records file and no offline pack converted here
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    shape = dict(hidden=256, ffn=256, layers=1)
+    draft = gguf_pack(tmp_path, monkeypatch, seed=1, **shape)
+    target = gguf_pack(tmp_path, monkeypatch, seed=2, types=Q4_K_M, **shape)
+    for switch in ("env", "kernel"):
+        if switch == "env":
+            monkeypatch.setenv("SPECVIZ_Q4K", "0")
+        else:
+            monkeypatch.setenv("SPECVIZ_Q4K", "1")
+            kernels.set_enabled(False)
+        pair = load_pair(draft=draft.ref, target=target.ref, draft_quant="int8", target_exec="int8")
+        try:
+            assert not q4k.in_use(pair.target) and pair.target_weights == "" and pair.target_exec == "int8"
+        finally:
+            forget(pair)
 
 
 def test_a_q4k_and_q6k_linear_record_only_their_product_in_a_trace():

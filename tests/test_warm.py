@@ -188,22 +188,6 @@ def test_packing_waits_for_a_run_to_end_but_not_forever(monkeypatch):
     assert not other.draft._specviz_steps.trace_deferred
 
 
-def test_a_cache_read_ahead_fused_and_runnable_gives_the_same_model(tmp_path):
-    """The deferred load's read-ahead (load_int8_cache(runnable=True): fused by name, plain) installs into
-    the model as quantize_int8 would fuse it itself: same logits, nothing packed yet."""
-    tiny = build_tiny_pair(vocab_size=48, seed=3, hidden=64, target_layers=2, draft_layers=1)
-    cache = tmp_path / "int8token-float32.safetensors"
-    ref = int8.quantize_int8(copy.deepcopy(tiny.target), cache, kind="token")  # writes the cache
-    ahead = int8.load_int8_cache(cache, kind="token", runnable=True)
-    assert ahead is not None
-    model = int8.quantize_int8(copy.deepcopy(tiny.target), cache, ahead, kind="token", defer_packing=True)
-    fused = [m for m in model.modules() if type(m).__name__ == "FusedPart"]
-    assert fused and all(m._plain is not None for m in unpacked(model))
-    ids = torch.randint(0, 48, (1, 11), generator=torch.Generator().manual_seed(4))
-    with torch.inference_mode():
-        assert torch.equal(model(ids).logits, ref(ids).logits)
-
-
 def test_the_preload_hands_the_lock_over_often_until_the_pair_is_prepared_then_restores(monkeypatch):
     """While the default pair loads beside the page's imports, the interpreter lock is handed over every
     START_SWITCH_S (a background thread's C calls otherwise wait up to 5 ms each); the default comes back once

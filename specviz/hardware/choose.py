@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ..models.executions import WORDS
-from ..models.loading import ExecutionRequest, set_execution_chooser
+from ..models.loaders import ExecutionRequest, set_execution_chooser
 from ..models.pair import report
 from ..models.warm import pack_now
 from . import probe as hw_probe

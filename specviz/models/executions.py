@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import copy
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import compiled, hugepages, int8, invariant, lean, q4k
+from . import compiled, int8, invariant, lean, q4k
 from .pair import ModelError
 
 log = logging.getLogger("specviz.models")
@@ -113,18 +112,15 @@ def twin(model: torch.nn.Module, dtype: torch.dtype, *, keep_linears: bool = Fal
     return out
 
 
-def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, max_len: int = 4096,
-          copy_model: bool = False, defer_packing: bool = False, cached: Any = None) -> torch.nn.Module:
+def apply(model: torch.nn.Module, name: str, *, max_len: int = 4096, copy_model: bool = False,
+          defer_packing: bool = False) -> torch.nn.Module:
     """``model`` (loaded in bf16, or fp16 on GPUs without bf16) executing as ``name``.  In place unless
-    ``copy_model``; int8 weights are cached beside the model's converted weights (``source_dir``).
-    ``defer_packing``: an int8 target runs at once, its packing left to :mod:`.warm`.  ``cached``: a
-    Future of its int8 weights (:func:`.int8.load_int8_cache`), read ahead by the loader."""
+    ``copy_model``.  ``defer_packing``: an int8 target runs at once, its packing left to :mod:`.warm`."""
     loaded = dtype_name(next(model.parameters()).dtype)
     base, graphs = name.removesuffix("+graphs"), name.endswith("+graphs")
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.float32}
     if base not in dtypes:
         raise ValueError(f"unknown target execution {name!r}")
-    loaded_dtype = next(model.parameters()).dtype  # the int8 weight cache is keyed by the weights' source
     if copy_model and base != loaded:  # graphs attach to the model itself (no second copy of a 7B)
         model = twin(model, dtypes[base], keep_linears=base == "int8")
     elif base != "int8":
@@ -133,18 +129,7 @@ def apply(model: torch.nn.Module, name: str, *, source_dir: Path | None = None, 
         from ..speculator.model import head_fingerprint
 
         fingerprint = head_fingerprint(model)  # a learned head trained on the loaded target still finds it
-        cache = int8.cache_file(source_dir, loaded_dtype, "token") if source_dir else None
-        cached = cached.result() if cached is not None else (int8.load_int8_cache(cache, kind="token") if cache else None)
-        model = int8.quantize_int8(model, cache, cached, kind="token", defer_packing=defer_packing, pack=False)
-        # GGUF's Q4_K matrices as stored where the target ships as a GGUF (0.59 bytes a weight, not 1.0); then the
-        # int8 rows left packed (none of them packed first only to be dropped)
-        swapped = q4k.use_gguf(model, source_dir)
-        int8.pack_all(model, defer=defer_packing)
-        if swapped:
-            log.info("%d of the target's matrices run on their GGUF Q4_K weights as stored", swapped)
-            # streamed from memory each step: in 2 MiB pages, ~5-8 % faster (Zen 3); a server's load leaves the
-            # move to models.warm, off its start's path
-            hugepages.place(model, later=defer_packing)
+        model = int8.quantize_int8(model, kind="token", defer_packing=defer_packing)
         model._specviz_head_fingerprint = fingerprint
         model = invariant.make_invariant(model)
         # Runs (chains and trees) take the lean, traced forward with the same batch-invariant attention

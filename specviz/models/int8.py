@@ -1,4 +1,4 @@
-"""The int8 draft: dynamic int8 quantisation, its on-disk weight cache, and the "is it faster" decision.
+"""The int8 draft: dynamic int8 quantisation and the "is it faster" decision.
 
 On CPU (``draft_quant="auto"``) every nn.Linear of the draft becomes a dynamic int8 linear (int8
 weights, activations quantized on the fly, float32 in and out -- so an int8 draft's logits are
@@ -7,15 +7,6 @@ decode step of the 0.5B draft takes ~56 ms in int8 against ~133 ms in bf16, but 
 faithful: on a code snippet the mean TV(p, q) to the 1.5B target rose from 0.10 (bf16 draft) to
 0.16 (int8), i.e. acceptance drops by ~6 points.  Pass ``draft_quant=None`` to study the
 unquantized draft.
-
-Weight cache: quantizing the 0.5B draft means reading all its bf16 weights, converting them to
-float32 and rounding them (~2.5 s of CPU on that machine) before the kernels' weight packing
-(~2 s).  The int8 weights and scales of an offline pack are therefore stored next to its converted
-cache (``int8-<dtype>.safetensors``, written atomically) and a warm start only packs them; the
-packing starts before the draft is even loaded.  The file records the int8 format, the converted
-cache's format, the torch version and the source weights it came from; any mismatch rebuilds it.
-Modules built from the file are identical to freshly quantized ones (same int8 values, scales and
-biases, so the same logits).
 
 Decision: whether int8 is faster is measured once per machine/torch/draft and remembered in
 ``<cache>/quant.json``.
@@ -31,19 +22,16 @@ import platform
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
-from .cache_paths import CACHE_FORMAT, cache_dir
+from .cache_paths import cache_dir
 from .int8_target import (FUSED_GROUPS, WORKERS, FusedPart, TokenInt8Linear, int8_channel_weight,  # noqa: F401
                           fuse_by_name, fuse_token_linears, in_threads, pack_all, plain_all, unpacked)
 from .pair import short_error
 
 log = logging.getLogger(__name__)
-
-INT8_FORMAT = 1  # bump when the layout of an int8 weight cache changes; old files are rebuilt
-
 
 # --------------------------------------------------------------------------------------------------
 # Quantizing linears
@@ -130,41 +118,24 @@ def _quantizer(kind: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], Calla
     raise ValueError(f"unknown int8 kind {kind!r}")
 
 
-def quantize_int8(model: torch.nn.Module, cache: Path | None = None,
-                  cached: Int8Weights | None = None, kind: str = "dynamic", *,
-                  defer_packing: bool = False, pack: bool = True) -> torch.nn.Module:
+def quantize_int8(model: torch.nn.Module, kind: str = "dynamic", *, defer_packing: bool = False,
+                  pack: bool = True) -> torch.nn.Module:
     """Replace every nn.Linear of ``model`` (in place) by an int8 one; the rest becomes float32,
     since the quantized kernels take and return float32 activations.
 
     ``kind``: "dynamic" (fbgemm's dynamic linear: per-tensor weight and activation scales, fastest
     to build; fine for a draft, whose rule only needs the q it sampled from) or "token"
     (:class:`TokenInt8Linear`: per-channel weights, per-token activations, batch-invariant: what a
-    target needs).  ``cached``: modules from :func:`load_int8_cache`, used if they match the
-    model's linears (names, shapes, biases).  Otherwise the weights are quantized here (two
-    threads; 0.5B draft: 3.7 s -> 2.1 s on 2 cores) and, if ``cache`` is given, written there for
-    the next start.  ``defer_packing`` ("token" only): leave fbgemm's packing to :mod:`.warm` (the
+    target needs).  The weights are quantized in threads (0.5B draft: 3.7 s -> 2.1 s on 2 cores).
+    ``defer_packing`` ("token" only): leave fbgemm's packing to :mod:`.warm` (the
     linears run on onednn's bit-identical product meanwhile).  ``pack=False``: not packed at all here, for a
     caller that first swaps most of them for GGUF products (:func:`.int8_target.pack_all` then packs what is left: on
     an AVX-512 CPU, whose int8 rows are fbgemm's, packing the 1.5B target's rows only to drop them took 5.3 s).
     """
     to_weight, to_module = _quantizer(kind)
     linears = _linears(model)
-    layout = {name: [m.out_features, m.in_features, m.bias is not None] for name, m in linears}
-    if cached is not None and cached.layout != layout:
-        log.warning("The int8 cache %s does not match the model; quantizing again", cache)
-        cached = None
-    if cached is not None:
-        modules = [cached.modules[name] for name, _ in linears]
-    else:
-        def quantize(linear: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None, torch.nn.Module]:
-            qweight, bias = to_weight(linear.weight), _float_bias(linear)
-            return qweight, bias, to_module(qweight, bias)
-
-        done = in_threads(quantize, [linear for _, linear in linears])
-        modules = [module for _, _, module in done]
-        if cache is not None:
-            save_int8_cache(cache, [(name, q, b) for (name, _), (q, b, _) in zip(linears, done)], kind)
-        del done
+    modules = in_threads(lambda linear: to_module(to_weight(linear.weight), _float_bias(linear)),
+                         [linear for _, linear in linears])
     for (name, _), module in zip(linears, modules):
         model.set_submodule(name, module)
     if kind == "token":
@@ -206,14 +177,13 @@ def compact_embedding(module: torch.nn.Embedding, half: torch.Tensor) -> None:
     module.weight = torch.nn.Parameter(half, requires_grad=False)
 
 
-def int8_draft(model: torch.nn.Module, cache: Path | None = None,
-               cached: Int8Weights | None = None, *, defer_packing: bool = False) -> torch.nn.Module:
+def int8_draft(model: torch.nn.Module, *, defer_packing: bool = False) -> torch.nn.Module:
     """The draft in int8 (:data:`DRAFT_KIND`, in place), with the lean decode path for its chain steps
     where the architecture allows it (:func:`.lean.attach`)."""
     from . import hugepages, lean, q4k_draft
 
-    model = quantize_int8(model, cache, cached, kind=DRAFT_KIND, defer_packing=defer_packing, pack=False)
-    swapped = q4k_draft.use(model, cache)  # unless SPECVIZ_Q4K=0: its matrices as Q4_K, made here (0.6 bytes a weight)
+    model = quantize_int8(model, kind=DRAFT_KIND, defer_packing=defer_packing, pack=False)
+    swapped = q4k_draft.use(model)  # unless SPECVIZ_Q4K=0: its matrices as Q4_K, made here (0.6 bytes a weight)
     pack_all(model, defer=defer_packing)  # the int8 rows it left (none packed first only to be dropped)
     if swapped:
         log.info("%d of the draft's products run on Q4_K records made from its int8 rows", swapped)
@@ -225,127 +195,6 @@ def int8_draft(model: torch.nn.Module, cache: Path | None = None,
     # steps meanwhile (the same bits).
     lean.attach(model, trace=not defer_packing and not unpacked(model))
     return model
-
-
-# --------------------------------------------------------------------------------------------------
-# The on-disk int8 weight cache
-# --------------------------------------------------------------------------------------------------
-
-
-def cache_file(source_dir: Path, dtype: torch.dtype, kind: str = "dynamic") -> Path:
-    """Where the int8 weights (of ``kind``) of the model in ``source_dir`` loaded as ``dtype`` are cached."""
-    prefix = "int8" if kind == "dynamic" else f"int8{kind}"
-    return Path(source_dir) / f"{prefix}-{str(dtype).removeprefix('torch.')}.safetensors"
-
-
-def _source_signature(source_dir: Path) -> str:
-    """Names, sizes and mtimes of the checkpoint files the int8 weights were computed from."""
-    files = sorted(p for p in Path(source_dir).glob("*.safetensors") if not p.name.startswith("int8"))
-    return json.dumps([[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files])
-
-
-def _expected_metadata(path: Path, kind: str = "dynamic") -> dict[str, str]:
-    meta = {"int8_format": str(INT8_FORMAT), "cache_format": str(CACHE_FORMAT), "torch": torch.__version__,
-            "source": _source_signature(path.parent)}
-    if kind != "dynamic":  # the draft's files from before int8 kinds existed stay valid
-        meta["kind"] = kind
-    return meta
-
-
-def cache_valid(path: Path, kind: str) -> bool:
-    """Whether ``path`` holds int8 weights of ``kind`` that :func:`load_int8_cache` would use (its header alone)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.metadata() == _expected_metadata(path, kind)
-    except Exception:  # noqa: BLE001 -- missing, truncated, foreign: not valid
-        return False
-
-
-def cache_layout(path: Path) -> dict[str, list]:
-    """The int8 cache's linears by module name, [out, in, has bias], from its header alone (no weights read)."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        keys = set(f.keys())
-        return {k[: -len(".weight")]: [*f.get_slice(k).get_shape(), k[: -len(".weight")] + ".bias" in keys]
-                for k in keys if k.endswith(".weight")}
-
-
-class Int8Weights(NamedTuple):
-    """Packed int8 linears read from a cache file, by module name, and their [out, in, has bias]."""
-
-    modules: dict[str, torch.nn.Module]
-    layout: dict[str, list]
-
-
-def save_int8_cache(path: Path, entries: list[tuple[str, torch.Tensor, torch.Tensor | None]],
-                    kind: str = "dynamic") -> None:
-    """Write (name, qint8 weight, float32 bias or None) entries to ``path``, atomically.  A cache only:
-    failures (disk full, read-only cache) are logged and otherwise ignored."""
-    from safetensors.torch import save_file
-
-    tensors: dict[str, torch.Tensor] = {}
-    for name, qweight, bias in entries:
-        tensors[f"{name}.weight"] = qweight.int_repr()
-        tensors[f"{name}.scale"] = (qweight.q_per_channel_scales().to(torch.float64).contiguous()
-                                    if kind == "token" else torch.tensor([qweight.q_scale()], dtype=torch.float64))
-        if bias is not None:
-            tensors[f"{name}.bias"] = bias.contiguous()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        save_file(tensors, str(tmp), metadata=_expected_metadata(path, kind))
-        os.replace(tmp, path)
-        log.info("Stored the int8 weights in %s", path)
-    except Exception as exc:
-        log.warning("Could not store the int8 weights in %s: %s", path, short_error(exc, 200))
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def load_int8_cache(path: Path, workers: int = WORKERS, kind: str = "dynamic", *,
-                    runnable: bool = False) -> Int8Weights | None:
-    """Int8 linears by module name from the cache at ``path`` (dynamic ones packed in ``workers``
-    threads); None if the file is missing, unreadable or stale (another int8 format, cache format, torch
-    or checkpoint).  ``runnable`` ("token"): also fused and made runnable without packing (a deferred
-    load reads ahead in a thread of its own: this C work then overlaps the imports)."""
-    from safetensors import safe_open
-
-    t0 = time.perf_counter()
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            if f.metadata() != _expected_metadata(path, kind):
-                log.info("The int8 cache %s is stale; it will be rebuilt", path)
-                return None
-            tensors = {key: f.get_tensor(key) for key in f.keys()}
-    except FileNotFoundError:
-        return None
-    except Exception as exc:  # a truncated or foreign file: rebuild it
-        log.warning("Ignoring the unreadable int8 cache %s: %s", path, short_error(exc, 200))
-        return None
-    names = sorted((k[: -len(".weight")] for k in tensors if k.endswith(".weight")),
-                   key=lambda n: -tensors[n + ".weight"].numel())
-
-    def build(name: str) -> torch.nn.Module:
-        weight, scale = tensors[name + ".weight"], tensors[name + ".scale"]
-        if kind == "token":  # quantize_int8 fuses, then packs (or runs them plain: models.warm)
-            return TokenInt8Linear(None, tensors.get(name + ".bias"), pack=False, values=weight, scales=scale)
-        qweight = torch._make_per_tensor_quantized_tensor(weight, float(scale[0]), 0)
-        return _int8_module(qweight, tensors.get(name + ".bias"))
-
-    try:
-        modules = dict(zip(names, in_threads(build, names, workers)))
-    except Exception as exc:
-        log.warning("Ignoring the int8 cache %s: %s", path, short_error(exc, 200))
-        return None
-    layout = {n: [*tensors[n + ".weight"].shape, n + ".bias" in tensors] for n in names}
-    if runnable and kind == "token":
-        modules = fuse_by_name(modules)
-        plain_all(list(modules.values()))
-    log.info("Loaded the int8 weights from %s in %.1f s%s", path, time.perf_counter() - t0,
-             " (fused, runnable)" if runnable and kind == "token" else "")
-    return Int8Weights(modules, layout)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -430,11 +279,9 @@ def starved(cpu_seconds: float, wall_seconds: float) -> bool:
     return cpu_seconds < 0.6 * threads * wall_seconds
 
 
-def measure_int8(name: str, draft: torch.nn.Module, dtype: torch.dtype, vocab: int,
-                 cache: Path | None = None) -> tuple[bool, torch.nn.Module]:
+def measure_int8(name: str, draft: torch.nn.Module, dtype: torch.dtype, vocab: int) -> tuple[bool, torch.nn.Module]:
     """Decide "auto" the first time on this machine: time the draft as loaded against an int8 copy,
-    keep the faster, and remember the answer in <cache>/quant.json.  ``cache``: the int8 weight cache
-    file to use (or fill) for the int8 copy.
+    keep the faster, and remember the answer in <cache>/quant.json.
 
     Returns (use int8, the draft to use).  Measured here (Xeon with AMX, 2 cores, idle): int8 56,
     bf16 133, fp32 154 ms/token -- but CPUs with better bf16 kernels may differ, hence measuring.
@@ -445,7 +292,7 @@ def measure_int8(name: str, draft: torch.nn.Module, dtype: torch.dtype, vocab: i
     faster whenever the machine is not starved) and nothing is recorded, so a quieter start
     measures again.
     """
-    quantized = int8_draft(copy.deepcopy(draft), cache, load_int8_cache(cache, kind=DRAFT_KIND) if cache else None)
+    quantized = int8_draft(copy.deepcopy(draft))
 
     def timed(measure: Callable[[], list[float]]) -> tuple[list[float], bool]:
         wall, cpu = time.perf_counter(), time.process_time()

@@ -42,6 +42,7 @@ from . import kernels
 from .compiled import give_steps
 from .int8_target import FusedPart, TokenInt8Linear, shared_of
 from .q4k import Q4KLinear
+from .prefix_store import KeptHeads
 from .q6k import Q6KLinear
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ log = logging.getLogger("specviz.models")
 ARCHITECTURES = ("qwen2", "llama")
 _START = 256  # cache slots allocated first; doubled as a run grows
 TRACED_FEEDS = (1, 2)  # feed lengths run as a traced graph: a step, and a step after a round that kept every draft
-PREFIXES_KEPT = 4  # shared prompt heads whose keys and values the draft keeps (one per chat template in use)
 TARGET_FEEDS = tuple(range(1, 10))  # the target's: a step, and verify passes of up to 8 drafted tokens
 
 
@@ -114,7 +114,7 @@ def unsupported(model: torch.nn.Module) -> str | None:
     return None
 
 
-class LeanSteps:
+class LeanSteps(KeptHeads):
     """A decoder's forward over its own KV cache (``max_len`` tokens at most, allocated as needed)."""
 
     def __init__(self, model: torch.nn.Module, max_len: int, *, invariant: bool = False):
@@ -370,51 +370,6 @@ class LeanSteps:
     @property
     def role(self) -> str:
         return "target" if self.invariant else "draft"
-
-    def _fill_prefix(self, prefix: tuple[int, ...]) -> None:
-        """The cache's first ``len(prefix)`` slots hold ``prefix``: copied from the first run that fed it, which
-        fed it as a call of its own (every run feeds it so, whether it is kept or not: the same bits)."""
-        n = len(prefix)
-        kept = self._prefix_kv.get(prefix)
-        self._reserve(n)
-        store = self.prefix_store
-        if kept is None and store is not None:  # kept on disk by an earlier start (the same bits: .prefix_store)
-            kept = store.load(prefix, len(self.layers))
-            if kept is not None:
-                self._remember_prefix(prefix, kept)
-                log.info("Read the %s's %d-token prompt head from %s", self.role, n, store.path(prefix).name)
-        if kept is None:
-            tokens, pos = torch.tensor(prefix, dtype=torch.long), torch.arange(n)
-            self._body(tokens, pos, 1, self._cos, self._sin, *self.keys, *self.values)  # the head is not needed
-            kept = ([k[:, :, :n].clone() for k in self.keys], [v[:, :, :n].clone() for v in self.values])
-            self._remember_prefix(prefix, kept)
-            if store is not None:
-                store.save(prefix, kept)
-        else:
-            for k, v, pk, pv in zip(self.keys, self.values, *kept):
-                k[:, :, :n] = pk
-                v[:, :, :n] = pv
-        self.length = n
-
-    def _remember_prefix(self, prefix: tuple[int, ...], kept: tuple[list[torch.Tensor], list[torch.Tensor]]) -> None:
-        while len(self._prefix_kv) >= PREFIXES_KEPT:
-            self._prefix_kv.pop(next(iter(self._prefix_kv)))
-        self._prefix_kv[prefix] = kept
-
-    @torch.inference_mode()
-    def keep_prefix(self, prefix: tuple[int, ...] | None = None) -> bool:
-        """Compute and keep ``prefix``'s keys and values now (default :attr:`shared_prefix`), so that no run
-        computes them: a server does it while its page is still being built.  An invariant target's runs
-        share the store (this fills it through a run's copy); the draft's must not be in use.  Whether
-        something was computed."""
-        prefix = tuple(prefix if prefix is not None else self.shared_prefix)
-        if not prefix or prefix in self._prefix_kv or len(prefix) > self.max_len or (self.in_use and not self.invariant):
-            return False
-        steps = self.for_run(len(prefix)) if self.invariant else self
-        steps._fill_prefix(prefix)
-        if not self.invariant:
-            self.set_length(0)
-        return True
 
     @torch.inference_mode()
     def forward(self, ids: list[int], keep: int, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -7,10 +7,9 @@ runs while the page is still being built, so the first visitor's run waited for 
 heads were kept 3.1 s after the pair was ready, a second after the page was up).  Read from here: milliseconds.
 
 A stored head is used only where it holds the very bits this process would compute: its file name and header
-carry a digest of everything those bits depend on -- the model's int8 weights file (name, size, modification
-time), the prefix's token ids, torch's version and thread count, this CPU's flags, whether specviz's kernel
+carry a digest of everything those bits depend on -- the model's GGUF (its pack's sha256), the prefix's token ids, torch's version and thread count, this CPU's flags, whether specviz's kernel
 runs the linears, and the source of the code that computes them (the lean steps, the int8 linears, the kernel,
-the bare model's RoPE).  Anything else -- another machine, a re-converted model, an upgraded torch, an edited
+the bare model's RoPE).  Anything else -- another machine, another model file, an upgraded torch, an edited
 kernel -- names another file, which is computed and written then.  An unreadable file is ignored (and
 replaced); a file that cannot be written is only logged.
 """
@@ -54,21 +53,6 @@ class PrefixStore:
 
     folder: Path
     identity: str
-
-    @classmethod
-    def for_weights(cls, weights: Path, *, role: str, kernel: bool | str) -> "PrefixStore | None":
-        """The store beside ``weights`` (the model's int8 cache file, which its linears were read from), or None
-        when that file cannot be read."""
-        from .kernels import _cpu_flags
-
-        try:
-            st = weights.stat()
-        except OSError:
-            return None
-        parts = [VERSION, role, weights.name, str(st.st_size), str(st.st_mtime_ns), torch.__version__,
-                 str(torch.get_num_threads()), " ".join(sorted(_cpu_flags())), f"kernel={kernel}", _sources_digest()]
-        # a folder of their own: the model's folder's *.safetensors are its checkpoint (int8._source_signature)
-        return cls(weights.parent / "heads", hashlib.sha256("\n".join(parts).encode()).hexdigest())
 
     @classmethod
     def for_pack(cls, pack: Any, *, role: str, kernel: str) -> "PrefixStore":
@@ -121,3 +105,56 @@ class PrefixStore:
         except OSError as exc:
             log.info("Could not store the kept prompt head at %s: %s", path, exc)
             tmp.unlink(missing_ok=True)
+
+
+PREFIXES_KEPT = 4  # shared prompt heads whose keys and values a model's steps keep (one per chat template in use)
+
+
+class KeptHeads:
+    """The lean steps' (:class:`.lean.LeanSteps`) kept prompt heads: in memory (``_prefix_kv``), and on disk through
+    their ``prefix_store``; computed by their ``_body`` into their caches."""
+
+    def _fill_prefix(self, prefix: tuple[int, ...]) -> None:
+        """The cache's first ``len(prefix)`` slots hold ``prefix``: copied from the first run that fed it, which
+        fed it as a call of its own (every run feeds it so, whether it is kept or not: the same bits)."""
+        n = len(prefix)
+        kept = self._prefix_kv.get(prefix)
+        self._reserve(n)
+        store = self.prefix_store
+        if kept is None and store is not None:  # kept on disk by an earlier start (the same bits: .prefix_store)
+            kept = store.load(prefix, len(self.layers))
+            if kept is not None:
+                self._remember_prefix(prefix, kept)
+                log.info("Read the %s's %d-token prompt head from %s", self.role, n, store.path(prefix).name)
+        if kept is None:
+            tokens, pos = torch.tensor(prefix, dtype=torch.long), torch.arange(n)
+            self._body(tokens, pos, 1, self._cos, self._sin, *self.keys, *self.values)  # the head is not needed
+            kept = ([k[:, :, :n].clone() for k in self.keys], [v[:, :, :n].clone() for v in self.values])
+            self._remember_prefix(prefix, kept)
+            if store is not None:
+                store.save(prefix, kept)
+        else:
+            for k, v, pk, pv in zip(self.keys, self.values, *kept):
+                k[:, :, :n] = pk
+                v[:, :, :n] = pv
+        self.length = n
+
+    def _remember_prefix(self, prefix: tuple[int, ...], kept: tuple[list[torch.Tensor], list[torch.Tensor]]) -> None:
+        while len(self._prefix_kv) >= PREFIXES_KEPT:
+            self._prefix_kv.pop(next(iter(self._prefix_kv)))
+        self._prefix_kv[prefix] = kept
+
+    @torch.inference_mode()
+    def keep_prefix(self, prefix: tuple[int, ...] | None = None) -> bool:
+        """Compute and keep ``prefix``'s keys and values now (default :attr:`shared_prefix`), so that no run
+        computes them: a server does it while its page is still being built.  An invariant target's runs
+        share the store (this fills it through a run's copy); the draft's must not be in use.  Whether
+        something was computed."""
+        prefix = tuple(prefix if prefix is not None else self.shared_prefix)
+        if not prefix or prefix in self._prefix_kv or len(prefix) > self.max_len or (self.in_use and not self.invariant):
+            return False
+        steps = self.for_run(len(prefix)) if self.invariant else self
+        steps._fill_prefix(prefix)
+        if not self.invariant:
+            self.set_length(0)
+        return True

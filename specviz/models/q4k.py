@@ -14,8 +14,6 @@ scores every position as a one-token step does.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -195,16 +193,9 @@ class Q4KLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K"
 
 
-# --- the target's Q4_K matrices, read from its GGUF once and kept beside its converted weights -------------------
-
-FORMAT = 3  # of the records file: bump when records() changes (2: with the Q6_K matrices, <name>.q6k; 3: values in
-# the kernel's order, STORED)
-GGUF_TO_HF = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-              "ffn_down": "mlp.down_proj"}
-Q6K_SUFFIX = ".q6k"  # a Q6_K matrix's records in the file, by its module's name + this
-# a member's records by key suffix: the product that reads them, and how many weights a record block holds
-KINDS = {"": (Q4KLinear, QK), Q6K_SUFFIX: (Q6KLinear, QK)}
+FORMAT = 3  # of the records (3: values in the kernel's order, STORED): a probe's key names it (other records, other
+# curves: measured again)
+# The decoder's products of one input, by transformers' names (q4k_draft gives each group one product)
 GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("self_attn", ("o_proj",)),
           ("mlp", ("gate_proj", "up_proj")), ("mlp", ("down_proj",)))
 
@@ -230,188 +221,6 @@ def expected() -> bool:
     if kernels.ready():
         return kernels.matches()
     return not kernels._why_not(kernels._cpu_flags())
-
-
-def records_file(source_dir: Path) -> Path:
-    # a folder of its own: the model folder's *.safetensors are its checkpoint (int8._source_signature)
-    return Path(source_dir) / "q4k" / f"q4k-v{FORMAT}.safetensors"
-
-
-def _pack_of(source_dir: Path):
-    from .cache_paths import pack_dir
-    from .presets import OFFLINE_PACKS
-
-    return next((p for p in OFFLINE_PACKS.values() if pack_dir(p) == Path(source_dir)), None)
-
-
-def _hf_name(gguf_name: str) -> str | None:
-    if gguf_name == "output.weight":
-        return "lm_head"
-    parts = gguf_name.split(".")  # blk.{i}.{kind}.weight
-    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in GGUF_TO_HF:
-        return f"model.layers.{parts[1]}.{GGUF_TO_HF[parts[2]]}"
-    return None
-
-
-def extract(gguf_path: Path, dest: Path, *, source: str = "") -> int:
-    """Write the records of every Q4_K decoder matrix of ``gguf_path`` to ``dest`` (by module name), of every Q6_K
-    one (``<name>.q6k``) and of a Q6_K head; returns how many (0: none, and no file)."""
-    from .gguf_file import GGUFFile
-
-    with GGUFFile(gguf_path) as gguf:
-        return extract_from(gguf, dest, source=source)
-
-
-def extract_from(gguf, dest: Path, *, source: str = "") -> int:
-    """:func:`extract` from a GGUF mapped already (:class:`.gguf_file.GGUFFile`: a pack's conversion cuts them)."""
-    from safetensors.torch import save_file
-
-    from . import q6k
-    from .gguf_file import Q4_K, Q6_K
-
-    out = {}
-    for t in gguf.tensors.values():
-        name = _hf_name(t.name)
-        if name is not None and name != "lm_head" and t.ggml_type == Q4_K:
-            out[name] = records(gguf.raw(t.name))
-        elif name is not None and t.ggml_type == Q6_K:
-            out[name + Q6K_SUFFIX] = q6k.records(gguf.raw(t.name))
-    found = len(out)
-    if found:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".partial")
-        save_file(out, str(tmp), metadata={"format": str(FORMAT), "source": source})
-        tmp.replace(dest)
-        drop_other_formats(dest, "q4k-v*.safetensors")
-    return found
-
-
-def drop_other_formats(kept: Path, pattern: str) -> None:
-    """Delete the files beside ``kept`` matching ``pattern`` but ``kept``: an earlier format's records, never read
-    again."""
-    for old in kept.parent.glob(pattern):
-        if old != kept:
-            old.unlink(missing_ok=True)
-
-
-def prepare(source_dir: Path, progress=None) -> Path | None:
-    """The records file of the offline pack converted into ``source_dir``, made from its GGUF the first time
-    (reassembled from the pack's parts, ~10 s, then deleted); None where the model is no offline pack or has
-    no Q4_K matrix."""
-    from .cache_paths import cache_dir, gguf_copy
-
-    dest = records_file(source_dir)
-    if dest.exists():
-        return dest
-    pack = _pack_of(source_dir)
-    if pack is None:
-        return None
-    marker = dest.with_name("none")
-    if marker.exists():
-        return None
-    from .packs import reassemble
-
-    kept = gguf_copy(pack)  # the llama.cpp bench's copy, when there is one
-    if kept.is_file() and kept.stat().st_size == pack.size:
-        gguf_path, temporary = kept, False
-    else:
-        gguf_path, temporary = reassemble(pack, cache_dir() / "tmp" / f"{pack.key}-q4k.gguf", progress), True
-    try:
-        if not extract(gguf_path, dest, source=f"{pack.key}-{pack.sha256[:12]}"):
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-            return None
-    finally:
-        if temporary:
-            gguf_path.unlink(missing_ok=True)
-    return dest
-
-
-def _int8_member(parts: list, index: int):
-    """Member ``index`` of an int8 group (FusedParts of one product, or a lone TokenInt8Linear) as a
-    TokenInt8Linear of its own: the same int8 rows and bias, so the same bits."""
-    from .int8_target import FusedPart, TokenInt8Linear
-
-    member = parts[index]
-    if not isinstance(member, FusedPart):
-        return member
-    values, scales = member.shared.linear._values_and_scales()
-    rows = _rows(member)
-    bias = _bias_of(parts, index)
-    return TokenInt8Linear(None, bias.clone() if bias is not None else None, values=values[rows].clone(),
-                           scales=scales[rows].clone())
-
-
-def _rows(part) -> slice:
-    """A FusedPart's rows in its shared product."""
-    start = sum(part.shared.sizes[:part.index])
-    return slice(start, start + part.out_features)
-
-
-def _bias_of(parts: list, index: int) -> torch.Tensor | None:
-    from .int8_target import FusedPart
-
-    member = parts[index]
-    if isinstance(member, FusedPart):
-        bias = member.shared.linear.bias
-        return bias[_rows(member)].float() if bias is not None else None
-    return member.bias.float() if member.bias is not None else None
-
-
-def use_gguf(model: torch.nn.Module, source_dir: Path | None) -> int:
-    """Give an int8 target (its linears :class:`~.int8_target.TokenInt8Linear` or fused) its GGUF's matrices as
-    stored, in place: each Q4_K or Q6_K member of q/k/v, o, gate/up and down becomes a product on its records
-    (:class:`Q4KLinear`, :class:`~.q6k.Q6KLinear`; members of one group and kind sharing one product), and a
-    Q6_K head too; the others keep their int8 rows.  Returns how many matrices it swapped (0:
-    none, where :func:`enabled` says no, the model is no offline pack, or its GGUF has no such matrix)."""
-    from safetensors.torch import load_file
-
-    from .int8_target import parts_of
-
-    if source_dir is None or not enabled():
-        return 0
-    path = prepare(Path(source_dir))
-    if path is None:
-        return 0
-    stored = load_file(str(path))
-    body = getattr(model, "model", None)
-    swapped = 0
-    for i, layer in enumerate(getattr(body, "layers", [])):
-        for part, names in GROUPS:
-            owner = getattr(layer, part)
-            members = [getattr(owner, n) for n in names]
-            keys = [f"model.layers.{i}.{part}.{n}" for n in names]
-            kinds = {j: next((kind for kind, (_, block) in KINDS.items()
-                              if _fits(stored.get(keys[j] + kind), members[j], block)), None) for j in range(len(names))}
-            if all(kind is None for kind in kinds.values()):
-                continue
-            swaps = {j: _int8_member(members, j) for j, kind in kinds.items() if kind is None}
-            for kind, (cls, _) in KINDS.items():
-                idx = [j for j, k in kinds.items() if k == kind]
-                if not idx:
-                    continue
-                biases = [_bias_of(members, j) for j in idx]
-                bias = None if all(b is None for b in biases) else torch.cat(
-                    [b if b is not None else torch.zeros(members[j].out_features) for j, b in zip(idx, biases)])
-                linear = cls(torch.cat([stored[keys[j] + kind] for j in idx]), bias)
-                swaps.update(zip(idx, parts_of(linear, [members[j].out_features for j in idx], members[idx[0]].in_features)))
-                swapped += len(idx)
-            for j, module in swaps.items():
-                setattr(owner, names[j], module)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and _fits(stored.get("lm_head" + Q6K_SUFFIX), head):
-        model.set_output_embeddings(Q6KLinear(stored["lm_head" + Q6K_SUFFIX], getattr(head, "bias", None)))
-        swapped += 1
-    return swapped
-
-
-def _fits(records_: torch.Tensor | None, member: torch.nn.Module, block: int = QK, padded: bool = False) -> bool:
-    """Whether ``records_`` (blocks of ``block``) are ``member``'s shape; ``padded``: its last block may run past
-    its inputs (:func:`quantize`'s zero padding)."""
-    if records_ is None or records_.shape[0] != member.out_features:
-        return False
-    width = records_.shape[1] * block
-    return width - block < member.in_features <= width if padded else width == member.in_features
 
 
 def in_use(model: torch.nn.Module) -> bool:
