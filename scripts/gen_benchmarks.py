@@ -272,7 +272,9 @@ def startup_table() -> list[str]:
            f"{cpu}, {date}): each cold start with an empty `SPECVIZ_CACHE` and the OS file cache "
            f"{'dropped' if all(s.get('file_cache') == 'dropped' for s in c['starts']['cold'] if 'race_s' in s) else 'kept (it could not be dropped)'}"
            f", each followed by a warm start with the cache it left; the time from `python app.py` to the page, and to "
-           f"the default race ({c['tokens']} new tokens, speculative and standard, a prompt no recording holds) answered:",
+           f"the default race ({c['tokens']} new tokens, speculative and standard, a prompt no recording holds) answered. "
+           "The server serves first and times its target afterwards, between runs; each start is left running until it "
+           "has recorded that timing (so a warm start measures nothing):",
            "", "| start | page answers | default race answered | target runs as | peak memory | cache on disk |",
            "|---|---|---|---|---|---|"]
     for kind in ("cold", "warm"):
