@@ -557,6 +557,7 @@ def build() -> gr.Blocks:
     # largest cost of a class's polls (issue 58).  Here: at most 2,000 events, summarised every 1,000 events.
     for name, value in GRADIO_QUEUE_ENV.items():
         os.environ.setdefault(name, value)  # read by the queue made here; the operator's own values stand
+    hosting.mark_absent()  # an uninstalled module Gradio tries around every event fails at once (serving.hosting)
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     # The store's entries belong to Gradio sessions: one Gradio no longer holds (evicted, expired) is freed first
     # when room is needed, whatever dropped it (ui.store, issue 55).

@@ -403,3 +403,23 @@ def test_a_page_sweeps_gpu_time_counts_its_repeats():
     assert hosting.SWEEP_RUNS == 15 * PAGE_SWEEP_REPEATS
     per_run = hosting.run_duration(max_new_tokens=64) - 20
     assert hosting.sweep_duration(max_new_tokens=64) == min(hosting.MAX_GPU_S, 20 + hosting.SWEEP_RUNS * per_run)
+
+
+def test_a_module_absent_is_marked_once_and_an_installed_one_left_alone(monkeypatch):
+    """Gradio's per-event `import matplotlib` fails at once once it is marked absent (no sys.path search), and
+    nothing installed is ever marked."""
+    import importlib.util
+    import sys
+
+    from specviz.serving import hosting
+
+    monkeypatch.delitem(sys.modules, "specviz_surely_absent", raising=False)
+    assert hosting.mark_absent(("specviz_surely_absent", "json")) == ["specviz_surely_absent"]
+    try:
+        assert sys.modules["specviz_surely_absent"] is None and "json" in sys.modules
+        with pytest.raises(ImportError):
+            import specviz_surely_absent  # noqa: F401
+        assert importlib.util.find_spec("specviz_surely_absent") is None
+        assert hosting.mark_absent(("specviz_surely_absent",)) == []  # once
+    finally:
+        del sys.modules["specviz_surely_absent"]
