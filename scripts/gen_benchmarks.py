@@ -68,7 +68,7 @@ DRAFTERS = {"model": "draft model", "hybrid": "draft model + prompt lookup", "pr
             "tree": "token tree", "speculator": "learned head"}
 MACHINES = (("xeon-amx", "Intel Xeon with AMX"), ("epyc-zen3", "AMD EPYC, Zen 3"),
             ("epyc-avx2", "AMD EPYC, AVX2 (Zen 1 or earlier)"), ("gpu-h100", "NVIDIA H100"),
-            ("gpu-h200", "NVIDIA H200"), ("fidelity", "AMD EPYC, AVX2"))
+            ("gpu-h200", "NVIDIA H200"), ("epyc-zen5", "AMD EPYC, Zen 5"), ("fidelity", "AMD EPYC, AVX2"))
 KINDS = (("bench-", "bench (`python -m specviz.cli.bench`)"), ("crowd-", "a room of attendees (`scripts/crowd.py`)"),
          ("warm-start", "start-up times (`scripts/warm_start.py`)"),
          ("cold-start", "first starts, empty model cache (`scripts/cold_start.py`)"),
@@ -352,6 +352,33 @@ def crowd_section() -> list[str]:
     return out
 
 
+CLASS = (("classroom-60-epyc-zen5.json", "alone"), ("classroom-60-beside-soak-epyc-zen5.json",
+                                                   "beside `scripts/soak.py` (a public page's visitors)"))
+CLASS_CPU = ("2-core AMD EPYC, Zen 5", "2026-12-07")
+
+
+def class_section() -> list[str]:
+    """A class (`scripts/classroom.py`): a teacher stepping through a recording, 60 attendees following and racing."""
+    cpu, date = CLASS_CPU
+    rows = [(where, load(name)) for name, where in CLASS if (DATA / name).exists()]
+    if not rows:
+        return []
+    n = rows[0][1]["attendees"]
+    out = ["## A class", "",
+           f"`python scripts/classroom.py --attendees {n}` on the {cpu} ({date}): a teacher steps through a recording "
+           f"({rows[0][1]['steps']} rounds), {n} attendees follow (each page's own poll and change events, "
+           f"{rows[0][1].get('second_tabs', 0)} of them with a second tab), then each runs a race on the tiny pair and posts it. Follow: from the teacher's page "
+           "showing a round to an attendee's page showing it (the round's views answered).", "",
+           "| server | follow p50 / p95 / max | (attendee, round) pairs timed | skipped, never seen | points counted "
+           "| a point on the teacher's plot, p95 | tracebacks |", "|---|---|---|---|---|---|---|"]
+    for where, c in rows:
+        out.append(f"| {where} | {c['follow_p50_s']:.2f} / **{c['follow_p95_s']:.2f}** / {c['follow_max_s']:.2f} s | "
+                   f"{c['follow_pairs_timed']} of {c['follow_pairs']} | {c['follow_skipped']}, "
+                   f"{c['follow_never_seen']} | {c['points_on_teacher_page']} of {c['points_posted']} | "
+                   f"{c['point_visible_p95_s']:.1f} s | {c['tracebacks']} |")
+    return out + [""]
+
+
 def index_section() -> list[str]:
     out = ["## The data files", "",
            "Every measurement above, and the earlier ones, in `docs/benchmarks/data/` (the app reads none of them; "
@@ -395,7 +422,7 @@ def document() -> str:
              "## Summary", "", *summary_rows(), ""]
     for cls in CURRENT:
         lines += cpu_section(cls)
-    lines += gpu_section() + start_section() + race_section() + crowd_section() + index_section()
+    lines += gpu_section() + start_section() + race_section() + crowd_section() + class_section() + index_section()
     text = "\n".join(lines).rstrip() + "\n"
     return re.sub(r"[ \t]+\n", "\n", text)
 
