@@ -517,3 +517,51 @@ def test_the_probe_times_the_chosen_execution_on_one_thread_once(tmp_path, monke
     busy = Probe(machine, "tiny", {"fp32": {1: 1.0}}, 0.5, 0.8, "fp32")
     assert probe_once.add_one_thread(busy, target, draft, tiny.vocab_size, torch.float32,
                             busy=lambda: True).one_thread is None  # a busy machine's timings mean nothing
+
+
+# ---- this machine's limit (issue 64) ----------------------------------------------------------------
+
+
+def _probe_with_roofline(threads=2):
+    """A probe that measured the roofline too: 1,000 MB a step at 40 GB/s (25 ms), 1.5 G multiply-adds a token
+    at a 750 GMAC/s peak (2 ms a token: the knee at 12.5 tokens), the draft's 300 MB (7.5 ms)."""
+    probe = Probe({"threads": threads, "isa": ["avx2"]}, "m",
+                  {"int8": {1: 100.0, 2: 102.0, 4: 106.0, 8: 120.0}}, 40.0, 0.8, "int8",
+                  step_mb={"int8": 1000.0}, draft_mb=300.0, copy_gbps=40.0,
+                  peak={"threads": threads, "gmacs": {"avx2": {str(threads): 750.0, threads: 750.0}}},
+                  token_macs=1_500_000_000)
+    return SimpleNamespace(probe=probe, target_exec="int8")
+
+
+def test_the_race_is_priced_at_this_machines_limit_too(monkeypatch):
+    """The verify passes at the roofline (flat below its knee: v = 1 at 5 tokens) and the draft at its bandwidth
+    bound (c = 7.5 / 25): the theory line quotes Thm 3.8 there, beside the textbook's and the measured verify."""
+    from specviz.hardware import roofline
+    from specviz.theory.figures import run_figures
+    from specviz.trace import theoretical_speedup
+    from specviz.views.race_words import theory_line
+
+    monkeypatch.setattr(roofline, "probe_roofline",
+                        lambda p, e=None: roofline.Roofline(25.0, 2.0, "avx2", 750.0, 1_500_000_000))
+    monkeypatch.setattr(service, "probe_roofline", roofline.probe_roofline)
+    pair = _probe_with_roofline()
+    prices = service.probe_prices(pair, 2)
+    assert prices.limit_target(1) == pytest.approx(0.025) and prices.limit_target(16) == pytest.approx(0.032)
+    assert prices.limit_draft == pytest.approx(0.0075)
+    spec, std = _race()
+    spec.timing = TM.assess_race(spec, std, prices=prices, threads=2)
+    assert spec.timing.v_limit == pytest.approx(1.0) and spec.timing.c_limit == pytest.approx(0.3)
+    fig = run_figures(spec, std)
+    speedup, v, c = fig.limit
+    assert speedup == pytest.approx(theoretical_speedup(fig.alpha, fig.quoted.gamma, 0.3, 1.0))
+    line = theory_line(fig)
+    assert f"{speedup:.2f}× at this machine's limit" in line and "c = 0.30" in line and "1.00 steps" in line
+    # a race on one thread is priced by the probe's one-thread curve, where its all-core roofline does not hold
+    pair.probe.one_thread = {"curve": {1: 180.0, 2: 185.0, 4: 190.0, 8: 220.0}, "draft_ms": 70.0}
+    one = service.probe_prices(pair, 1)
+    assert one.threads == 1 and one.limit_target is None and one.limit_draft is None
+    # a recording keeps the limit's figures; one made before them reads as unmeasured
+    again = trace_from_json(spec.to_json())
+    assert again.timing.v_limit == pytest.approx(1.0) and again.timing.c_limit == pytest.approx(0.3)
+    spec.timing = dataclasses.replace(spec.timing, v_limit=None, c_limit=None)
+    assert run_figures(spec, std).limit is None and "machine's limit" not in theory_line(run_figures(spec, std))

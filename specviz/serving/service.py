@@ -26,6 +26,7 @@ from ..core.race import in_turn, interleave
 from ..hardware.choose import measure_after_serving
 from ..hardware.load import race_can_interleave, race_threads
 from ..hardware.curves import interpolate
+from ..hardware.roofline import probe_roofline
 from ..theory.timing import Prices, assess_race, event_costs
 from ..core.settings import DRAFT_MODEL_DRAFTERS, DecodeSettings, SettingsError
 from ..drafters import make_drafter
@@ -523,8 +524,14 @@ def probe_prices(pair: Any, threads: int | None = None) -> Prices | None:
         return None
     curve, draft_ms, count = costs
     seconds = {k: ms / 1000 for k, ms in curve.items()}
+    limit_target = limit_draft = None
+    roof = probe_roofline(probe) if count == (probe.machine or {}).get("threads") else None  # (timed on every core)
+    if roof is not None and roof.at(1):
+        limit_target = lambda k: roof.at(k) / 1000  # noqa: E731
+        draft_bound = probe.bound_ms(probe.draft_mb)
+        limit_draft = draft_bound / 1000 if draft_bound else None
     return Prices(target=lambda k: interpolate(seconds, k), draft=draft_ms / 1000 if draft_ms else None,
-                  threads=count)
+                  threads=count, limit_target=limit_target, limit_draft=limit_draft)
 
 
 def _standard(req: Request, budget: "JobBudget", *, sequential: bool) -> Iterator[Event]:

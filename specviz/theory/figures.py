@@ -24,6 +24,7 @@ from typing import Literal
 
 from ..core.settings import GAMMA_MAX
 from ..trace import Trace, theoretical_speedup
+from ..trace.timing import Timing
 from .costs import RaceCosts, race_costs, steps
 from .timing import flagged
 
@@ -68,6 +69,7 @@ class RunFigures:
     counts: float | None  # the count-based speedup (the race's counts at the probe's costs), when it has one
     flagged: bool  # the race's clocks were found unreliable (specviz.theory.timing)
     cut: bool  # a side was stopped before its end (Stop, a closed page)
+    timing: Timing | None = None  # the race's assessment (its limit's v and c among them)
 
     @property
     def alpha(self) -> float | None:
@@ -131,6 +133,16 @@ class RunFigures:
         return self.quoted.textbook if self.quoted is not None else None
 
     @property
+    def limit(self) -> tuple[float, float, float] | None:
+        """(speedup, v, c) of Thm 3.8 at this machine's limit: this race's α and γ, its verify passes at the
+        roofline and the draft at its bandwidth bound (Trace.timing's v_limit, c_limit); None where unmeasured."""
+        timing, q = self.timing, self.quoted
+        if timing is None or q is None or timing.v_limit is None or timing.c_limit is None:
+            return None
+        speedup = theoretical_speedup(q.alpha, q.gamma, timing.c_limit, timing.v_limit)
+        return None if speedup is None else (speedup, timing.v_limit, timing.c_limit)
+
+    @property
     def with_verify(self) -> float | None:
         return self.quoted.with_verify if self.quoted is not None else None
 
@@ -171,7 +183,7 @@ def run_figures(spec: Trace | None, std: Trace | None = None) -> RunFigures:
                          t_draft_token=(timing.c_probe * t_step if t_step and timing.c_probe is not None
                                         else rc.t_draft_token))
     cut = any(t is not None and t.stop_reason in CUT for t in (spec, std))
-    return RunFigures(costs=rc, quoted=quoted, clock=clock, counts=counts, flagged=busy, cut=cut)
+    return RunFigures(costs=rc, quoted=quoted, clock=clock, counts=counts, flagged=busy, cut=cut, timing=timing)
 
 
 __all__ = ["BEST_GAMMA_MAX", "THEORY_POINT", "RunFigures", "best_gamma", "clock_speedup", "run_figures", "theory_point"]

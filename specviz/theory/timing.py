@@ -99,6 +99,10 @@ class Prices:
     target: Callable[[int], float]  # a target pass feeding k tokens: the probe's curve T(k), read between points
     draft: float | None  # the draft model's one-token step; None: no draft model (the run's own median is used)
     threads: int | None = None  # the threads the probe ran with (its times hold for those)
+    # This machine's limit (hardware.roofline): a pass over k tokens at its roofline, max(the weights at the copy
+    # bandwidth, k tokens' multiply-adds at the int8 peak), and the draft's step at its bandwidth bound; None unmeasured
+    limit_target: Callable[[int], float] | None = None
+    limit_draft: float | None = None
 
 
 def _priced_time(trace: Trace, prices: Prices, own_draft: float | None) -> float:
@@ -158,6 +162,23 @@ def _uses_draft_model(trace: Trace) -> bool:
     return trace.settings.drafter in DRAFT_MODEL_DRAFTERS
 
 
+def _limit(spec: Trace, prices: Prices | None) -> dict[str, float]:
+    """This race's verify factor and draft cost at this machine's limit (:attr:`Prices.limit_target`): its verify
+    passes at the roofline over the roofline's one-token step, and the draft at its bandwidth bound over it."""
+    if prices is None or prices.limit_target is None or not spec.rounds:
+        return {}
+    t1 = prices.limit_target(1)
+    if not t1:
+        return {}
+    out = {}
+    fed = [p.fed for p in passes(spec) if p.kind == "verify"]
+    if fed:
+        out["v_limit"] = round(sum(prices.limit_target(k) for k in fed) / len(fed) / t1, 4)
+    if prices.limit_draft and _uses_draft_model(spec):
+        out["c_limit"] = round(prices.limit_draft / t1, 4)
+    return out
+
+
 def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None:
     """The speedup this race's counts predict at the probe's costs (prompt passes as measured, scaled
     to the probe's machine: see _priced_time)."""
@@ -189,7 +210,8 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
     was still packing the models' weights into their fast layout during the race (specviz.models.warm):
     its passes ran on slower products, some of them switching mid-race, so its clocks are not quoted (a
     sentence: why, in those words)."""
-    who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during)
+    who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during,
+               **_limit(spec, prices))
     if isinstance(preparing, str):
         warming = preparing
     elif preparing:

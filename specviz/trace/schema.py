@@ -293,6 +293,8 @@ class TimingIn(_In):
     slowdown: Ratio | None = None
     v_probe: Ratio | None = None
     c_probe: Ratio | None = None
+    v_limit: Ratio | None = None
+    c_limit: Ratio | None = None
 
 
 class TraceIn(_In):

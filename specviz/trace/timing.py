@@ -30,6 +30,10 @@ stored on both traces of a race: a recording keeps what the page said about its 
     v_probe, c_probe
                  the verify factor and draft cost the probe's curve gives for this race's passes
                  (what the "why" sentence uses when the race's own are not reliable)
+    v_limit, c_limit
+                 the same at this machine's limit: the race's verify passes at the roofline (the weights at the
+                 copy bandwidth, or the tokens' multiply-adds at the int8 peak) over its one-token step, the draft
+                 at its bandwidth bound; None where the probe measured neither
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class Timing:
     slowdown: float | None = None
     v_probe: float | None = None
     c_probe: float | None = None
+    v_limit: float | None = None
+    c_limit: float | None = None
 
 
 __all__ = ["RACE_HOWS", "Timing"]

@@ -28,14 +28,21 @@ def verdict(sp: float, spec_tps: float, std_tps: float) -> str:
 
 def theory_line(fig: RunFigures) -> str:
     """Thm 3.8 as published (a verify pass costs one step) beside Thm 3.8 with the verify factor the page
-    quotes (this machine's probed one when the race's own clocks were flagged)."""
+    quotes (this machine's probed one when the race's own clocks were flagged), and at this machine's limit where the
+    probe measured it (the race's verify passes at the roofline, the draft at its bandwidth bound)."""
     if fig.textbook is None:
         return ""
     head = f"theory (Leviathan Thm 3.8): {fig.textbook:.2f}× if a verify pass cost one standard step"
     if fig.with_verify is None or fig.v is None:
         return head + " · verify cost unknown (no standard step measured)"
     source = "this machine's probed" if fig.v_source == "probed" else "the measured"
-    return f"{head} · {fig.with_verify:.2f}× with {source} verify cost ({fig.v_text()} steps)"
+    line = f"{head} · {fig.with_verify:.2f}× with {source} verify cost ({fig.v_text()} steps)"
+    limit = fig.limit
+    if limit is not None:
+        speedup, v, c = limit
+        line += (f" · {speedup:.2f}× at this machine's limit (a verify pass at its roofline, {v:.2f} steps; the "
+                 f"draft at its bandwidth bound, c = {c:.2f})")
+    return line
 
 
 def noise_sentence(timing: Timing, sp: float, s_tps: float, t_tps: float) -> str:
