@@ -83,3 +83,19 @@ def test_the_page_says_it_is_measured_once_served():
     assert "once the page is served" in execution.chosen_how("int8", probe)
     assert "timed once the page is served" in machine_words.machine_text(probe, execution="int8")
     assert "busy" not in how.verify_sentence(probe)
+
+
+def test_a_machine_never_quiet_leaves_the_probe_unmeasured_and_says_busy(cache, monkeypatch):
+    tiny = build_tiny_pair(vocab_size=40, sharpness=3.0)
+    tiny.target = tiny.target.to(torch.bfloat16)
+    _, execution, probe = choose.choose_execution(_request(tiny, tiny.target, later=True))
+    tiny.target_exec, tiny.probe, tiny.dtype = execution, probe, torch.bfloat16
+    monkeypatch.setattr(int8, "machine_busy", lambda: True)
+    monkeypatch.setattr(choose, "TRIES", 2)
+    monkeypatch.setattr(choose, "RETRY_S", 0.0)
+    monkeypatch.setattr(choose, "IDLE_S", 0.0)
+    thread = choose.measure_after_serving(tiny, threading.Lock(), lambda: True)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert not tiny.probe.measured and not tiny.probe.after_serving and not tiny.probe.curves
+    assert hw_probe.known(this_machine("cpu"), "tiny", torch.bfloat16) is None  # nothing recorded

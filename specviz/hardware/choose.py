@@ -94,8 +94,9 @@ IDLE_S = 3.0  # the models' lock free this long: no visitor's run is waiting (a 
 # the lock within milliseconds of the load's end and holds it to its end: serving.replay's gate)
 
 
-def _idle(lock: Any, idle_s: float = IDLE_S) -> None:
-    """Return once ``lock`` has stayed free for ``idle_s`` seconds."""
+def _idle(lock: Any, idle_s: float | None = None) -> None:
+    """Return once ``lock`` has stayed free for ``idle_s`` seconds (IDLE_S)."""
+    idle_s = IDLE_S if idle_s is None else idle_s
     free_since = time.monotonic()
     while time.monotonic() - free_since < idle_s:
         time.sleep(0.05)
@@ -128,6 +129,8 @@ def measure_after_serving(pair: Any, lock: Any, serving: Callable[[], bool]) -> 
                         log.info("%s measured after serving: %s", pair.target_name, pair.probe.curves)
                         return
             time.sleep(RETRY_S)
+        if getattr(pair.probe, "after_serving", False):  # never quiet: the page says so (a quieter start measures)
+            pair.probe = hw_probe.unmeasured(this_machine(pair.device), first.model, first.alpha, (pair.target_exec,))
 
     thread = threading.Thread(target=work, daemon=True, name="specviz-probe")
     thread.start()
