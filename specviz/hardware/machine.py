@@ -73,7 +73,7 @@ def cpu_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
-    """The CPU's model name (read where the int8 caches need it too, below this layer)."""
+    """The CPU's model name (read where the int8 draft's decision needs it too, below this layer)."""
     from ..models.int8 import cpu_model
 
     return cpu_model()

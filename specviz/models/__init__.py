@@ -6,7 +6,7 @@ The package is split by concern; import from here unless you need a module's int
 * :mod:`.pair` -- :class:`ModelPair`, :class:`ModelError`, :func:`short_error`, device/dtype resolution;
 * :mod:`.packs` -- finding the installed GGUF part packages, reassembling and checking the file;
 * :mod:`.convert` -- GGUF -> safetensors conversion and the cache directory;
-* :mod:`.int8` -- the int8 draft, its weight cache and the "is int8 faster here" decision;
+* :mod:`.int8` -- the int8 draft and the "is int8 faster here" decision;
 * :mod:`.loading` -- :func:`load_pair` and the in-process cache of pairs;
 * :mod:`.tokens` -- prompt encoding and the one way to turn tokens into text;
 * :mod:`.tiny` -- the tiny random pair for tests and demos.

@@ -1,6 +1,6 @@
 """Where specviz keeps what it makes of the models: the cache directory and the paths inside it.
 
-A module of its own, importing nothing of specviz but the presets, so that the kernels, the int8 caches and the
+A module of its own, importing nothing of specviz but the presets, so that the kernels, the probe's record and the
 GGUF records can name their files without importing the conversion (:mod:`.convert`, which uses them).
 """
 

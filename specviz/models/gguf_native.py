@@ -1,12 +1,12 @@
 """A model run from its GGUF file as stored: the file is the model, nothing converted, no weight cached on disk.
 
-An offline pack's parts are mapped and checked (:func:`.first_start._read`), and the model's module tree is built
+An offline pack's parts are mapped and checked (:func:`read`), and the model's module tree is built
 around the file's own tensors (:class:`.bare.BareCausalLM`, transformers' names):
 
 * every Q4_K and Q6_K matrix -- all of the 1.5B target's, the head included, and the draft's down projections --
   becomes a product on its records (:class:`.q4k.Q4KLinear`, :class:`.q6k.Q6KLinear`), made from the mapped
   blocks in C (:mod:`.gguf_records`) straight into one huge-page region (:mod:`.hugepages`): the q/k/v and
-  gate/up members of one kind share one product, as :func:`.q4k.use_gguf` makes them;
+  gate/up members of one kind share one product;
 * a matrix the kernels do not take as stored (the draft's Q5_0 and Q8_0 ones: their fifth bit made the kernel
   compute-bound) is dequantized (:mod:`.gguf_dequant`) and quantized to Q4_K records in memory
   (:func:`.gguf_records.quantize_q4k`): a draft's numbers change what it proposes, never what the rule outputs;
@@ -15,7 +15,7 @@ around the file's own tensors (:class:`.bare.BareCausalLM`, transformers' names)
   fingerprint, :func:`specviz.speculator.model.head_fingerprint`, finds the same target).
 
 It runs where specviz's kernel does (:func:`.q4k.enabled`); elsewhere a pack is dequantized into a transformers
-model in memory (:func:`.first_start.ready_pair`).
+model in memory (:func:`dequantized`).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class TokenInt8Linear(torch.nn.Module):
     def __init__(self, qweight: torch.Tensor | None, bias: torch.Tensor | None, pack: bool = True, *,
                  values: torch.Tensor | None = None, scales: torch.Tensor | None = None):
         """From a per-channel qint8 ``qweight`` [out, in], or from its int8 ``values`` and float64
-        ``scales`` (what the weight cache stores: no quantized tensor to build on the way)."""
+        ``scales`` (int8 values and their scales as they are: no quantized tensor to build on the way)."""
         super().__init__()
         if qweight is not None:
             values, scales = qweight.int_repr(), qweight.q_per_channel_scales()

@@ -40,7 +40,6 @@ class OfflinePack:
     # Tokens that end generation besides the tokenizer's own eos: a GGUF only records one eos id,
     # while the original generation_config.json of Qwen2.5 Instruct lists <|im_end|> and <|endoftext|>.
     extra_eos: tuple[str, ...] = ()
-    values: int = 0  # numbers in the file's tensors (a ready pair's memory: specviz.models.first_start)
 
     @property
     def ref(self) -> str:
@@ -64,7 +63,6 @@ OFFLINE_PACKS: dict[str, OfflinePack] = {
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         extra_eos=("<|im_end|>", "<|endoftext|>"),
-        values=630_167_424,
     ),
     "qwen2.5-coder-1.5b": OfflinePack(
         key="qwen2.5-coder-1.5b",
@@ -74,7 +72,6 @@ OFFLINE_PACKS: dict[str, OfflinePack] = {
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         extra_eos=("<|im_end|>", "<|endoftext|>"),
-        values=1_777_088_000,
     ),
 }
 

@@ -120,7 +120,7 @@ def preparing(pair: Any) -> bool:
 
 def flag_until(pair: Any) -> threading.Event:
     """Flag ``pair``'s runs as made while the server prepares (:func:`preparing`) until the event returned is
-    set (a first start's ready pair, :mod:`specviz.serving.first_start`)."""
+    set."""
     with _GUARD:
         event = _PENDING[id(pair.target)] = threading.Event()
     return event
