@@ -41,6 +41,12 @@ class CpuClass:
 # the default pair, six prompts (assets/prompts.jsonl), greedy, 64 new tokens, each configuration's
 # repeats interleaved with the others.
 CURRENT: tuple[CpuClass, ...] = (
+    CpuClass("epyc-zen5", "AMD EPYC, Zen 5",
+             "AMD EPYC (Zen 5, cpu family 26), AVX2 and AVX-512 with VNNI and BF16, no AMX; 2 vCPUs", "2026-12-07",
+             "bench-policies-epyc-zen5.json",
+             "No transformers or llama.cpp comparison in this run (llama-cpp-python was not installed). A verify pass "
+             "is compute-bound here: T(6) cost 2.6 one-token steps. The probe's copy bandwidth moved between 32 and "
+             "63 GB/s across three probes within hours on this VM, so its bound is no floor here."),
     CpuClass("xeon-amx", "Intel Xeon with AMX",
              "Intel Xeon (cpu family 6), AVX-512 with VNNI and BF16, AMX; 2 cores", "2026-11-28",
              "bench-hf-llamacpp-trace-xeon-amx.json",
@@ -160,8 +166,9 @@ def summary_rows() -> list[str]:
         llama = median(agg.get("llamacpp", {}).get("tok_s"))
         std = median(agg["standard"]["tok_s"])
         spec = median(agg[top]["tok_s"])
-        rows.append(f"| {cls.title} | {cls.date} | {f2(llama)} | {f2(std)} | **{f2(spec)}** | {ratio(spec, llama)} | "
-                    f"{ratio(spec, std)} | {agg[top].get('greedy_equal_prompts', '')} |")
+        rows.append(f"| {cls.title} | {cls.date} | {f2(llama) if llama else 'not run'} | {f2(std)} | **{f2(spec)}** | "
+                    f"{ratio(spec, llama) if llama else '—'} | {ratio(spec, std)} | "
+                    f"{agg[top].get('greedy_equal_prompts', '')} |")
     return rows
 
 
