@@ -58,18 +58,31 @@ def choose_execution(req: ExecutionRequest) -> tuple[torch.nn.Module, str, Any]:
         model, probe = req.apply(requested), cached
     else:
         report(req.progress, 0.0, f"Measuring how {req.name} runs fastest on this machine (once)…")
-        pack_now(req.draft)  # a deferred load (models.warm) packs before it is timed
-        watch = quiet.watch()  # the draft's step is timed in the probe's window too
-        draft_ms = hw_probe.draft_step_ms(req.draft, req.vocab)
-        probe, model = hw_probe.probe_target(req.target, req.ref, req.dtype, req.vocab, build=req.build,
-                                             draft_ms=draft_ms, alpha=req.alpha, candidates=req.candidates,
-                                             watch=watch, draft_bytes=step_bytes(req.draft))
+        probe, model = _timed(req.target, req.draft, req.ref, req.dtype, req.vocab, req.alpha, req.candidates,
+                              req.build)
         requested = probe.choice
     if probe is not None and probe.measured and requested == probe.choice:
-        # once per machine: a busy race's prices, and the bandwidth bound where an older probe lacks it
-        probe = probe_once.add_one_thread(probe, model, req.draft, req.vocab, req.dtype)
-        probe = probe_once.add_bound(probe, model, req.draft, req.dtype)
+        probe = _completed(probe, model, req.draft, req.vocab, req.dtype)
     return model, requested, probe
+
+
+def _timed(target: torch.nn.Module, draft: torch.nn.Module, ref: str, dtype: torch.dtype, vocab: int, alpha: float,
+           candidates: tuple[str, ...], build: Callable[[str], torch.nn.Module]) -> tuple[hw_probe.Probe, Any]:
+    """The probe's timings of ``candidates`` (:func:`.probe.probe_target`), the draft's step timed in its busy
+    watch too: (the probe, recorded for this machine, and the chosen model)."""
+    pack_now(draft)  # a deferred load (models.warm) packs before it is timed
+    watch = quiet.watch()  # the draft's step is timed in the probe's window too
+    draft_ms = hw_probe.draft_step_ms(draft, vocab)
+    return hw_probe.probe_target(target, ref, dtype, vocab, build=build, draft_ms=draft_ms, alpha=alpha,
+                                 candidates=candidates, watch=watch, draft_bytes=step_bytes(draft))
+
+
+def _completed(probe: hw_probe.Probe, model: Any, draft: torch.nn.Module, vocab: int,
+               dtype: torch.dtype) -> hw_probe.Probe:
+    """A measured probe with what is timed once per machine: a busy race's one-thread prices, and the bandwidth bound
+    and int8 peak where an older probe lacks them."""
+    probe = probe_once.add_one_thread(probe, model, draft, vocab, dtype)
+    return probe_once.add_bound(probe, model, draft, dtype)
 
 
 def measure(pair: Any, ref: str, progress: Any = None) -> hw_probe.Probe:
@@ -77,15 +90,9 @@ def measure(pair: Any, ref: str, progress: Any = None) -> hw_probe.Probe:
     probe is recorded for this machine (a busy machine's flagged, :func:`.probe.probe_target`).  The caller holds
     what keeps runs off the models."""
     report(progress, 0.0, f"Measuring how {pair.target_name} runs on this machine (once)…")
-    watch = quiet.watch()
-    draft_ms = hw_probe.draft_step_ms(pair.draft, pair.vocab_size)
-    probe, _ = hw_probe.probe_target(pair.target, ref, pair.dtype, pair.vocab_size, build=lambda _e: pair.target,
-                                     draft_ms=draft_ms, alpha=pair.probe.alpha, candidates=(pair.target_exec,),
-                                     watch=watch, draft_bytes=step_bytes(pair.draft))
-    if probe.measured:
-        probe = probe_once.add_one_thread(probe, pair.target, pair.draft, pair.vocab_size, pair.dtype)
-        probe = probe_once.add_bound(probe, pair.target, pair.draft, pair.dtype)
-    return probe
+    probe, _ = _timed(pair.target, pair.draft, ref, pair.dtype, pair.vocab_size, pair.probe.alpha, (pair.target_exec,),
+                      lambda _e: pair.target)
+    return _completed(probe, pair.target, pair.draft, pair.vocab_size, pair.dtype) if probe.measured else probe
 
 
 RETRY_S = 30.0  # a busy machine: the next try this much later

@@ -162,21 +162,16 @@ def _uses_draft_model(trace: Trace) -> bool:
     return trace.settings.drafter in DRAFT_MODEL_DRAFTERS
 
 
-def _limit(spec: Trace, prices: Prices | None) -> dict[str, float]:
-    """This race's verify factor and draft cost at this machine's limit (:attr:`Prices.limit_target`): its verify
-    passes at the roofline over the roofline's one-token step, and the draft at its bandwidth bound over it."""
-    if prices is None or prices.limit_target is None or not spec.rounds:
-        return {}
-    t1 = prices.limit_target(1)
+def _factors(fed: list[int], target: Callable[[int], float], draft: float | None,
+             draft_model: bool) -> tuple[float | None, float | None]:
+    """(v, c) at a pass's price ``target(k)``: the verify passes that fed ``fed`` tokens over the one-token step,
+    and the draft model's step (``draft``, where the run drafted with it) over that step; None where unknown."""
+    t1 = target(1)
     if not t1:
-        return {}
-    out = {}
-    fed = [p.fed for p in passes(spec) if p.kind == "verify"]
-    if fed:
-        out["v_limit"] = round(sum(prices.limit_target(k) for k in fed) / len(fed) / t1, 4)
-    if prices.limit_draft and _uses_draft_model(spec):
-        out["c_limit"] = round(prices.limit_draft / t1, 4)
-    return out
+        return None, None
+    v = round(sum(target(k) for k in fed) / len(fed) / t1, 4) if fed else None
+    c = round(draft / t1, 4) if draft is not None and draft_model else None
+    return v, c
 
 
 def count_based_speedup(spec: Trace, std: Trace, prices: Prices) -> float | None:
@@ -210,8 +205,14 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
     was still packing the models' weights into their fast layout during the race (specviz.models.warm):
     its passes ran on slower products, some of them switching mid-race, so its clocks are not quoted (a
     sentence: why, in those words)."""
+    ps_spec = passes(spec)
+    fed = [p.fed for p in ps_spec if p.kind == "verify"]
+    draft_model = _uses_draft_model(spec)
+    v_limit = c_limit = None
+    if prices is not None and prices.limit_target is not None and spec.rounds:  # this machine's limit
+        v_limit, c_limit = _factors(fed, prices.limit_target, prices.limit_draft, draft_model)
     who = dict(how=how, threads=threads, busy=busy, threads_end=threads_end, busy_during=busy_during,
-               **_limit(spec, prices))
+               v_limit=v_limit, c_limit=c_limit)
     if isinstance(preparing, str):
         warming = preparing
     elif preparing:
@@ -222,7 +223,6 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
         who.update(reliable=False, why=warming)
     if spec.t_total < MIN_JUDGED_S or (std is not None and std.t_total < MIN_JUDGED_S):
         return Timing(**who, judged=False)
-    ps_spec = passes(spec)
     e_spec = excess(ps_spec)
     if std is None or not std.rounds or not spec.rounds:
         return Timing(**who, spread=round(e_spec, 4), spread_spec=round(e_spec, 4))
@@ -237,13 +237,7 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
     measured = rc.measured if rc is not None else None
     step = medians(ps_std).get(("step", 1))
     slowdown = step / prices.target(1) if comparable and step else None
-    v_probe = c_probe = None
-    if prices is not None:
-        fed = [p.fed for p in ps_spec if p.kind == "verify"]
-        if fed:
-            v_probe = sum(prices.target(k) for k in fed) / len(fed) / prices.target(1)
-        if prices.draft is not None and _uses_draft_model(spec):
-            c_probe = prices.draft / prices.target(1)
+    v_probe, c_probe = _factors(fed, prices.target, prices.draft, draft_model) if prices is not None else (None, None)
 
     why = []
     if spread > SPREAD_MAX:
@@ -274,8 +268,7 @@ def assess_race(spec: Trace, std: Trace | None, *, how: str = "interleaved", thr
                   spread_std=round(e_std, 4), reliable=not why, why="; ".join(why),
                   predicted=None if predicted is None else round(predicted, 4),
                   slowdown=None if slowdown is None else round(slowdown, 4),
-                  v_probe=None if v_probe is None else round(v_probe, 4),
-                  c_probe=None if c_probe is None else round(c_probe, 4))
+                  v_probe=v_probe, c_probe=c_probe)
 
 
 def _slowest_kind(ps_spec: list[Pass], ps_std: list[Pass], prices: Prices | None, draft_model: bool) -> float:
