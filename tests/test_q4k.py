@@ -124,9 +124,9 @@ def test_a_token_is_the_same_bits_in_any_pass(isa):
 
 
 def test_every_pass_length_is_the_oracles_bits_and_each_tokens_alone(isa):
-    """A pass goes through the rows four tokens at a time (AVX2, Q6_K), or four pairs and the rest (pairs and an odd
-    token) in one more (Q4_K on VNNI): every length from 1 to 19 (8 + 8 + 3, 8 + 7, ...) gives each token the
-    oracle's bits, its bits alone, Q4_K and Q6_K."""
+    """A pass goes through the rows four tokens at a time (AVX2), or two rows at a time against four token pairs and
+    the rest (pairs and an odd token) in one more (VNNI): every length from 1 to 19 (8 + 8 + 3, 8 + 7, ...) gives
+    each token the oracle's bits, its bits alone, Q4_K and Q6_K, an odd number of rows (the last one alone)."""
     w, _ = _records(21, 512, seed=3)
     rec6 = q6k.records(q6k_encode(np.random.default_rng(4).standard_normal((13, 512)).astype(np.float32) * 0.05))
     x = torch.randn(19, 512, generator=torch.Generator().manual_seed(6)) * torch.logspace(-2, 2, 19)[:, None]
@@ -137,6 +137,23 @@ def test_every_pass_length_is_the_oracles_bits_and_each_tokens_alone(isa):
         assert torch.equal(q4k.linear(x[:m], w), alone4[:m]), m
         assert torch.equal(q6k.linear(x[:m], rec6), q6k.reference(x[:m], rec6)), m
         assert torch.equal(q6k.linear(x[:m], rec6), alone6[:m]), m
+
+
+def test_long_rows_go_two_at_a_time_with_the_same_bits(isa):
+    """Where a pass's activations outgrow L1 (tokens x inputs > 32 KB: the down product's 8,960 inputs) the VNNI
+    kernels take two rows a pass (Q6_K two token pairs, Q4_K four): every length from 1 to 11 over 64 blocks, an odd
+    number of rows, gives each token the oracle's bits and its bits alone."""
+    k = 64 * 256
+    w, _ = _records(13, k, seed=7)
+    rec6 = q6k.records(q6k_encode(np.random.default_rng(8).standard_normal((11, k)).astype(np.float32) * 0.05))
+    x = torch.randn(11, k, generator=torch.Generator().manual_seed(9)) * torch.logspace(-2, 2, 11)[:, None]
+    alone4 = torch.cat([q4k.linear(x[i:i + 1], w) for i in range(11)])
+    alone6 = torch.cat([q6k.linear(x[i:i + 1], rec6) for i in range(11)])
+    for m in range(1, 12):
+        assert torch.equal(q4k.linear(x[:m], w), alone4[:m]), m
+        assert torch.equal(q6k.linear(x[:m], rec6), alone6[:m]), m
+    assert torch.equal(alone4, q4k.reference(x, w))
+    assert torch.equal(alone6, q6k.reference(x, rec6))
 
 
 def test_the_product_is_the_dequantized_weights_product_to_int8_rounding():

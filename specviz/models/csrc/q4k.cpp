@@ -28,8 +28,6 @@
 // block (GGUF's own order needs a scale broadcast and a vpmaddwd per 32 weights: 1.4x the instructions).
 #include "q4k.h"
 
-#define SPECVIZ_VNNI_Z __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512dq,avx512f,avx2,fma")))
-
 namespace specviz_gguf {
 
 // Whether this CPU runs the VNNI kernels (checked once; the AVX2 ones give the same bits: q4k_linear_isa).
@@ -170,147 +168,116 @@ SPECVIZ_VNNI void rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* x
 }
 
 
-// ---- Q4_K with AVX-512 VNNI, two tokens a 512-bit register ----
-// The same outputs as rows_tokens_vnni, token by token, lane by lane: tokens 2p and 2p + 1 of a pass share a zmm,
-// token 2p in its low eight int32 / float lanes and 2p + 1 in its high eight, so each vpdpbusd, conversion, product
-// and sum does two tokens' work, every lane through the operations the single-token kernel gives it (the same bits:
-// tests/test_q4k.py, every pass length 1-19 against the oracle and against each token alone).  The weights' 32 bytes
-// go to both halves by a broadcast load; the activations are laid out for it once a call (pair_layout: each 32-byte
-// group of token 2p, then 2p + 1's; dx spread over the lanes it scales; the two tokens' sums side by side).  Up to
-// four pairs and an odd token go through a row in one pass.  AMX Xeon, the target's gate/up from memory, interleaved
-// medians against the single-token kernel eight tokens a pass: 1.05x at 5 tokens, 1.11x at 6, 1.28x at 8, 1.19x at
-// 29 (a prompt); down 1.02-1.03x at 6-8, 1.12x at 29; the same at 1-4.
-struct Pairs {  // the activations of P = M / 2 token pairs, as rows_pairs reads them
-  sv::Tensor xz, dz, dm, bz;  // int8 [P, 2K]; float [P, kb, 16]; float [P, kb, 8]; int16 [P, kb, 16]
-};
-
-Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, int64_t M, int64_t K, int64_t kb,
-                  const sv::Options& opt) {
-  const int64_t P = M / 2;
-  Pairs out{sv::empty({P, 2 * K}, opt.dtype(sv::kInt8)), sv::empty({P, kb * 16}, opt.dtype(sv::kFloat32)),
-            sv::empty({P, kb * 8}, opt.dtype(sv::kFloat32)), sv::empty({P, kb * 16}, opt.dtype(sv::kInt16))};
-  int8_t* xz = sv::ptr<int8_t>(out.xz);
-  float *dz = sv::ptr<float>(out.dz), *dm = sv::ptr<float>(out.dm);
-  int16_t* bz = sv::ptr<int16_t>(out.bz);
-  for (int64_t p = 0; p < P; ++p)
-    for (int h = 0; h < 2; ++h) {
-      const int64_t t = 2 * p + h;
-      for (int64_t g = 0; g < K / 32; ++g) std::memcpy(xz + p * 2 * K + 64 * g + 32 * h, xq + t * K + 32 * g, 32);
-      for (int64_t b = 0; b < kb; ++b) {
-        std::fill_n(dz + (p * kb + b) * 16 + 8 * h, 8, dx[t * kb + b]);
-        std::fill_n(dm + (p * kb + b) * 8 + 4 * h, 4, dx[t * kb + b]);
-        std::memcpy(bz + (p * kb + b) * 16 + 8 * h, bs + (t * kb + b) * 8, 16);
-      }
-    }
-  return out;
-}
-
-// One row against P pairs (pair p's arrays at xz + p * 2K, dz + p * kb * 16, ...) and, with ODD, one token more
-// (x1, d1, b1: its xq, dx and sums as rows_tokens_vnni reads them); acc[2P] (+ acc[2P] for the odd one).
-template <int P, bool ODD>
+// ---- Q4_K with AVX-512 VNNI, two tokens a 512-bit register (q4k.h: the layout and the driver) ----
+// AMX Xeon, the target's gate/up from memory, interleaved medians against the single-token kernel eight tokens a
+// pass: 1.05x at 5 tokens, 1.11x at 6, 1.28x at 8, 1.19x at 29 (a prompt); down 1.02-1.03x at 6-8, 1.12x at 29.
+// R rows (each kb * REC bytes, the next row's right after) against P pairs (pair p's arrays at xz + p * 2K,
+// dz + p * kb * 16, ...) and, with ODD, one token more (x1, d1, b1: its xq, dx and sums as rows_tokens_vnni reads
+// them); row r's outputs at acc[r * 9 ..]: acc[r * 9 + 2p], acc[r * 9 + 2p + 1], and the odd one's at acc[r * 9 + 2P].
+// Two rows share each activation load (the down product's 8 tokens x 8,960 inputs, 72 KB, outgrow L1: one row at a
+// time read them from L2 once a row) and each min product: a zmm holds both rows' four min lanes of a pair's two
+// tokens, [row 0: token 2p, 2p + 1 | row 1: token 2p, 2p + 1], each lane through the operations above.
+template <int R, int P, bool ODD>
 SPECVIZ_VNNI_Z void rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, const float* dz, const float* dm,
                                const int16_t* bz, const int8_t* x1, const float* d1, const int16_t* b1, float* acc) {
-  const int64_t K = kb * 256;
+  static_assert(R == 1 || R == 2, "one row or two");
+  const int64_t K = kb * 256, ld = kb * REC;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512 a[P];
-  __m256 am[P];
-  __m256 a1 = _mm256_setzero_ps();
-  __m128 am1 = _mm_setzero_ps();
+  __m512 a[R][P], am[P];  // am: R == 1 uses the low half
+  __m256 a1[R];
+  __m128 am1[R];
   for (int t = 0; t < P; ++t) {
-    a[t] = _mm512_setzero_ps();
-    am[t] = _mm256_setzero_ps();
+    am[t] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) a[r][t] = _mm512_setzero_ps();
+  }
+  for (int r = 0; r < R; ++r) {
+    a1[r] = _mm256_setzero_ps();
+    am1[r] = _mm_setzero_ps();
   }
   for (int64_t b = 0; b < kb; ++b) {
-    const uint8_t* rec = w + b * REC;
-    prefetch(rec + PF);
-    prefetch(rec + PF + 128);
-    __m512i p[P], p2[P];
-    for (int t = 0; t < P; ++t) p[t] = p2[t] = _mm512_setzero_si512();
-    __m256i q1 = _mm256_setzero_si256(), q2 = _mm256_setzero_si256();
+    const uint8_t* rec[R];
+    for (int r = 0; r < R; ++r) {
+      rec[r] = w + r * ld + b * REC;
+      prefetch(rec[r] + PF);
+      prefetch(rec[r] + PF + 128);
+    }
+    __m512i p[R][P];  // int32 lane l: sub-block l's sums (one chain: the sums are exact in any order)
+    __m256i q1[R], q2[R];
+    for (int r = 0; r < R; ++r) {
+      q1[r] = q2[r] = _mm256_setzero_si256();
+      for (int t = 0; t < P; ++t) p[r][t] = _mm512_setzero_si512();
+    }
     for (int c = 0; c < 4; ++c) {
-      const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 * c)));
-      const __m512i lo = _mm512_and_si512(q, low);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+      __m512i lo[R], hi[R];
+      for (int r = 0; r < R; ++r) {
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[r] + 32 * c)));
+        lo[r] = _mm512_and_si512(q, low);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+      }
       for (int t = 0; t < P; ++t) {
         const int8_t* x = xz + t * 2 * K + 2 * (b * 256 + 64 * c);
-        p[t] = _mm512_dpbusd_epi32(p[t], lo, _mm512_loadu_si512(x));
-        p2[t] = _mm512_dpbusd_epi32(p2[t], hi, _mm512_loadu_si512(x + 64));
+        const __m512i x0 = _mm512_loadu_si512(x), xh = _mm512_loadu_si512(x + 64);
+        for (int r = 0; r < R; ++r) p[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p[r][t], lo[r], x0), hi[r], xh);
       }
-      if constexpr (ODD) vnni_chunk(q1, q2, _mm512_castsi512_si256(lo), _mm512_castsi512_si256(hi), x1 + b * 256 + 64 * c);
+      if constexpr (ODD)
+        for (int r = 0; r < R; ++r)
+          vnni_chunk(q1[r], q2[r], _mm512_castsi512_si256(lo[r]), _mm512_castsi512_si256(hi[r]), x1 + b * 256 + 64 * c);
     }
-    const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 128))));
-    const __m512 sc = _mm512_insertf32x8(_mm512_castps256_ps512(sc8), sc8, 1);
-    const __m128i mn8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + 136)));
-    const __m256i mn = _mm256_broadcastsi128_si256(mn8);
-    const __m512 d = _mm512_set1_ps(*reinterpret_cast<const float*>(rec + 144));
-    const __m256 dmin = _mm256_set1_ps(*reinterpret_cast<const float*>(rec + 148));
+    __m512 sc[R], d[R];
+    __m256 sc8[R];
+    __m128i mn8[R];
+    for (int r = 0; r < R; ++r) {
+      sc8[r] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 128))));
+      sc[r] = _mm512_insertf32x8(_mm512_castps256_ps512(sc8[r]), sc8[r], 1);
+      mn8[r] = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec[r] + 136)));
+      d[r] = _mm512_set1_ps(*reinterpret_cast<const float*>(rec[r] + 144));
+    }
+    // both rows' mins (each for the pair's two tokens) and dmins, as the pair's min lanes line up
+    const __m512i mn = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(mn8[0])),
+                                          _mm256_broadcastsi128_si256(mn8[R - 1]), 1);
+    const __m512 dmin = _mm512_insertf32x8(_mm512_set1_ps(*reinterpret_cast<const float*>(rec[0] + 148)),
+                                           _mm256_set1_ps(*reinterpret_cast<const float*>(rec[R - 1] + 148)), 1);
     for (int t = 0; t < P; ++t) {
-      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p[t], p2[t])), sc);
-      a[t] = _mm512_add_ps(a[t], _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(dz + (t * kb + b) * 16), d), v));
-      const __m256i m4 = _mm256_madd_epi16(mn, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bz + (t * kb + b) * 16)));
-      am[t] = _mm256_add_ps(am[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(dm + (t * kb + b) * 8), dmin),
-                                                 _mm256_cvtepi32_ps(m4)));
+      const __m512 x = _mm512_loadu_ps(dz + (t * kb + b) * 16);
+      for (int r = 0; r < R; ++r)
+        a[r][t] = _mm512_add_ps(a[r][t], _mm512_mul_ps(_mm512_mul_ps(x, d[r]),
+                                                       _mm512_mul_ps(_mm512_cvtepi32_ps(p[r][t]), sc[r])));
+      const __m512i bsum = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bz + (t * kb + b) * 16)));
+      const __m512 xm = _mm512_broadcast_f32x8(_mm256_loadu_ps(dm + (t * kb + b) * 8));
+      am[t] = _mm512_add_ps(am[t], _mm512_mul_ps(_mm512_mul_ps(xm, dmin), _mm512_cvtepi32_ps(_mm512_madd_epi16(mn, bsum))));
     }
     if constexpr (ODD)  // rows_tokens_vnni's operations for one token
-      vnni_block(a1, am1, q1, q2, sc8, _mm512_castps512_ps256(d), mn8, _mm256_castps256_ps128(dmin), d1 + b, b1 + b * 8);
+      for (int r = 0; r < R; ++r)
+        vnni_block(a1[r], am1[r], q1[r], q2[r], sc8[r], _mm512_castps512_ps256(d[r]), mn8[r],
+                   _mm512_castps512_ps128(r == 0 ? dmin : _mm512_shuffle_f32x4(dmin, dmin, 0xEE)), d1 + b, b1 + b * 8);
   }
-  for (int t = 0; t < P; ++t) {
-    acc[2 * t] = in_order(_mm512_castps512_ps256(a[t])) - in_order(_mm256_castps256_ps128(am[t]));
-    acc[2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[t], 1)) - in_order(_mm256_extractf128_ps(am[t], 1));
+  for (int r = 0; r < R; ++r) {
+    if constexpr (P < 3) {  // lane sums one output at a time (four or fewer: the transposes cost more)
+      for (int t = 0; t < P; ++t) {
+        const __m256 m = r == 0 ? _mm512_castps512_ps256(am[t]) : _mm512_extractf32x8_ps(am[t], 1);
+        acc[9 * r + 2 * t] = in_order(_mm512_castps512_ps256(a[r][t])) - in_order(_mm256_castps256_ps128(m));
+        acc[9 * r + 2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[r][t], 1)) - in_order(_mm256_extractf128_ps(m, 1));
+      }
+      if constexpr (ODD) acc[9 * r + 2 * P] = in_order(a1[r]) - in_order(am1[r]);
+      continue;
+    }
+    // every output's lanes summed in order, eight outputs at once (unused: zeros)
+    __m256 v[8], m[4];
+    for (int t = 0; t < 4; ++t) {
+      v[t] = t < P ? _mm512_castps512_ps256(a[r][t % P]) : _mm256_setzero_ps();
+      v[4 + t] = t < P ? _mm512_extractf32x8_ps(a[r][t % P], 1) : _mm256_setzero_ps();
+      m[t] = t >= P ? _mm256_setzero_ps() : r == 0 ? _mm512_castps512_ps256(am[t % P]) : _mm512_extractf32x8_ps(am[t % P], 1);
+    }
+    put8(_mm256_sub_ps(in_order8(v), in_order4x8(m)), acc + 9 * r);
+    if constexpr (ODD) acc[9 * r + 2 * P] = in_order(a1[r]) - in_order(am1[r]);
   }
-  if constexpr (ODD) acc[2 * P] = in_order(a1) - in_order(am1);
 }
 
-// q4k_linear_isa's VNNI path for two tokens or more (a one-token step takes rows_tokens_vnni: nothing to pair):
-// every row against four pairs a pass, the rest (pairs and an odd token) in one more.
+// q4k_linear_isa's VNNI path for two tokens or more (a one-token step takes rows_tokens_vnni: nothing to pair).
 sv::Tensor pairs_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias) {
-  Activations act = activations<32>(x, w, bias, REC);
-  const int64_t M = act.M, K = act.K, kb = act.kb, N = act.N, P = M / 2;
-  const int8_t* qp = sv::ptr<int8_t>(act.xq);
-  const float* dp = sv::ptr<float>(act.dx);
-  const int16_t* sp = sv::ptr<int16_t>(act.bs);
-  Pairs pr = pair_layout(qp, dp, sp, M, K, kb, sv::options(x));
-  const int8_t* xz = sv::ptr<int8_t>(pr.xz);
-  const float *dz = sv::ptr<float>(pr.dz), *dm = sv::ptr<float>(pr.dm);
-  const int16_t* bz = sv::ptr<int16_t>(pr.bz);
-  const int8_t* x1 = qp + (M - 1) * K;  // the odd token's, where M is odd
-  const float* d1 = dp + (M - 1) * kb;
-  const int16_t* b1 = sp + (M - 1) * kb * 8;
-  auto out = sv::empty({M, N}, sv::options(x));
-  float* op = sv::ptr<float>(out);
-  const float* bp = act.bias;
-  const uint8_t* wp = sv::ptr<uint8_t>(act.w);
-  const bool odd = M % 2;
-  sv::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
-    float acc[9];
-    for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* wr = wp + n * kb * REC;
-      auto put = [&](int64_t t, float v) { op[t * N + n] = bp ? v + bp[n] : v; };
-      int64_t p = 0;
-      auto run = [&](auto pairs, auto with_odd) {
-        constexpr int C = decltype(pairs)::value;
-        constexpr bool O = decltype(with_odd)::value;
-        rows_pairs<C, O>(wr, kb, xz + p * 2 * K, dz + p * kb * 16, dm + p * kb * 8, bz + p * kb * 16, x1, d1, b1, acc);
-        for (int i = 0; i < 2 * C; ++i) put(2 * p + i, acc[i]);
-        if (O) put(M - 1, acc[2 * C]);
-        p += C;
-      };
-      using No = std::false_type;
-      using Yes = std::true_type;
-      while (P - p > 4 || (P - p == 4 && !odd)) run(std::integral_constant<int, 4>{}, No{});
-      switch (2 * (P - p) + odd) {  // what is left: up to four pairs and the odd token, in one pass
-        case 9: run(std::integral_constant<int, 4>{}, Yes{}); break;
-        case 7: run(std::integral_constant<int, 3>{}, Yes{}); break;
-        case 6: run(std::integral_constant<int, 3>{}, No{}); break;
-        case 5: run(std::integral_constant<int, 2>{}, Yes{}); break;
-        case 4: run(std::integral_constant<int, 2>{}, No{}); break;
-        case 3: run(std::integral_constant<int, 1>{}, Yes{}); break;
-        case 2: run(std::integral_constant<int, 1>{}, No{}); break;
-        default: break;
-      }
-    }
+  return paired_linear<32>(x, w, bias, REC, [](auto rows, auto pairs, auto odd, auto... args) {
+    rows_pairs<decltype(rows)::value, decltype(pairs)::value, decltype(odd)::value>(args...);
   });
-  return out;
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #define SPECVIZ_VNNI __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma")))
+#define SPECVIZ_VNNI_Z __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512dq,avx512f,avx2,fma")))
 
 namespace specviz_gguf {
 
@@ -30,6 +32,47 @@ inline float in_order(__m256 v) {
   for (int i = 1; i < 8; ++i) s = s + l[i];
   return s;
 }
+// Eight registers' in-order lane sums at once, each lane out[i] = ((v[i]_0 + v[i]_1) + v[i]_2) + ... + v[i]_7: the
+// 8 x 8 transpose, then seven vector sums (in_order's bits, every output: one float sum at a time, in order).
+inline __m256 in_order8(const __m256 v[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[4], 0x20), _mm256_permute2f128_ps(u[1], u[5], 0x20));
+  s = _mm256_add_ps(s, _mm256_permute2f128_ps(u[2], u[6], 0x20));
+  s = _mm256_add_ps(s, _mm256_permute2f128_ps(u[3], u[7], 0x20));
+  for (int i = 0; i < 4; ++i) s = _mm256_add_ps(s, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  return s;
+}
+
+// Four registers of two outputs' four lanes each (m[j] = [output 2j: 4 lanes | 2j + 1: 4 lanes]) summed in order,
+// ((l0 + l1) + l2) + l3, in the lane order [0 2 4 6 1 3 5 7] (in_order's bits).
+inline __m256 in_order4x8(const __m256 m[4]) {
+  const __m256 a = _mm256_unpacklo_ps(m[0], m[1]), b = _mm256_unpackhi_ps(m[0], m[1]);
+  const __m256 c = _mm256_unpacklo_ps(m[2], m[3]), d = _mm256_unpackhi_ps(m[2], m[3]);
+  __m256 s = _mm256_add_ps(_mm256_shuffle_ps(a, c, 0x44), _mm256_shuffle_ps(a, c, 0xEE));
+  s = _mm256_add_ps(s, _mm256_shuffle_ps(b, d, 0x44));
+  return _mm256_add_ps(s, _mm256_shuffle_ps(b, d, 0xEE));
+}
+
+// The eight outputs' sums, out[i] (in_order8 and in_order4x8 keep the order [0 2 4 6 1 3 5 7] alike)
+inline void put8(__m256 s, float* out) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, s);
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = l[i];
+    out[2 * i + 1] = l[4 + i];
+  }
+}
+
 inline float in_order(__m128 v) {
   float l[4];
   _mm_storeu_ps(l, v);
@@ -204,6 +247,115 @@ sv::Tensor blocked_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> 
       for (; m + 3 <= M; m += 3) run(m, std::integral_constant<int, 3>{});
       for (; m + 2 <= M; m += 2) run(m, std::integral_constant<int, 2>{});
       for (; m < M; ++m) run(m, std::integral_constant<int, 1>{});
+    }
+  });
+  return out;
+}
+
+// ---- Two tokens a 512-bit register (the VNNI kernels' multi-token passes) ----
+// Tokens 2p and 2p + 1 of a pass share a zmm, token 2p in its low eight int32 / float lanes and 2p + 1 in its high
+// eight, so each vpdpbusd, conversion, product and sum does two tokens' work, every lane through the operations the
+// one-token kernel gives it (the same bits: tests/test_q4k.py, every pass length 1-19 against the oracle and against
+// each token alone).  A row's weights go to both halves by a broadcast load; the activations are laid out for it
+// once a call: each 32-byte group of token 2p, then 2p + 1's; dx spread over the 16 lanes it scales (and over 8 for
+// Q4_K's four min lanes a token); the two tokens' sums of G side by side.
+struct Pairs {  // the activations of P = M / 2 token pairs, as a pairs kernel reads them
+  sv::Tensor xz, dz, dm, bz;  // int8 [P, 2K]; float [P, kb, 16]; float [P, kb, 8]; int16 [P, kb, 2 * 256 / G]
+};
+
+template <int G>
+Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, int64_t M, int64_t K, int64_t kb,
+                  const sv::Options& opt) {
+  constexpr int S = 256 / G;
+  const int64_t P = M / 2;
+  Pairs out{sv::empty({P, 2 * K}, opt.dtype(sv::kInt8)), sv::empty({P, kb * 16}, opt.dtype(sv::kFloat32)),
+            sv::empty({P, kb * 8}, opt.dtype(sv::kFloat32)), sv::empty({P, kb * 2 * S}, opt.dtype(sv::kInt16))};
+  int8_t* xz = sv::ptr<int8_t>(out.xz);
+  float *dz = sv::ptr<float>(out.dz), *dm = sv::ptr<float>(out.dm);
+  int16_t* bz = sv::ptr<int16_t>(out.bz);
+  for (int64_t p = 0; p < P; ++p)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t t = 2 * p + h;
+      for (int64_t g = 0; g < K / 32; ++g) std::memcpy(xz + p * 2 * K + 64 * g + 32 * h, xq + t * K + 32 * g, 32);
+      for (int64_t b = 0; b < kb; ++b) {
+        std::fill_n(dz + (p * kb + b) * 16 + 8 * h, 8, dx[t * kb + b]);
+        std::fill_n(dm + (p * kb + b) * 8 + 4 * h, 4, dx[t * kb + b]);
+        std::memcpy(bz + (p * kb + b) * 2 * S + S * h, bs + (t * kb + b) * S, 2 * S);
+      }
+    }
+  return out;
+}
+
+// The driver of a pairs kernel: rows two at a time (they share each activation load: the down product's 8 tokens
+// x 8,960 inputs, 72 KB, outgrow L1, and one row at a time read them from L2 once a row), against four token pairs
+// a pass, the rest (pairs and an odd token) in one more.  kernel(rows, pairs, odd, row, kb, xz, dz, dm, bz, x1, d1,
+// b1, acc) (the first three std::integral_constant) gives row r's outputs at acc[9 r ..]: pair p's at 2p, 2p + 1,
+// the odd token's (x1, d1, b1: its xq, dx and sums as the one-token kernel reads them) at 2 pairs.
+template <int G, int MAXP2 = 4, class Kernel>
+sv::Tensor paired_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, int64_t rec, Kernel kernel) {
+  constexpr int S = 256 / G;
+  const Activations act = activations<G>(x, w, bias, rec);
+  const int64_t M = act.M, K = act.K, kb = act.kb, N = act.N, P = M / 2;
+  const int8_t* qp = sv::ptr<int8_t>(act.xq);
+  const float* dp = sv::ptr<float>(act.dx);
+  const int16_t* sp = sv::ptr<int16_t>(act.bs);
+  const Pairs pr = pair_layout<G>(qp, dp, sp, M, K, kb, sv::options(x));
+  const int8_t* xz = sv::ptr<int8_t>(pr.xz);
+  const float *dz = sv::ptr<float>(pr.dz), *dm = sv::ptr<float>(pr.dm);
+  const int16_t* bz = sv::ptr<int16_t>(pr.bz);
+  const int8_t* x1 = qp + (M - 1) * K;  // the odd token's, where M is odd
+  const float* d1 = dp + (M - 1) * kb;
+  const int16_t* b1 = sp + (M - 1) * kb * S;
+  auto out = sv::empty({M, N}, sv::options(x));
+  float* op = sv::ptr<float>(out);
+  const float* bp = act.bias;
+  const uint8_t* wp = sv::ptr<uint8_t>(act.w);
+  const bool odd = M % 2;
+  // two rows a pass only where the pass's activations outgrow L1 (32 KB): with the target's gate/up (K 1,536) two rows
+  // measured slower than one (Zen 5 EPYC: 0.97 against 0.39 ms at 2 tokens), with its down (K 8,960) faster
+  const bool onerow = M * K <= 32768 || getenv("ONEROW") != nullptr;
+  sv::parallel_for(0, (N + 1) / 2, 4, [&](int64_t h0, int64_t h1) {
+    float acc[18];
+    for (int64_t n = 2 * h0, rows = 0; n < std::min(N, 2 * h1); n += rows) {
+      const uint8_t* wr = wp + n * kb * rec;
+      rows = (n + 1 < std::min(N, 2 * h1) && !onerow) ? 2 : 1;
+      int64_t p = 0;
+      auto run = [&](auto pairs, auto with_odd) {
+        constexpr int C = decltype(pairs)::value;
+        constexpr bool O = decltype(with_odd)::value;
+        const auto args = std::make_tuple(wr, kb, xz + p * 2 * K, dz + p * kb * 16, dm + p * kb * 8, bz + p * kb * 2 * S,
+                                          x1, d1, b1, acc);
+        if (rows == 2)
+          std::apply([&](auto... a) { kernel(std::integral_constant<int, 2>{}, pairs, with_odd, a...); }, args);
+        else
+          std::apply([&](auto... a) { kernel(std::integral_constant<int, 1>{}, pairs, with_odd, a...); }, args);
+        for (int r = 0; r < rows; ++r) {
+          const float bn = bp ? bp[n + r] : 0.0f;
+          for (int i = 0; i < 2 * C; ++i) op[(2 * p + i) * N + n + r] = bp ? acc[9 * r + i] + bn : acc[9 * r + i];
+          if (O) op[(M - 1) * N + n + r] = bp ? acc[9 * r + 2 * C] + bn : acc[9 * r + 2 * C];
+        }
+        p += C;
+      };
+      using No = std::false_type;
+      using Yes = std::true_type;
+      auto sweep = [&](auto most) {  // the pairs, at most `most` a pass, then the rest and the odd token in one more
+        constexpr int X = decltype(most)::value;
+        while (P - p > X || (P - p == X && !odd)) run(std::integral_constant<int, X>{}, No{});
+        switch (2 * (P - p) + odd) {
+          case 9: if constexpr (X >= 4) run(std::integral_constant<int, 4>{}, Yes{}); break;
+          case 7: if constexpr (X >= 3) run(std::integral_constant<int, 3>{}, Yes{}); break;
+          case 6: if constexpr (X >= 3) run(std::integral_constant<int, 3>{}, No{}); break;
+          case 5: run(std::integral_constant<int, 2>{}, Yes{}); break;
+          case 4: run(std::integral_constant<int, 2>{}, No{}); break;
+          case 3: run(std::integral_constant<int, 1>{}, Yes{}); break;
+          case 2: run(std::integral_constant<int, 1>{}, No{}); break;
+          default: break;
+        }
+      };
+      if (rows == 2)
+        sweep(std::integral_constant<int, MAXP2>{});
+      else
+        sweep(std::integral_constant<int, 4>{});
     }
   });
   return out;

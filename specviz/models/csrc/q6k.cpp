@@ -26,6 +26,9 @@ namespace {
 using namespace specviz_gguf;
 
 constexpr int64_t REC6 = 212;
+#ifndef Q6P
+#define Q6P 2
+#endif
 
 // Half h's four groups of values (0..63) from a record's ql / qh bytes, as unpacked above.
 inline void q6_values(const uint8_t* rec, int h, __m256i q[4]) {
@@ -117,10 +120,94 @@ SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t
   for (int t = 0; t < T; ++t) acc[t] = in_order(a[t]);
 }
 
+// The same outputs with AVX-512 VNNI, two tokens a zmm (q4k.h's pair layout) and two rows sharing each activation
+// load: every lane through q6_rows_tokens_vnni's operations (the same bits).  The odd token of a pass goes through
+// that kernel itself after the pairs (its row is in L1 by then).
+SPECVIZ_VNNI_Z inline __m512i both_halves(const uint8_t* p) {  // 32 bytes, in both halves of a zmm
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <int R, int P, bool ODD>
+SPECVIZ_VNNI_Z void q6_rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, const float* dz, const float*,
+                                  const int16_t* bz, const int8_t* x1, const float* d1, const int16_t* b1, float* acc) {
+  static_assert(R == 1 || R == 2, "one row or two");
+  const int64_t K = kb * 256, ld = kb * REC6;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+  __m512 a[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < P; ++t) a[r][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < kb; ++b) {
+    const uint8_t* rec[R];
+    __m512i s16[R], v[R][P];
+    for (int r = 0; r < R; ++r) {
+      rec[r] = w + r * ld + b * REC6;
+      prefetch(rec[r] + PF);
+      prefetch(rec[r] + PF + 96);
+      prefetch(rec[r] + PF + 192);
+      s16[r] = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[r] + 192))));
+      for (int t = 0; t < P; ++t) {  // -32 J, both tokens' (their sums side by side)
+        const __m512i sums = _mm512_loadu_si512(bz + (t * kb + b) * 32);
+        v[r][t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(s16[r], sums), 5));
+      }
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 4; i += 2) {  // groups 4h + i and 4h + i + 1, as q6_values unpacks them
+        __m512i q0[R], q1[R];
+        for (int r = 0; r < R; ++r) {
+          const __m512i A = both_halves(rec[r] + 64 * h), B = both_halves(rec[r] + 64 * h + 32),
+                        H = both_halves(rec[r] + 128 + 32 * h);
+          if (i == 0) {
+            q0[r] = _mm512_or_si512(_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m2));
+            q1[r] = _mm512_or_si512(_mm512_and_si512(B, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m2));
+          } else {
+            q0[r] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A, 4), m4), _mm512_and_si512(H, m2));
+            q1[r] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m4),
+                                    _mm512_and_si512(_mm512_srli_epi16(H, 2), m2));
+          }
+        }
+        for (int t = 0; t < P; ++t) {
+          const int8_t* x = xz + t * 2 * K + 2 * (b * 256 + 128 * h + 32 * i);
+          const __m512i x0 = _mm512_loadu_si512(x), xh = _mm512_loadu_si512(x + 64);
+          for (int r = 0; r < R; ++r)
+            v[r][t] = _mm512_dpwssd_epi32(v[r][t], _mm512_add_epi16(_mm512_maddubs_epi16(q0[r], x0),
+                                                                     _mm512_maddubs_epi16(q1[r], xh)), s16[r]);
+        }
+      }
+    for (int r = 0; r < R; ++r) {
+      const __m512 dv = _mm512_set1_ps(*reinterpret_cast<const float*>(rec[r] + 208));
+      for (int t = 0; t < P; ++t)
+        a[r][t] = _mm512_add_ps(a[r][t], _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(dz + (t * kb + b) * 16), dv),
+                                                       _mm512_cvtepi32_ps(v[r][t])));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if constexpr (P < 3) {  // lane sums one output at a time (four or fewer: the transposes cost more)
+      for (int t = 0; t < P; ++t) {
+        acc[9 * r + 2 * t] = in_order(_mm512_castps512_ps256(a[r][t]));
+        acc[9 * r + 2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[r][t], 1));
+      }
+      if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, K, kb, kb * 16, acc + 9 * r + 2 * P);
+      continue;
+    }
+    __m256 v[8];  // every output's lanes summed in order, eight outputs at once (unused: zeros)
+    for (int t = 0; t < 4; ++t) {
+      v[t] = t < P ? _mm512_castps512_ps256(a[r][t % P]) : _mm256_setzero_ps();
+      v[4 + t] = t < P ? _mm512_extractf32x8_ps(a[r][t % P], 1) : _mm256_setzero_ps();
+    }
+    put8(in_order8(v), acc + 9 * r);
+    if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, K, kb, kb * 16, acc + 9 * r + 2 * P);
+  }
+}
+
 }  // namespace
 
 // Q6_K records [N, K/256, 212] (above)
 sv::Tensor q6k_linear_isa(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, std::string isa) {
+  // a one-token step has nothing to pair: straight to the one-token kernel, without the pairs' layout
+  if (vnni_for(isa) && x.dim() == 2 && x.size(0) > 1)
+    return paired_linear<16, Q6P>(x, w, bias, REC6, [](auto rows, auto pairs, auto odd, auto... args) {
+      q6_rows_pairs<decltype(rows)::value, decltype(pairs)::value, decltype(odd)::value>(args...);
+    });
   if (vnni_for(isa))
     return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens_vnni<decltype(t)::value>(args...); });
   return blocked_linear<16>(x, w, bias, REC6, [](auto t, auto... args) { q6_rows_tokens<decltype(t)::value>(args...); });
