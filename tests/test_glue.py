@@ -36,6 +36,11 @@ def test_rms_add_rms_and_silu_mul_are_the_torch_ops_they_replace():
     # a row's result is the same bits alone or among others
     assert torch.equal(OPS.glue_rms(x[2:3], w, 1e-6), OPS.glue_rms(x, w, 1e-6)[2:3])
     assert torch.equal(OPS.glue_silu_mul(gu[1:2]), OPS.glue_silu_mul(gu)[1:2])
+    # rows long enough to split across threads mid-row, eight lanes at a time and a stretch's odd last few
+    wide = torch.randn(3, 2 * 4099, generator=GEN) * 4
+    assert torch.equal(OPS.glue_silu_mul(wide[1:2]), OPS.glue_silu_mul(wide)[1:2])
+    assert torch.allclose(OPS.glue_silu_mul(wide), torch.nn.functional.silu(wide[:, :4099]) * wide[:, 4099:],
+                          rtol=1e-5, atol=1e-6)
 
 
 def _attend_case(t: int, nh: int = 4, kvh: int = 2, d: int = 16, cap: int = 32, start: int = 9):
