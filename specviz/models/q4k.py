@@ -130,6 +130,21 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return xq.reshape(m, k), amax / 127.0, xq.reshape(m, k // 32, 32).sum(-1)
 
 
+def fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """float32 a * b + c rounded once, as a fused multiply-add gives it (vfmadd): the product is exact in float64,
+    the sum is rounded to odd there (TwoSum's error decides the last bit), and float64 to float32 is then the one
+    correct rounding (53 >= 2 x 24 + 2 bits: Boldo and Melquiond's round-to-odd)."""
+    p = a.to(torch.float64) * b.to(torch.float64)
+    c64 = c.to(torch.float64)
+    s = p + c64
+    bb = s - p
+    err = (p - (s - bb)) + (c64 - bb)  # p + c - s, exactly
+    even = (s.view(torch.int64) & 1) == 0
+    inexact = (err != 0) & even & torch.isfinite(s)
+    s = torch.where(inexact, torch.nextafter(s, torch.where(err > 0, torch.inf, -torch.inf).to(s)), s)
+    return s.to(torch.float32)
+
+
 def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`linear` in torch, one float32 operation at a time in the kernel's order and over its lanes (see
     ``csrc/q4k.cpp``): its bits (the tests' oracle; slow)."""
@@ -139,22 +154,18 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
     xq, dx, bs = quantize_activations(x)
     xq = xq.reshape(m, kb, 8, 32).to(torch.int64)  # block, sub-block j, its 32 values
     q = q.reshape(n, kb, 8, 32).to(torch.int64)
-    bs = bs.reshape(m, kb, 4, 2).to(torch.int64)
-    mn = mn.reshape(n, kb, 4, 2).to(torch.int64)
+    y = dx[..., None] * bs.reshape(m, kb, 8).to(torch.float32)  # [m, kb, 8]
+    dsc = d[..., None] * sc.to(torch.float32)  # [n, kb, 8]
+    dmn = dmin[..., None] * mn.to(torch.float32)
     a = torch.zeros(m, n, 8, dtype=torch.float32)
-    am = torch.zeros(m, n, 4, dtype=torch.float32)
     for b in range(kb):
-        per = torch.einsum("mjk,njk->mnj", xq[:, b], q[:, b])  # exact: lane j, sub-block j's sum
-        lanes = (per * sc[None, :, b].to(torch.int64)).to(torch.float32)  # [m, n, 8]
-        mins = (bs[:, None, b] * mn[None, :, b]).sum(-1).to(torch.float32)  # [m, n, 4]
-        a = a + (dx[:, None, b] * d[None, :, b])[..., None] * lanes
-        am = am + (dx[:, None, b] * dmin[None, :, b])[..., None] * mins
-    sa, sm = a[..., 0], am[..., 0]
+        lanes = torch.einsum("mjk,njk->mnj", xq[:, b], q[:, b]).to(torch.float32)  # exact: sub-block j's sum
+        u = lanes * dx[:, None, b, None]
+        a = fma(dsc[None, :, b], u, a)
+        a = fma(-dmn[None, :, b], y[:, None, b], a)
+    out = a[..., 0]
     for lane in range(1, 8):
-        sa = sa + a[..., lane]
-    for lane in range(1, 4):
-        sm = sm + am[..., lane]
-    out = sa - sm
+        out = out + a[..., lane]
     return out + bias if bias is not None else out
 
 

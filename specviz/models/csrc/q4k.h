@@ -182,8 +182,11 @@ void quantize_blocks(const float* xp, int64_t n_blocks, int64_t kb, int64_t K_in
 }
 
 // A product's checked inputs and its activations, quantized once (sums of G): what a driver runs its kernel on.
+// Q4_K's kernels also read y = dx * bsum, float [M, kb * 8] (each sum of 32 times its block's scale, one rounding):
+// the mins' factor, made once a call rather than once a row.
 struct Activations {
-  sv::Tensor w, bt, xq, dx, bs;  // records (contiguous); bias; int8 [M, K]; float [M, kb]; int16 [M, kb * 256 / G]
+  sv::Tensor w, bt, xq, dx, bs, y;  // records (contiguous); bias; int8 [M, K]; float [M, kb]; int16 [M, kb * 256 / G];
+                                    // float [M, kb * 8] (Q4_K)
   const float* bias;  // or nullptr
   int64_t M, K, kb, N;
 };
@@ -213,6 +216,13 @@ Activations activations(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bi
   a.bs = sv::empty({a.M, a.kb * (256 / G)}, sv::options(x).dtype(sv::kInt16));  // |sum| <= G x 127
   quantize_blocks<G>(sv::ptr<float>(x), a.M * a.kb, a.kb, x.size(1), sv::ptr<int8_t>(a.xq), sv::ptr<float>(a.dx),
                      sv::ptr<int16_t>(a.bs));
+  if (G == 32) {
+    a.y = sv::empty({a.M, a.kb * 8}, sv::options(x));
+    const float* dp = sv::ptr<float>(a.dx);
+    const int16_t* sp = sv::ptr<int16_t>(a.bs);
+    float* yp = sv::ptr<float>(a.y);
+    for (int64_t i = 0; i < a.M * a.kb * 8; ++i) yp[i] = dp[i / 8] * float(sp[i]);
+  }
   return a;
 }
 
@@ -230,6 +240,7 @@ sv::Tensor blocked_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> 
   const int8_t* qp = sv::ptr<int8_t>(a.xq);
   const float* dp = sv::ptr<float>(a.dx);
   const int16_t* sp = sv::ptr<int16_t>(a.bs);
+  const float* yp = G == 32 ? sv::ptr<float>(a.y) : nullptr;
   const float* bp = a.bias;
   auto out = sv::empty({M, N}, sv::options(x));
   float* op = sv::ptr<float>(out);
@@ -239,7 +250,7 @@ sv::Tensor blocked_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> 
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* wr = wp + n * kb * rec;
       auto run = [&](int64_t m, auto t) {
-        kernel(t, wr, kb, qp + m * K, dp + m * kb, sp + m * kb * S, K, kb, kb * S, acc);
+        kernel(t, wr, kb, qp + m * K, dp + m * kb, sp + m * kb * S, yp ? yp + m * kb * 8 : nullptr, K, kb, kb * S, acc);
         for (int i = 0; i < decltype(t)::value; ++i) op[(m + i) * N + n] = bp ? acc[i] + bp[n] : acc[i];
       };
       int64_t m = 0;
@@ -257,21 +268,22 @@ sv::Tensor blocked_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> 
 // eight, so each vpdpbusd, conversion, product and sum does two tokens' work, every lane through the operations the
 // one-token kernel gives it (the same bits: tests/test_q4k.py, every pass length 1-19 against the oracle and against
 // each token alone).  A row's weights go to both halves by a broadcast load; the activations are laid out for it
-// once a call: each 32-byte group of token 2p, then 2p + 1's; dx spread over the 16 lanes it scales (and over 8 for
-// Q4_K's four min lanes a token); the two tokens' sums of G side by side.
+// once a call: each 32-byte group of token 2p, then 2p + 1's; dx spread over the 16 lanes it scales; the two tokens'
+// sums of G side by side, and (Q4_K) their y.
 struct Pairs {  // the activations of P = M / 2 token pairs, as a pairs kernel reads them
-  sv::Tensor xz, dz, dm, bz;  // int8 [P, 2K]; float [P, kb, 16]; float [P, kb, 8]; int16 [P, kb, 2 * 256 / G]
+  sv::Tensor xz, dz, yz, bz;  // int8 [P, 2K]; float [P, kb, 16]; float [P, kb, 16] (Q4_K's y); int16 [P, kb, 2 * 256 / G]
 };
 
 template <int G>
-Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, int64_t M, int64_t K, int64_t kb,
-                  const sv::Options& opt) {
+Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, const float* y, int64_t M, int64_t K,
+                  int64_t kb, const sv::Options& opt) {
   constexpr int S = 256 / G;
   const int64_t P = M / 2;
   Pairs out{sv::empty({P, 2 * K}, opt.dtype(sv::kInt8)), sv::empty({P, kb * 16}, opt.dtype(sv::kFloat32)),
-            sv::empty({P, kb * 8}, opt.dtype(sv::kFloat32)), sv::empty({P, kb * 2 * S}, opt.dtype(sv::kInt16))};
+            sv::empty({G == 32 ? P : 0, kb * 16}, opt.dtype(sv::kFloat32)),
+            sv::empty({P, kb * 2 * S}, opt.dtype(sv::kInt16))};
   int8_t* xz = sv::ptr<int8_t>(out.xz);
-  float *dz = sv::ptr<float>(out.dz), *dm = sv::ptr<float>(out.dm);
+  float *dz = sv::ptr<float>(out.dz), *yz = G == 32 ? sv::ptr<float>(out.yz) : nullptr;
   int16_t* bz = sv::ptr<int16_t>(out.bz);
   for (int64_t p = 0; p < P; ++p)
     for (int h = 0; h < 2; ++h) {
@@ -279,7 +291,7 @@ Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, int64_t 
       for (int64_t g = 0; g < K / 32; ++g) std::memcpy(xz + p * 2 * K + 64 * g + 32 * h, xq + t * K + 32 * g, 32);
       for (int64_t b = 0; b < kb; ++b) {
         std::fill_n(dz + (p * kb + b) * 16 + 8 * h, 8, dx[t * kb + b]);
-        std::fill_n(dm + (p * kb + b) * 8 + 4 * h, 4, dx[t * kb + b]);
+        if (G == 32) std::memcpy(yz + (p * kb + b) * 16 + 8 * h, y + (t * kb + b) * 8, 32);
         std::memcpy(bz + (p * kb + b) * 2 * S + S * h, bs + (t * kb + b) * S, 2 * S);
       }
     }
@@ -288,9 +300,9 @@ Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, int64_t 
 
 // The driver of a pairs kernel: rows two at a time (they share each activation load: the down product's 8 tokens
 // x 8,960 inputs, 72 KB, outgrow L1, and one row at a time read them from L2 once a row), against four token pairs
-// a pass, the rest (pairs and an odd token) in one more.  kernel(rows, pairs, odd, row, kb, xz, dz, dm, bz, x1, d1,
-// b1, acc) (the first three std::integral_constant) gives row r's outputs at acc[9 r ..]: pair p's at 2p, 2p + 1,
-// the odd token's (x1, d1, b1: its xq, dx and sums as the one-token kernel reads them) at 2 pairs.
+// a pass, the rest (pairs and an odd token) in one more.  kernel(rows, pairs, odd, row, kb, xz, dz, yz, bz, x1, d1,
+// b1, y1, acc) (the first three std::integral_constant) gives row r's outputs at acc[9 r ..]: pair p's at 2p, 2p + 1,
+// the odd token's (x1, d1, b1, y1: its xq, dx, sums and y as the one-token kernel reads them) at 2 pairs.
 template <int G, int MAXP2 = 4, class Kernel>
 sv::Tensor paired_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, int64_t rec, Kernel kernel) {
   constexpr int S = 256 / G;
@@ -299,21 +311,24 @@ sv::Tensor paired_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> b
   const int8_t* qp = sv::ptr<int8_t>(act.xq);
   const float* dp = sv::ptr<float>(act.dx);
   const int16_t* sp = sv::ptr<int16_t>(act.bs);
-  const Pairs pr = pair_layout<G>(qp, dp, sp, M, K, kb, sv::options(x));
+  const float* yp = G == 32 ? sv::ptr<float>(act.y) : nullptr;
+  const Pairs pr = pair_layout<G>(qp, dp, sp, yp, M, K, kb, sv::options(x));
   const int8_t* xz = sv::ptr<int8_t>(pr.xz);
-  const float *dz = sv::ptr<float>(pr.dz), *dm = sv::ptr<float>(pr.dm);
+  const float *dz = sv::ptr<float>(pr.dz), *yz = G == 32 ? sv::ptr<float>(pr.yz) : nullptr;
   const int16_t* bz = sv::ptr<int16_t>(pr.bz);
   const int8_t* x1 = qp + (M - 1) * K;  // the odd token's, where M is odd
   const float* d1 = dp + (M - 1) * kb;
   const int16_t* b1 = sp + (M - 1) * kb * S;
+  const float* y1 = yp ? yp + (M - 1) * kb * 8 : nullptr;
   auto out = sv::empty({M, N}, sv::options(x));
   float* op = sv::ptr<float>(out);
   const float* bp = act.bias;
   const uint8_t* wp = sv::ptr<uint8_t>(act.w);
   const bool odd = M % 2;
-  // two rows a pass only where the pass's activations outgrow L1 (32 KB): with the target's gate/up (K 1,536) two rows
-  // measured slower than one (Zen 5 EPYC: 0.97 against 0.39 ms at 2 tokens), with its down (K 8,960) faster
-  const bool onerow = M * K <= 32768 || getenv("ONEROW") != nullptr;
+  // two rows a pass only where the pass's activations outgrow L1 (32 KB).  Zen 5 EPYC, weights from memory, 2 threads:
+  // the target's down (K 8,960) at 8 tokens 0.91 -> 0.62 ms; its gate/up (K 1,536) slower with two rows (0.36 -> 0.95
+  // ms at 2 tokens, 0.66 -> 1.11 at 8) though faster with its weights in cache (L3: 252 -> 233 us at 8, one thread)
+  const bool onerow = M * K <= 32768;
   sv::parallel_for(0, (N + 1) / 2, 4, [&](int64_t h0, int64_t h1) {
     float acc[18];
     for (int64_t n = 2 * h0, rows = 0; n < std::min(N, 2 * h1); n += rows) {
@@ -323,8 +338,8 @@ sv::Tensor paired_linear(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> b
       auto run = [&](auto pairs, auto with_odd) {
         constexpr int C = decltype(pairs)::value;
         constexpr bool O = decltype(with_odd)::value;
-        const auto args = std::make_tuple(wr, kb, xz + p * 2 * K, dz + p * kb * 16, dm + p * kb * 8, bz + p * kb * 2 * S,
-                                          x1, d1, b1, acc);
+        const auto args = std::make_tuple(wr, kb, xz + p * 2 * K, dz + p * kb * 16, yz ? yz + p * kb * 16 : nullptr,
+                                          bz + p * kb * 2 * S, x1, d1, b1, y1, acc);
         if (rows == 2)
           std::apply([&](auto... a) { kernel(std::integral_constant<int, 2>{}, pairs, with_odd, a...); }, args);
         else

@@ -50,7 +50,7 @@ inline __m256i q6_minus_32j(__m256i s16, const int16_t* bsum) {
 
 template <int T>
 inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
-                       int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
+                           const float*, int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
   __m256 a[T];
   for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
@@ -86,7 +86,7 @@ inline void q6_rows_tokens(const uint8_t* w, int64_t kb, const int8_t* xq, const
 // non-saturating), where AVX2 needs vpmaddwd and vpaddd: the same integers, the same float operations, the same bits.
 template <int T>
 SPECVIZ_VNNI void q6_rows_tokens_vnni(const uint8_t* w, int64_t kb, const int8_t* xq, const float* dx, const int16_t* bs,
-                                      int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
+                                      const float*, int64_t ldx, int64_t ldd, int64_t ldb, float* acc) {
   __m256 a[T];
   for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
@@ -129,7 +129,8 @@ SPECVIZ_VNNI_Z inline __m512i both_halves(const uint8_t* p) {  // 32 bytes, in b
 
 template <int R, int P, bool ODD>
 SPECVIZ_VNNI_Z void q6_rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, const float* dz, const float*,
-                                  const int16_t* bz, const int8_t* x1, const float* d1, const int16_t* b1, float* acc) {
+                                  const int16_t* bz, const int8_t* x1, const float* d1, const int16_t* b1, const float*,
+                                  float* acc) {
   static_assert(R == 1 || R == 2, "one row or two");
   const int64_t K = kb * 256, ld = kb * REC6;
   const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
@@ -186,7 +187,7 @@ SPECVIZ_VNNI_Z void q6_rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz
         acc[9 * r + 2 * t] = in_order(_mm512_castps512_ps256(a[r][t]));
         acc[9 * r + 2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[r][t], 1));
       }
-      if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, K, kb, kb * 16, acc + 9 * r + 2 * P);
+      if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, nullptr, K, kb, kb * 16, acc + 9 * r + 2 * P);
       continue;
     }
     __m256 v[8];  // every output's lanes summed in order, eight outputs at once (unused: zeros)
@@ -195,7 +196,7 @@ SPECVIZ_VNNI_Z void q6_rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz
       v[4 + t] = t < P ? _mm512_extractf32x8_ps(a[r][t % P], 1) : _mm256_setzero_ps();
     }
     put8(in_order8(v), acc + 9 * r);
-    if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, K, kb, kb * 16, acc + 9 * r + 2 * P);
+    if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, nullptr, K, kb, kb * 16, acc + 9 * r + 2 * P);
   }
 }
 
