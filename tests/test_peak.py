@@ -70,9 +70,10 @@ def test_the_record_lists_each_instruction_set_measured_or_absent():
     assert best is not None and best[0] in peak.KERNEL_ISAS and best[0] != "amx"
     assert best[1] == max(c["2"] for isa, c in record["gmacs"].items() if isa in peak.KERNEL_ISAS)
     assert peak.kernel_peak(record, isa_flags=["avx2", "fma"])[0] == "avx2"  # an AVX2 emulation hides AVX-512
-    if "avx512_vnni" in cpu_flags():  # int8 rows (fbgemm) run zmm vpdpbusd, the GGUF's kernels ymm
+    if "avx512_vnni" in cpu_flags():  # int8 rows (fbgemm) and the GGUF kernels' passes run zmm vpdpbusd
         assert peak.kernel_peak(record, isa_flags=["avx512_vnni", "avx2"])[0] == "avx512_vnni_512"
-        assert peak.kernel_peak(record, isa_flags=["avx512_vnni", "avx2"], gguf=True)[0] == "avx512_vnni_256"
+        assert peak.kernel_peak(record, isa_flags=["avx512_vnni", "avx2"], gguf=True)[0] == "avx512_vnni_512"
+        assert peak.kernel_peak(record, isa_flags=["avx512f", "avx2"], gguf=True)[0] == "avx2"
     assert peak.kernel_peak({"gmacs": {}, "why": "peak not measured"}) is None and peak.kernel_peak(None) is None
 
 

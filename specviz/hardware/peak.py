@@ -6,9 +6,9 @@ one token's multiply-adds at the CPU's peak rate.  That rate is measured here, f
 products run (``csrc/int8_peak.c``: a tight loop of each, on registers, with independent accumulators):
 
 * ``avx2``: vpmaddubsw + vpmaddwd + vpaddd, 32 multiply-adds a group (int8_small's and q4k's AVX2 form);
-* ``avx512_vnni_256`` / ``avx512_vnni_512``: vpdpbusd on ymm (q4k's and q6k's VNNI form) and zmm (fbgemm's rows on
-  an AVX-512 CPU), 32 and 64 an instruction (the roofline takes the one an execution's products run:
-  :func:`kernel_isa`);
+* ``avx512_vnni_256`` / ``avx512_vnni_512``: vpdpbusd on ymm (the GGUF kernels' one-token steps) and zmm (their
+  passes of two tokens or more, two tokens a register, and fbgemm's rows on an AVX-512 CPU), 32 and 64 an
+  instruction (the roofline takes the one an execution's passes run: :func:`kernel_isa`);
 * ``amx``: tdpbusd on tiles, only where the CPU has AMX-INT8 (recorded; none of specviz's int8 products uses it).
 
 Each is timed on one thread and on the probe's threads (POSIX threads started together), the best of a few short
@@ -150,13 +150,14 @@ def measure_peaks(threads: int, isas: tuple[str, ...] = tuple(ISAS)) -> dict:
 
 
 def kernel_isa(isa_flags: tuple[str, ...] | list[str], gguf: bool = False) -> str | None:
-    """The instruction an int8 execution's products run on a CPU with ``isa_flags`` (a probe's ``machine["isa"]``:
-    an emulated AVX2 hides AVX-512): the GGUF's Q4_K / Q6_K kernels (``gguf``) vpdpbusd on ymm where there is VNNI,
-    int8 rows fbgemm's on zmm; both the vpmaddubsw path on AVX2.  None for int8 rows on AVX-512 without VNNI
-    (fbgemm's 512-bit vpmaddubsw: not timed here)."""
+    """The instruction an int8 execution's passes over several tokens (where the compute bound applies) run on a CPU
+    with ``isa_flags`` (a probe's ``machine["isa"]``: an emulated AVX2 hides AVX-512): vpdpbusd on zmm where there
+    is VNNI, for the GGUF's Q4_K / Q6_K kernels (``gguf``: two tokens a register) and int8 rows (fbgemm's) alike;
+    the vpmaddubsw path on AVX2.  None for int8 rows on AVX-512 without VNNI (fbgemm's 512-bit vpmaddubsw: not
+    timed here), where the GGUF's kernels run their AVX2 form."""
     flags = set(isa_flags)
     if "avx512_vnni" in flags:
-        return "avx512_vnni_256" if gguf else "avx512_vnni_512"
+        return "avx512_vnni_512"
     return None if "avx512f" in flags and not gguf else "avx2"
 
 
