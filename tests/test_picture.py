@@ -193,3 +193,26 @@ def test_no_correction_can_happen_where_p_and_q_agree():
     tr.rounds[0].extra.id = 5
     fig = acceptance_figure(tr, tr.rounds[0], 0)
     assert len(_residual_bars(fig)) == 1
+
+
+@pytest.mark.parametrize("rule", ["token", "block", "match"])
+@pytest.mark.parametrize("with_beliefs", [True, False])
+def test_a_greedy_round_reads_its_one_hot_q_only_where_a_picture_needs_it(rule, with_beliefs):
+    """Under greedy decoding the engine passes q as None (one-hot at the drafts, never made as [k, V] zeros): every
+    picture is the one the materialised one-hot q gives, with beliefs and without, under each rule."""
+    import torch
+
+    from specviz.core.picture import _one_hot, pictures
+
+    gen = torch.Generator().manual_seed(3)
+    k, vocab = 5, 300
+    logits = torch.randn(k + 1, vocab, generator=gen) * 3
+    best = logits.argmax(-1)
+    p_all = torch.zeros(k + 1, vocab)
+    p_all[torch.arange(k + 1), best] = 1.0
+    tokens = [int(best[0]), int(best[1]), 7, int(best[3]), 11]  # accepted, accepted, a rejection, ...
+    p1 = torch.softmax(logits, -1)
+    q1 = [torch.softmax(torch.randn(vocab, generator=gen), -1) if with_beliefs and i != 2 else None for i in range(k)]
+    kw = dict(tokens=tokens, n_judged=3, p_all=p_all, rule=rule, variant="opt", emitted=int(best[2]),
+              piece=str, p1=p1, q1=q1)
+    assert pictures(q=None, **kw) == pictures(q=_one_hot(tokens, p_all), **kw)

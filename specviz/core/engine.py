@@ -318,9 +318,8 @@ def _pictures(tokens, qs, beliefs, logits, verdict, warp, settings, piece):
     if not verdict.judged:
         return []
     p_all = verdict.p_all if verdict.p_all is not None else warp(logits)  # the rule's own, when it has them
-    if warp.greedy:
-        q = torch.zeros((len(tokens), p_all.shape[-1]), dtype=p_all.dtype, device=p_all.device)
-        q[torch.arange(len(tokens)), torch.tensor(tokens, device=p_all.device)] = 1.0
+    if warp.greedy:  # q: one-hot at the drafts, which pictures reads where it needs it
+        q = None
         p1 = torch.softmax(logits.float(), -1)
         q1 = [torch.softmax(b.float(), -1) if b is not None else None for b in beliefs]
     else:

@@ -22,26 +22,31 @@ from .verify import block_residual, without_token, block_weights
 TOP = 12  # tokens per picture (plus the drafted token and the emitted one when outside them)
 
 
-def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.Tensor, rule: str, variant: str,
+def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.Tensor | None, rule: str, variant: str,
              emitted: int | None, piece, p1: torch.Tensor | None = None,
              q1: list[torch.Tensor | None] | None = None, weights: list[float] | None = None,
              top: int = TOP) -> list[Picture]:
     """One Picture per judged position (the first ``n_judged`` of the k drafted tokens).
 
-    Shapes: p_all [k + 1, V] and q [k, V] the rule's distributions (one-hot under greedy decoding);
+    Shapes: p_all [k + 1, V] and q [k, V] the rule's distributions (one-hot under greedy decoding; q None: one-hot
+    at the drafted tokens, read only where a picture needs it -- a greedy run's rounds need no [k, V] of zeros);
     ``emitted`` the token emitted after the kept ones (a correction when it lies at a judged position);
     p1 [k + 1, V] and q1 (k rows or None) the temperature-1 beliefs, for greedy runs only; ``weights``
     block verification's w_1..w_k when the rule already computed them."""
     k = len(tokens)
     if not n_judged:
         return []
+    if q is None and (p1 is None or rule == "block" or variant == "uno"):
+        q = _one_hot(tokens, p_all)  # the paths below that read all of q
     xs = torch.tensor(tokens, device=p_all.device)
     at = torch.arange(k, device=p_all.device)
     if rule == "block" and weights is None:
         weights = block_weights(p_all[: k + 1], q, p_all[at, xs], q[at, xs])[0]
+    best = argmax(p_all[:n_judged]).tolist()  # each row's first maximal index, in one call
+    score = torch.empty_like(p_all[0])  # each position's ranking, in one buffer
     out = []
     for i in range(n_judged):
-        p, qi, x = p_all[i], q[i], tokens[i]
+        p, qi, x = p_all[i], None if q is None else q[i], tokens[i]
         if rule == "match":
             res = without_token(p, x)
         elif rule == "block":
@@ -52,15 +57,27 @@ def pictures(*, tokens: list[int], n_judged: int, p_all: torch.Tensor, q: torch.
             res = residual(p, qi)
         rank_p = p if p1 is None else p1[i]
         rank_q = qi if q1 is None or q1[i] is None else q1[i]
-        ids, idx = _top_ids(torch.maximum(rank_p, rank_q), top, x, emitted if i == n_judged - 1 else None,
-                            int(argmax(p)))
-        pv, qv = p[idx].tolist(), qi[idx].tolist()
+        if rank_q is None:  # q one-hot at x: max(rank_p, q) is rank_p with 1 at x
+            score.copy_(rank_p)
+            score[x] = torch.maximum(score[x], torch.ones((), dtype=score.dtype))
+        else:
+            torch.maximum(rank_p, rank_q, out=score)
+        ids, idx = _top_ids(score, top, x, emitted if i == n_judged - 1 else None, int(best[i]))
+        pv = p[idx].tolist()
+        qv = qi[idx].tolist() if qi is not None else [1.0 if t == x else 0.0 for t in ids]
         out.append(Picture(
             ids=ids, text=[piece(t) for t in ids], p=_short(pv), q=_short(qv), res=_short(res[idx].tolist()),
             rest_p=_round(max(0.0, 1.0 - sum(pv))), rest_q=_round(max(0.0, 1.0 - sum(qv))),
             p1=_short(p1[i][idx].tolist()) if p1 is not None else None,
             q1=_short(q1[i][idx].tolist()) if q1 is not None and q1[i] is not None else None))
     return out
+
+
+def _one_hot(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
+    """[k, V]: row i one-hot at tokens[i] (a greedy draft's q)."""
+    q = torch.zeros((len(tokens), like.shape[-1]), dtype=like.dtype, device=like.device)
+    q[torch.arange(len(tokens), device=like.device), torch.tensor(tokens, device=like.device)] = 1.0
+    return q
 
 
 def _top_ids(score: torch.Tensor, top: int, *always: int | None) -> tuple[list[int], torch.Tensor]:
