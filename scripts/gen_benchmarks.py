@@ -44,8 +44,8 @@ CURRENT: tuple[CpuClass, ...] = (
     CpuClass("epyc-zen5", "AMD EPYC, Zen 5",
              "AMD EPYC (Zen 5, cpu family 26), AVX2 and AVX-512 with VNNI and BF16, no AMX; 2 vCPUs", "2026-12-08",
              "bench-hf-llamacpp-hybrid-epyc-zen5.json",
-             "llama.cpp built on this machine (GGML_NATIVE=ON). The same run with the draft model alone and its full "
-             "head (the app's draft): bench-hf-llamacpp-model-epyc-zen5.json. The probe's copy bandwidth moved "
+             "llama.cpp built on this machine (GGML_NATIVE=ON). The same bench with the draft model alone and its full "
+             "head (the app's draft), run right after: bench-hf-llamacpp-model-epyc-zen5.json. The probe's copy bandwidth moved "
              "between 32 and 63 GB/s across probes within hours on this VM, so its bound is no floor here."),
     CpuClass("xeon-amx", "Intel Xeon with AMX",
              "Intel Xeon (cpu family 6), AVX-512 with VNNI and BF16, AMX; 2 cores", "2026-11-28",
