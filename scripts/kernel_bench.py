@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specviz.hardware.machine import cpu_flags, cpu_name  # noqa: E402
+from specviz.hardware.machine import cpu_flags, cpu_name
 
 
 def groups(model: torch.nn.Module) -> dict[tuple[str, int, int], list[torch.nn.Module]]:
