@@ -199,19 +199,7 @@ SPECVIZ_VNNI_Z void rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz, c
     }
   }
   for (int r = 0; r < R; ++r) {
-    if constexpr (P < 3) {  // lane sums one output at a time (four or fewer: the transposes cost more)
-      for (int t = 0; t < P; ++t) {
-        acc[9 * r + 2 * t] = in_order(_mm512_castps512_ps256(a[r][t]));
-        acc[9 * r + 2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[r][t], 1));
-      }
-    } else {  // eight outputs at once (unused: zeros)
-      __m256 v[8];
-      for (int t = 0; t < 4; ++t) {
-        v[t] = t < P ? _mm512_castps512_ps256(a[r][t % P]) : _mm256_setzero_ps();
-        v[4 + t] = t < P ? _mm512_extractf32x8_ps(a[r][t % P], 1) : _mm256_setzero_ps();
-      }
-      put8(in_order8(v), acc + 9 * r);
-    }
+    pair_sums<P>(a[r], acc + 9 * r);
     if constexpr (ODD) acc[9 * r + 2 * P] = in_order(a1[r]);
   }
 }

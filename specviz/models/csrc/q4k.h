@@ -53,17 +53,8 @@ inline __m256 in_order8(const __m256 v[8]) {
   return s;
 }
 
-// Four registers of two outputs' four lanes each (m[j] = [output 2j: 4 lanes | 2j + 1: 4 lanes]) summed in order,
-// ((l0 + l1) + l2) + l3, in the lane order [0 2 4 6 1 3 5 7] (in_order's bits).
-inline __m256 in_order4x8(const __m256 m[4]) {
-  const __m256 a = _mm256_unpacklo_ps(m[0], m[1]), b = _mm256_unpackhi_ps(m[0], m[1]);
-  const __m256 c = _mm256_unpacklo_ps(m[2], m[3]), d = _mm256_unpackhi_ps(m[2], m[3]);
-  __m256 s = _mm256_add_ps(_mm256_shuffle_ps(a, c, 0x44), _mm256_shuffle_ps(a, c, 0xEE));
-  s = _mm256_add_ps(s, _mm256_shuffle_ps(b, d, 0x44));
-  return _mm256_add_ps(s, _mm256_shuffle_ps(b, d, 0xEE));
-}
-
-// The eight outputs' sums, out[i] (in_order8 and in_order4x8 keep the order [0 2 4 6 1 3 5 7] alike)
+// in_order8's sums put back in output order, as pair_sums lays them out (v[t] output 2t, v[4 + t] output 2t + 1):
+// lane i < 4 is output 2i's, lane 4 + i output 2i + 1's.
 inline void put8(__m256 s, float* out) {
   alignas(32) float l[8];
   _mm256_store_ps(l, s);
@@ -73,12 +64,24 @@ inline void put8(__m256 s, float* out) {
   }
 }
 
-inline float in_order(__m128 v) {
-  float l[4];
-  _mm_storeu_ps(l, v);
-  float s = l[0];
-  for (int i = 1; i < 4; ++i) s = s + l[i];
-  return s;
+// A token pair kernel's lane sums for one row: P registers of two outputs each (output 2t in a[t]'s low eight
+// lanes, 2t + 1 in its high eight), each output's lanes summed in order into out[0 .. 2P - 1] -- eight outputs at
+// once from three pairs on (unused: zeros), one at a time below that (there the transposes cost more).
+template <int P>
+SPECVIZ_VNNI_Z inline void pair_sums(const __m512 a[P], float* out) {
+  if constexpr (P < 3) {
+    for (int t = 0; t < P; ++t) {
+      out[2 * t] = in_order(_mm512_castps512_ps256(a[t]));
+      out[2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[t], 1));
+    }
+  } else {
+    __m256 v[8];
+    for (int t = 0; t < 4; ++t) {
+      v[t] = t < P ? _mm512_castps512_ps256(a[t % P]) : _mm256_setzero_ps();
+      v[4 + t] = t < P ? _mm512_extractf32x8_ps(a[t % P], 1) : _mm256_setzero_ps();
+    }
+    put8(in_order8(v), out);
+  }
 }
 
 
@@ -298,9 +301,9 @@ Pairs pair_layout(const int8_t* xq, const float* dx, const int16_t* bs, const fl
   return out;
 }
 
-// The driver of a pairs kernel: rows two at a time (they share each activation load: the down product's 8 tokens
-// x 8,960 inputs, 72 KB, outgrow L1, and one row at a time read them from L2 once a row), against four token pairs
-// a pass, the rest (pairs and an odd token) in one more.  kernel(rows, pairs, odd, row, kb, xz, dz, yz, bz, x1, d1,
+// The driver of a pairs kernel: rows two at a time where a pass's activations outgrow L1 (they then share each
+// activation load: the down product's 8 tokens x 8,960 inputs, 72 KB, one row at a time read from L2 once a row),
+// against four token pairs a pass (MAXP2 with two rows), the rest (pairs and an odd token) in one more.  kernel(rows, pairs, odd, row, kb, xz, dz, yz, bz, x1, d1,
 // b1, y1, acc) (the first three std::integral_constant) gives row r's outputs at acc[9 r ..]: pair p's at 2p, 2p + 1,
 // the odd token's (x1, d1, b1, y1: its xq, dx, sums and y as the one-token kernel reads them) at 2 pairs.
 template <int G, int MAXP2 = 4, class Kernel>

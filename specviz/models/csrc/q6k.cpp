@@ -26,9 +26,9 @@ namespace {
 using namespace specviz_gguf;
 
 constexpr int64_t REC6 = 212;
-#ifndef Q6P
-#define Q6P 2
-#endif
+// Token pairs a pass when two rows go together: four spilled registers (Zen 5 EPYC, the target's down at 8 tokens,
+// weights from memory: 0.85 ms with four pairs, 0.65 with two).
+constexpr int PAIRS_TWO_ROWS = 2;
 
 // Half h's four groups of values (0..63) from a record's ql / qh bytes, as unpacked above.
 inline void q6_values(const uint8_t* rec, int h, __m256i q[4]) {
@@ -182,20 +182,7 @@ SPECVIZ_VNNI_Z void q6_rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz
     }
   }
   for (int r = 0; r < R; ++r) {
-    if constexpr (P < 3) {  // lane sums one output at a time (four or fewer: the transposes cost more)
-      for (int t = 0; t < P; ++t) {
-        acc[9 * r + 2 * t] = in_order(_mm512_castps512_ps256(a[r][t]));
-        acc[9 * r + 2 * t + 1] = in_order(_mm512_extractf32x8_ps(a[r][t], 1));
-      }
-      if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, nullptr, K, kb, kb * 16, acc + 9 * r + 2 * P);
-      continue;
-    }
-    __m256 v[8];  // every output's lanes summed in order, eight outputs at once (unused: zeros)
-    for (int t = 0; t < 4; ++t) {
-      v[t] = t < P ? _mm512_castps512_ps256(a[r][t % P]) : _mm256_setzero_ps();
-      v[4 + t] = t < P ? _mm512_extractf32x8_ps(a[r][t % P], 1) : _mm256_setzero_ps();
-    }
-    put8(in_order8(v), acc + 9 * r);
+    pair_sums<P>(a[r], acc + 9 * r);
     if constexpr (ODD) q6_rows_tokens_vnni<1>(w + r * ld, kb, x1, d1, b1, nullptr, K, kb, kb * 16, acc + 9 * r + 2 * P);
   }
 }
@@ -206,7 +193,7 @@ SPECVIZ_VNNI_Z void q6_rows_pairs(const uint8_t* w, int64_t kb, const int8_t* xz
 sv::Tensor q6k_linear_isa(sv::Tensor x, sv::Tensor w, std::optional<sv::Tensor> bias, std::string isa) {
   // a one-token step has nothing to pair: straight to the one-token kernel, without the pairs' layout
   if (vnni_for(isa) && x.dim() == 2 && x.size(0) > 1)
-    return paired_linear<16, Q6P>(x, w, bias, REC6, [](auto rows, auto pairs, auto odd, auto... args) {
+    return paired_linear<16, PAIRS_TWO_ROWS>(x, w, bias, REC6, [](auto rows, auto pairs, auto odd, auto... args) {
       q6_rows_pairs<decltype(rows)::value, decltype(pairs)::value, decltype(odd)::value>(args...);
     });
   if (vnni_for(isa))
