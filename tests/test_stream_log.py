@@ -26,6 +26,13 @@ def sse_stream(kind):
             raise asyncio.CancelledError("Cancelled via cancel scope")
         except asyncio.CancelledError:
             raise asyncio.CancelledError("Cancelled via cancel scope")
+    if kind == "timeout-on-cancel":  # asyncio.wait_for (3.11): its timeout lands as the client's cancel does
+        try:
+            raise asyncio.CancelledError("Cancelled via cancel scope")
+        except asyncio.CancelledError as exc:
+            raise TimeoutError() from exc
+    if kind == "timeout":
+        raise TimeoutError()
     raise ValueError("a real bug in the stream")
 '''
 WRAP_SRC = '''
@@ -77,6 +84,8 @@ def logged(exc: BaseException, msg: str = stream_log.ASGI_MESSAGE) -> str:
     ("404", False, "session not found"),
     ("cancel", False, "client went away"),  # the client closed the stream while it waited
     ("cancel", True, "client went away"),
+    ("timeout-on-cancel", False, "client went away"),
+    ("timeout-on-cancel", True, "client went away"),
 ])
 def test_a_client_side_end_of_gradios_stream_is_one_line(kind, wrapped, why):
     exc = raised(GRADIO_STREAM, kind, wrapped=wrapped)
@@ -88,8 +97,10 @@ def test_a_client_side_end_of_gradios_stream_is_one_line(kind, wrapped, why):
 @pytest.mark.parametrize("stream,kind", [
     (GRADIO_STREAM, "500"),  # a server error in the stream
     (GRADIO_STREAM, "bug"),  # any other exception in the stream
+    (GRADIO_STREAM, "timeout"),  # a timeout the client did not cause
     (OTHER_STREAM, "404"),  # the same exceptions anywhere but gradio's queue stream
     (OTHER_STREAM, "cancel"),
+    (OTHER_STREAM, "timeout-on-cancel"),
 ])
 @pytest.mark.parametrize("wrapped", [False, True])
 def test_every_other_exception_keeps_its_traceback(stream, kind, wrapped):

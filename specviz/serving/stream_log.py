@@ -8,7 +8,9 @@ loudly on two client-side events:
   the streaming response has started, starlette turns it into ``RuntimeError("Caught handled exception,
   but response already started.")``, and uvicorn logs ~120 lines under "Exception in ASGI application";
 * the client drops the stream while gradio waits for the session's next message: the same log, from a
-  ``CancelledError``.
+  ``CancelledError`` -- or, when gradio's 10-second wait for that message times out as the cancellation lands,
+  from the ``TimeoutError`` that Python 3.11's ``asyncio.wait_for`` raises from that ``CancelledError``
+  (seen once in this project's CI, 2026-12-08).
 
 Neither is a fault of the server: the client has gone, or is told "session not found", and every other
 session carries on.  For a host reading a Space's log the traceback reads like a crash, so
@@ -63,7 +65,8 @@ def _client_side(e: BaseException) -> bool:
     """An exception seen on the way up from the stream when a client left or its session is unknown (the two
     logged in this project's CI, 2026-11-25); anything else in the chain keeps the traceback."""
     return (isinstance(e, (asyncio.CancelledError, BaseExceptionGroup)) or _is_404(e)
-            or (type(e) is RuntimeError and RESPONSE_STARTED in str(e)))
+            or (type(e) is RuntimeError and RESPONSE_STARTED in str(e))
+            or (isinstance(e, TimeoutError) and isinstance(e.__cause__, asyncio.CancelledError)))
 
 
 def stream_end(exc: BaseException) -> str | None:
